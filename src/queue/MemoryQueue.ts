@@ -1,0 +1,432 @@
+/**
+ * The in-memory Queue: the same contract as PgQueue, for unit tests of stages and the runtime. Time comes from
+ * Effect's Clock, so `TestClock` drives delays, leases and backoff. Each operation is one synchronous step,
+ * which is what makes it atomic here; `transaction` buffers enqueues and applies them (and their wake-ups)
+ * only when the transaction's effect succeeds.
+ */
+import { Clock, Duration, Effect, Either, Exit, FiberRef, Layer, Option } from "effect"
+import type { DeadLetter, EnqueueResult, ErrorEntry, Job, Lease, NewJob, StageStats, ValidJob } from "./Job.js"
+import { defaultMaxPayloadBytes, errorEntry, InvalidJob, JobNotFound, validateAll } from "./Job.js"
+import { Queue, type QueueOptions, type Wakeups } from "./Queue.js"
+
+type MutableJob = { -readonly [K in keyof Job]: Job[K] }
+
+interface Pending {
+  readonly owner: object
+  readonly actions: Array<() => void>
+}
+
+const currentTransaction = FiberRef.unsafeMake<Option.Option<Pending>>(Option.none())
+
+export const make = (options: QueueOptions = {}) =>
+  Effect.sync(() => {
+    const owner = {}
+    const validation = {
+      maxPayloadBytes: options.maxPayloadBytes ?? defaultMaxPayloadBytes,
+      knownStages: options.knownStages ? new Set(options.knownStages) : undefined
+    }
+    const jobs = new Map<string, MutableJob>()
+    const dead = new Map<string, { -readonly [K in keyof DeadLetter]: DeadLetter[K] }>()
+    const listeners = new Set<Wakeups>()
+    let nextId = 1
+    let nextDeadId = 1
+
+    const wake = (stage: string) => listeners.forEach((l) => l.onWake(stage))
+    const snapshot = (j: MutableJob): Job => ({ ...j, errors: [...j.errors] })
+    const heldBy = (lease: Lease) => {
+      const j = jobs.get(lease.id)
+      return j !== undefined && j.lease === lease.lease ? j : undefined
+    }
+
+    /** Dedupe against live jobs, then reserve ids; `write` makes the rows appear and wakes their stages. */
+    const prepareInsert = (valid: ReadonlyArray<ValidJob>, now: number) => {
+      const results: Array<EnqueueResult> = []
+      const rows: Array<MutableJob> = []
+      const seen = new Map<string, string>()
+      for (const v of valid) {
+        const existing = v.dedupeKey === null
+          ? undefined
+          : seen.get(v.dedupeKey) ?? [...jobs.values()].find((j) => j.dedupeKey === v.dedupeKey)?.id
+        if (existing !== undefined) {
+          results.push({ id: existing, deduped: true })
+          continue
+        }
+        const id = String(nextId++)
+        if (v.dedupeKey !== null) seen.set(v.dedupeKey, id)
+        rows.push({
+          id,
+          stage: v.stage,
+          orgId: v.orgId,
+          subjectId: v.subjectId,
+          payload: v.payload,
+          priority: v.priority,
+          status: "queued",
+          attempts: 0,
+          maxAttempts: v.maxAttempts,
+          polls: 0,
+          availableAt: v.runAt ?? new Date(now + v.delayMs),
+          lockedBy: null,
+          lockedUntil: null,
+          lease: 0,
+          dedupeKey: v.dedupeKey,
+          errors: [],
+          lastError: null,
+          createdAt: new Date(now),
+          updatedAt: new Date(now)
+        })
+        results.push({ id, deduped: false })
+      }
+      const write = () => {
+        rows.forEach((row) => jobs.set(row.id, row))
+        new Set(rows.map((r) => r.stage)).forEach(wake)
+      }
+      return { results, write }
+    }
+
+    const insertNow = (valid: ReadonlyArray<ValidJob>, now: number) => {
+      const { results, write } = prepareInsert(valid, now)
+      write()
+      return results
+    }
+
+    const inTransaction = Effect.map(FiberRef.get(currentTransaction), (tx) =>
+      Option.isSome(tx) && tx.value.owner === owner ? tx.value : undefined
+    )
+
+    const enqueueValid = (valid: ReadonlyArray<ValidJob>) =>
+      Effect.flatMap(Clock.currentTimeMillis, (now) =>
+        Effect.flatMap(inTransaction, (tx) =>
+          Effect.sync(() => {
+            const { results, write } = prepareInsert(valid, now)
+            // inside a transaction the rows appear (and wake workers) only at commit
+            if (tx === undefined) write()
+            else tx.actions.push(write)
+            return results
+          })))
+
+    const enqueue = (newJobs: ReadonlyArray<NewJob>) => {
+      const valid = validateAll(newJobs, validation)
+      return Either.isLeft(valid) ? Effect.fail(valid.left) : enqueueValid(valid.right)
+    }
+
+    const transaction = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+      Effect.flatMap(inTransaction, (tx) => {
+        if (tx !== undefined) return effect
+        const pending: Pending = { owner, actions: [] }
+        return Effect.locally(effect, currentTransaction, Option.some(pending)).pipe(
+          Effect.onExit((exit) => Effect.sync(() => Exit.isSuccess(exit) && pending.actions.forEach((a) => a())))
+        )
+      })
+
+    const claim = (stage: string, limit: number, o: { readonly workerId: string; readonly leaseFor: Duration.Duration }) =>
+      Effect.map(Clock.currentTimeMillis, (now) => {
+        const ready = [...jobs.values()]
+          .filter((j) => j.stage === stage && j.status === "queued" && j.availableAt.getTime() <= now)
+          .sort((a, b) => a.priority - b.priority || a.availableAt.getTime() - b.availableAt.getTime() || Number(a.id) - Number(b.id))
+          .slice(0, Math.max(0, limit))
+        return ready.map((j) => {
+          j.status = "running"
+          j.lockedBy = o.workerId
+          j.lockedUntil = new Date(now + Duration.toMillis(o.leaseFor))
+          j.lease += 1
+          j.updatedAt = new Date(now)
+          return snapshot(j)
+        })
+      })
+
+    const heartbeat = (leases: ReadonlyArray<Lease>, leaseFor: Duration.Duration) =>
+      Effect.map(Clock.currentTimeMillis, (now) =>
+        leases.flatMap((l) => {
+          const j = heldBy(l)
+          if (!j || j.status !== "running") return []
+          j.lockedUntil = new Date(now + Duration.toMillis(leaseFor))
+          return [j.id]
+        }))
+
+    const completeMany = (leases: ReadonlyArray<Lease>) =>
+      Effect.sync(() =>
+        leases.flatMap((l) => {
+          const j = heldBy(l)
+          if (!j || j.status === "queued") return []
+          jobs.delete(j.id)
+          return [j.id]
+        })
+      )
+
+    const complete = (lease: Lease, followUps: ReadonlyArray<NewJob> = []) => {
+      const valid = validateAll(followUps, validation)
+      if (Either.isLeft(valid)) return Effect.fail(valid.left)
+      return Effect.flatMap(Clock.currentTimeMillis, (now) =>
+        Effect.sync(() => {
+          const j = heldBy(lease)
+          if (!j || j.status === "queued") return false
+          jobs.delete(j.id)
+          insertNow(valid.right, now)
+          return true
+        }))
+    }
+
+    const moveToDead = (j: MutableJob, entry: ErrorEntry, now: number) => {
+      jobs.delete(j.id)
+      const id = String(nextDeadId++)
+      dead.set(id, {
+        id,
+        jobId: j.id,
+        stage: j.stage,
+        orgId: j.orgId,
+        subjectId: j.subjectId,
+        payload: j.payload,
+        priority: j.priority,
+        attempts: j.attempts + 1,
+        maxAttempts: j.maxAttempts,
+        dedupeKey: j.dedupeKey,
+        reason: entry.message,
+        errorHistory: [...j.errors, entry],
+        jobCreatedAt: j.createdAt,
+        deadAt: new Date(now),
+        resolutionStatus: null,
+        resolutionNotes: null,
+        resolvedAt: null,
+        retriedJobId: null
+      })
+    }
+
+    const retry = (lease: Lease, delay: Duration.Duration, error: Omit<ErrorEntry, "attempt" | "at">) =>
+      Effect.map(Clock.currentTimeMillis, (now) => {
+        const j = heldBy(lease)
+        if (!j || j.status !== "running") return "fenced" as const
+        const entry = errorEntry(j.attempts + 1, new Date(now), error.tag, error.message)
+        if (j.attempts + 1 >= j.maxAttempts) {
+          moveToDead(j, entry, now)
+          return "dead-lettered" as const
+        }
+        j.attempts += 1
+        j.status = "queued"
+        j.availableAt = new Date(now + Duration.toMillis(delay))
+        j.lockedBy = null
+        j.lockedUntil = null
+        j.lastError = error.message
+        j.errors = [...j.errors, entry]
+        j.updatedAt = new Date(now)
+        return "retried" as const
+      })
+
+    const reschedule = (lease: Lease, delay: Duration.Duration) =>
+      Effect.map(Clock.currentTimeMillis, (now) => {
+        const j = heldBy(lease)
+        if (!j || j.status !== "running") return false
+        j.status = "queued"
+        j.polls += 1
+        j.availableAt = new Date(now + Duration.toMillis(delay))
+        j.lockedBy = null
+        j.lockedUntil = null
+        j.updatedAt = new Date(now)
+        return true
+      })
+
+    const deadLetter = (lease: Lease, error: Omit<ErrorEntry, "attempt" | "at">) =>
+      Effect.map(Clock.currentTimeMillis, (now) => {
+        const j = heldBy(lease)
+        if (!j || j.status !== "running") return false
+        moveToDead(j, errorEntry(j.attempts + 1, new Date(now), error.tag, error.message), now)
+        return true
+      })
+
+    const release = (leases: ReadonlyArray<Lease>) =>
+      Effect.map(Clock.currentTimeMillis, (now) => {
+        const stages = new Set<string>()
+        const out = leases.flatMap((l) => {
+          const j = heldBy(l)
+          if (!j || j.status === "queued") return []
+          if (j.status === "cancelled") {
+            jobs.delete(j.id)
+            return [j.id]
+          }
+          j.status = "queued"
+          j.lockedBy = null
+          j.lockedUntil = null
+          j.availableAt = new Date(now)
+          j.updatedAt = new Date(now)
+          stages.add(j.stage)
+          return [j.id]
+        })
+        stages.forEach(wake)
+        return out
+      })
+
+    const reapExpired = Effect.map(Clock.currentTimeMillis, (now) => {
+      let requeued = 0
+      let deadLettered = 0
+      let removedCancelled = 0
+      const stages = new Set<string>()
+      for (const j of [...jobs.values()]) {
+        if (j.status === "queued" || j.lockedUntil === null || j.lockedUntil.getTime() >= now) continue
+        if (j.status === "cancelled") {
+          jobs.delete(j.id)
+          removedCancelled++
+          continue
+        }
+        const message = `lease expired: the worker ${j.lockedBy ?? "?"} stopped heartbeating`
+        const entry = errorEntry(j.attempts + 1, new Date(now), "LeaseExpired", message)
+        if (j.attempts + 1 >= j.maxAttempts) {
+          moveToDead(j, { ...entry, message: `${message} (attempts exhausted)` }, now)
+          deadLettered++
+          continue
+        }
+        j.attempts += 1
+        j.status = "queued"
+        j.availableAt = new Date(now)
+        j.lockedBy = null
+        j.lockedUntil = null
+        j.lastError = message
+        j.errors = [...j.errors, entry]
+        stages.add(j.stage)
+        requeued++
+      }
+      stages.forEach(wake)
+      return { requeued, deadLettered, removedCancelled, ran: true }
+    })
+
+    const nextWakeAt = (stages: ReadonlyArray<string>) =>
+      Effect.sync(() => {
+        let at: number | null = null
+        for (const j of jobs.values()) {
+          const t = j.status === "queued"
+            ? (stages.includes(j.stage) ? j.availableAt.getTime() : null)
+            : j.lockedUntil?.getTime() ?? null
+          if (t !== null && (at === null || t < at)) at = t
+        }
+        return at === null ? null : new Date(at)
+      })
+
+    const cancel = (id: string) =>
+      Effect.sync(() => {
+        const j = jobs.get(id)
+        if (!j) return "not-found" as const
+        if (j.status === "queued") {
+          jobs.delete(id)
+          return "cancelled" as const
+        }
+        j.status = "cancelled"
+        return "cancelling" as const
+      })
+
+    const get = (id: string) => Effect.sync(() => (jobs.has(id) ? snapshot(jobs.get(id)!) : null))
+
+    const list = (o: import("./Job.js").ListOptions = {}) =>
+      Effect.sync(() =>
+        [...jobs.values()]
+          .filter((j) => (o.stage === undefined || j.stage === o.stage) && (o.status === undefined || j.status === o.status))
+          .filter((j) => o.afterId === undefined || Number(j.id) > Number(o.afterId))
+          .sort((a, b) => Number(a.id) - Number(b.id))
+          .slice(0, Math.max(1, Math.min(o.limit ?? 100, 10_000)))
+          .map(snapshot)
+      )
+
+    const stats = Effect.map(Clock.currentTimeMillis, (now): ReadonlyArray<StageStats> => {
+      const by = new Map<string, { -readonly [K in keyof StageStats]: StageStats[K] }>()
+      const row = (stage: string) => {
+        if (!by.has(stage)) {
+          by.set(stage, { stage, ready: 0, scheduled: 0, running: 0, cancelling: 0, deadLetters: 0, oldestReadyAgeMs: 0 })
+        }
+        return by.get(stage)!
+      }
+      for (const j of jobs.values()) {
+        const r = row(j.stage)
+        if (j.status === "running") r.running++
+        else if (j.status === "cancelled") r.cancelling++
+        else if (j.availableAt.getTime() <= now) {
+          r.ready++
+          r.oldestReadyAgeMs = Math.max(r.oldestReadyAgeMs, now - j.availableAt.getTime())
+        } else r.scheduled++
+      }
+      for (const d of dead.values()) if (d.resolutionStatus === null) row(d.stage).deadLetters++
+      return [...by.values()].sort((a, b) => a.stage.localeCompare(b.stage))
+    })
+
+    const deadLetters = {
+      list: (o: import("./Job.js").DeadLetterListOptions = {}) =>
+        Effect.sync(() =>
+          [...dead.values()]
+            .filter((d) => (o.stage === undefined || d.stage === o.stage) && (!(o.unresolvedOnly ?? true) || d.resolutionStatus === null))
+            .filter((d) => o.afterId === undefined || Number(d.id) > Number(o.afterId))
+            .slice(0, Math.max(1, Math.min(o.limit ?? 100, 10_000)))
+            .map((d) => ({ ...d }))
+        ),
+      get: (id: string) => Effect.sync(() => (dead.has(id) ? { ...dead.get(id)! } : null)),
+      retry: (id: string) =>
+        Effect.gen(function*() {
+          const d = dead.get(id)
+          if (!d) return yield* new JobNotFound({ message: `dead letter ${id} not found` })
+          if (d.resolutionStatus !== null) {
+            return yield* new InvalidJob({ field: "id", message: `dead letter ${id} is already ${d.resolutionStatus}` })
+          }
+          const [created] = yield* enqueue([{
+            stage: d.stage,
+            payload: d.payload,
+            orgId: d.orgId,
+            subjectId: d.subjectId,
+            priority: d.priority,
+            maxAttempts: d.maxAttempts,
+            dedupeKey: d.dedupeKey ?? undefined
+          }])
+          const now = yield* Clock.currentTimeMillis
+          d.resolutionStatus = "retried"
+          d.resolvedAt = new Date(now)
+          d.retriedJobId = created!.id
+          return created!.id
+        }),
+      resolve: (id: string, notes?: string) =>
+        Effect.flatMap(Clock.currentTimeMillis, (now) => {
+          const d = dead.get(id)
+          if (!d) return Effect.fail(new JobNotFound({ message: `dead letter ${id} not found` }))
+          d.resolutionStatus = "resolved"
+          d.resolvedAt = new Date(now)
+          d.resolutionNotes = notes ?? null
+          return Effect.void
+        }),
+      purge: (o: { readonly olderThan?: Duration.Duration; readonly includeUnresolved?: boolean } = {}) =>
+        Effect.map(Clock.currentTimeMillis, (now) => {
+          let n = 0
+          for (const d of [...dead.values()]) {
+            if (!(o.includeUnresolved ?? false) && d.resolutionStatus === null) continue
+            if (o.olderThan && d.deadAt.getTime() >= now - Duration.toMillis(o.olderThan)) continue
+            dead.delete(d.id)
+            n++
+          }
+          return n
+        })
+    }
+
+    const listen = (wakeups: Wakeups) =>
+      Effect.acquireRelease(
+        Effect.sync(() => {
+          listeners.add(wakeups)
+          wakeups.onListening()
+        }),
+        () => Effect.sync(() => listeners.delete(wakeups))
+      )
+
+    return Queue.of({
+      enqueue,
+      transaction,
+      claim,
+      heartbeat,
+      completeMany,
+      complete,
+      retry,
+      reschedule,
+      deadLetter,
+      release,
+      reapExpired,
+      nextWakeAt,
+      cancel,
+      get,
+      list,
+      stats,
+      deadLetters,
+      listen
+    })
+  })
+
+export const layer = (options: QueueOptions = {}) => Layer.effect(Queue, make(options))

@@ -1,0 +1,301 @@
+/**
+ * The Postgres Queue: jobs live in `<schema>.jobs`; the insert trigger NOTIFYs per stage; one LISTEN
+ * connection per process carries wake-ups. Statements are in JobsSql.ts.
+ */
+import { Duration, Effect, Either, Layer } from "effect"
+import * as Db from "../layers/Db.js"
+import type { DeadLetter, ErrorEntry, Job, JobStatus, StageStats } from "./Job.js"
+import { defaultMaxPayloadBytes, InvalidJob, JobNotFound, validateAll } from "./Job.js"
+import * as JobsSql from "./JobsSql.js"
+import { Queue, type QueueOptions } from "./Queue.js"
+
+const str = (v: unknown): string | null => (v === null || v === undefined ? null : String(v))
+const date = (v: unknown): Date => (v instanceof Date ? v : new Date(String(v)))
+
+export const rowToJob = (r: Record<string, unknown>): Job => ({
+  id: String(r.id),
+  stage: String(r.stage),
+  orgId: str(r.org_id),
+  subjectId: str(r.subject_id),
+  payload: r.payload,
+  priority: Number(r.priority),
+  status: r.status as JobStatus,
+  attempts: Number(r.attempts),
+  maxAttempts: Number(r.max_attempts),
+  polls: Number(r.polls),
+  availableAt: date(r.available_at),
+  lockedBy: str(r.locked_by),
+  lockedUntil: r.locked_until ? date(r.locked_until) : null,
+  lease: Number(r.lease),
+  dedupeKey: str(r.dedupe_key),
+  errors: (r.errors as ReadonlyArray<ErrorEntry>) ?? [],
+  lastError: str(r.last_error),
+  createdAt: date(r.created_at),
+  updatedAt: date(r.updated_at)
+})
+
+export const rowToDeadLetter = (r: Record<string, unknown>): DeadLetter => ({
+  id: String(r.id),
+  jobId: String(r.job_id),
+  stage: String(r.stage),
+  orgId: str(r.org_id),
+  subjectId: str(r.subject_id),
+  payload: r.payload,
+  priority: Number(r.priority),
+  attempts: Number(r.attempts),
+  maxAttempts: Number(r.max_attempts),
+  dedupeKey: str(r.dedupe_key),
+  reason: String(r.reason),
+  errorHistory: (r.error_history as ReadonlyArray<ErrorEntry>) ?? [],
+  jobCreatedAt: date(r.job_created_at),
+  deadAt: date(r.dead_at),
+  resolutionStatus: (r.resolution_status as DeadLetter["resolutionStatus"]) ?? null,
+  resolutionNotes: str(r.resolution_notes),
+  resolvedAt: r.resolved_at ? date(r.resolved_at) : null,
+  retriedJobId: str(r.retried_job_id)
+})
+
+const ms = (d: Duration.Duration) => Math.max(0, Math.round(Duration.toMillis(d)))
+const isId = (id: string) => /^\d{1,19}$/.test(id)
+const clampLimit = (n: number | undefined, fallback: number) => Math.max(1, Math.min(n ?? fallback, 10_000))
+
+export const make = (options: QueueOptions = {}) =>
+  Effect.gen(function*() {
+    const db = yield* Db.Db
+    const validation = {
+      maxPayloadBytes: options.maxPayloadBytes ?? defaultMaxPayloadBytes,
+      knownStages: options.knownStages ? new Set(options.knownStages) : undefined
+    }
+
+    const enqueueValid = (jobs: ReadonlyArray<import("./Job.js").ValidJob>) =>
+      Effect.gen(function*() {
+        if (jobs.length === 0) return []
+        // a batch may repeat a dedupe key; ON CONFLICT cannot touch a row twice, so collapse them first
+        const firstByKey = new Map<string, number>()
+        const unique: Array<import("./Job.js").ValidJob> = []
+        const slot: Array<number> = []
+        for (const job of jobs) {
+          if (job.dedupeKey !== null && firstByKey.has(job.dedupeKey)) {
+            slot.push(-1 - firstByKey.get(job.dedupeKey)!)
+            continue
+          }
+          if (job.dedupeKey !== null) firstByKey.set(job.dedupeKey, unique.length)
+          slot.push(unique.length)
+          unique.push(job)
+        }
+        const rows = yield* db.run((sql) => JobsSql.insertJobs(sql, unique))
+        return slot.map((s) => {
+          const row = rows[s >= 0 ? s : -1 - s]!
+          return { id: String(row.id), deduped: s < 0 ? true : row.deduped }
+        })
+      })
+
+    const enqueue = Effect.fn("Queue.enqueue")(function*(jobs: ReadonlyArray<import("./Job.js").NewJob>) {
+      const valid = validateAll(jobs, validation)
+      if (Either.isLeft(valid)) return yield* valid.left
+      return yield* enqueueValid(valid.right)
+    })
+
+    const claim = Effect.fn("Queue.claim")(function*(
+      stage: string,
+      limit: number,
+      claimOptions: { readonly workerId: string; readonly leaseFor: Duration.Duration }
+    ) {
+      if (limit <= 0) return []
+      const rows = yield* db.run((sql) => JobsSql.claimReady(sql, stage, limit, claimOptions.workerId, ms(claimOptions.leaseFor)))
+      return rows.map(rowToJob).sort((a, b) =>
+        a.priority - b.priority || a.availableAt.getTime() - b.availableAt.getTime() || Number(a.id) - Number(b.id)
+      )
+    })
+
+    const split = (leases: ReadonlyArray<{ id: string; lease: number }>) => ({
+      ids: leases.map((l) => l.id),
+      tokens: leases.map((l) => l.lease)
+    })
+
+    const heartbeat = (leases: ReadonlyArray<{ id: string; lease: number }>, leaseFor: Duration.Duration) => {
+      if (leases.length === 0) return Effect.succeed([])
+      const { ids, tokens } = split(leases)
+      return db.run((sql) => JobsSql.extendLeases(sql, ids, tokens, ms(leaseFor))).pipe(
+        Effect.map((rows) => rows.map((r) => String(r.id))),
+        Effect.withSpan("Queue.heartbeat")
+      )
+    }
+
+    const completeMany = (leases: ReadonlyArray<{ id: string; lease: number }>) => {
+      if (leases.length === 0) return Effect.succeed([])
+      const { ids, tokens } = split(leases)
+      return db.run((sql) => JobsSql.deleteCompleted(sql, ids, tokens)).pipe(
+        Effect.map((rows) => rows.map((r) => String(r.id))),
+        Effect.withSpan("Queue.completeMany")
+      )
+    }
+
+    const complete = Effect.fn("Queue.complete")(function*(
+      lease: { id: string; lease: number },
+      followUps: ReadonlyArray<import("./Job.js").NewJob> = []
+    ) {
+      if (followUps.length === 0) return (yield* completeMany([lease])).length === 1
+      const valid = validateAll(followUps, validation)
+      if (Either.isLeft(valid)) return yield* valid.left
+      // the hand-off is atomic: the job leaves and its follow-ups arrive in one transaction, or neither
+      return yield* db.transaction(
+        Effect.gen(function*() {
+          const done = yield* db.run((sql) => JobsSql.deleteCompleted(sql, [lease.id], [lease.lease]))
+          if (done.length === 0) return false
+          yield* enqueueValid(valid.right)
+          return true
+        })
+      )
+    })
+
+    const retry = Effect.fn("Queue.retry")(function*(
+      lease: { id: string; lease: number },
+      delay: Duration.Duration,
+      error: Omit<ErrorEntry, "attempt" | "at">
+    ) {
+      const requeued = yield* db.run((sql) => JobsSql.requeueForRetry(sql, lease.id, lease.lease, ms(delay), error.tag, error.message))
+      if (requeued.length === 1) return "retried" as const
+      const dead = yield* db.run((sql) => JobsSql.moveToDeadLetters(sql, lease.id, lease.lease, error.tag, error.message, true))
+      return dead.length === 1 ? ("dead-lettered" as const) : ("fenced" as const)
+    })
+
+    const reschedule = (lease: { id: string; lease: number }, delay: Duration.Duration) =>
+      db.run((sql) => JobsSql.rescheduleAfterPoll(sql, lease.id, lease.lease, ms(delay))).pipe(
+        Effect.map((rows) => rows.length === 1),
+        Effect.withSpan("Queue.reschedule")
+      )
+
+    const deadLetter = (lease: { id: string; lease: number }, error: Omit<ErrorEntry, "attempt" | "at">) =>
+      db.run((sql) => JobsSql.moveToDeadLetters(sql, lease.id, lease.lease, error.tag, error.message, false)).pipe(
+        Effect.map((rows) => rows.length === 1),
+        Effect.withSpan("Queue.deadLetter")
+      )
+
+    const release = (leases: ReadonlyArray<{ id: string; lease: number }>) => {
+      if (leases.length === 0) return Effect.succeed([])
+      const { ids, tokens } = split(leases)
+      return db.run((sql) => JobsSql.releaseLeases(sql, db.schema, ids, tokens)).pipe(
+        Effect.map((rows) => rows.map((r) => String(r.id))),
+        Effect.withSpan("Queue.release")
+      )
+    }
+
+    const reapExpired = db.transaction(
+      Effect.gen(function*() {
+        const [lock] = yield* db.run((sql) => JobsSql.tryReaperLock(sql, db.schema))
+        if (!lock?.locked) return { requeued: 0, deadLettered: 0, removedCancelled: 0, ran: false }
+        const removed = yield* db.run((sql) => JobsSql.removeExpiredCancelled(sql))
+        const dead = yield* db.run((sql) => JobsSql.deadLetterExpired(sql))
+        const requeued = yield* db.run((sql) => JobsSql.requeueExpired(sql, db.schema))
+        return { requeued: requeued.length, deadLettered: dead.length, removedCancelled: removed.length, ran: true }
+      })
+    ).pipe(Effect.withSpan("Queue.reapExpired"))
+
+    const nextWakeAt = (stages: ReadonlyArray<string>) =>
+      db.run((sql) => JobsSql.nextWakeAt(sql, stages)).pipe(Effect.map((rows) => (rows[0]?.at ? date(rows[0].at) : null)))
+
+    const cancel = (id: string) =>
+      isId(id)
+        ? db.run((sql) => JobsSql.cancelJob(sql, id)).pipe(
+          Effect.map((rows) => (rows[0]?.outcome ?? "not-found") as "cancelled" | "cancelling" | "not-found"),
+          Effect.withSpan("Queue.cancel")
+        )
+        : Effect.succeed("not-found" as const)
+
+    const get = (id: string) =>
+      isId(id)
+        ? db.run((sql) => JobsSql.selectJob(sql, id)).pipe(Effect.map((rows) => (rows[0] ? rowToJob(rows[0]) : null)))
+        : Effect.succeed(null)
+
+    const list = (o: import("./Job.js").ListOptions = {}) =>
+      db.run((sql) =>
+        JobsSql.listJobs(sql, o.stage ?? null, o.status ?? null, o.afterId && isId(o.afterId) ? o.afterId : null, clampLimit(o.limit, 100))
+      ).pipe(Effect.map((rows) => rows.map(rowToJob)))
+
+    const stats = db.run((sql) => JobsSql.stageStats(sql)).pipe(
+      Effect.map((rows): ReadonlyArray<StageStats> =>
+        rows.map((r) => ({
+          stage: r.stage,
+          ready: Number(r.ready),
+          scheduled: Number(r.scheduled),
+          running: Number(r.running),
+          cancelling: Number(r.cancelling),
+          deadLetters: Number(r.dead_letters),
+          oldestReadyAgeMs: Math.round(Number(r.oldest_ready_ms ?? 0))
+        }))
+      )
+    )
+
+    const getDead = (id: string) =>
+      isId(id)
+        ? db.run((sql) => JobsSql.selectDeadLetter(sql, id)).pipe(Effect.map((rows) => (rows[0] ? rowToDeadLetter(rows[0]) : null)))
+        : Effect.succeed(null)
+
+    const deadLetters = {
+      list: (o: import("./Job.js").DeadLetterListOptions = {}) =>
+        db.run((sql) =>
+          JobsSql.listDeadLetters(sql, o.stage ?? null, o.unresolvedOnly ?? true, o.afterId && isId(o.afterId) ? o.afterId : null, clampLimit(o.limit, 100))
+        ).pipe(Effect.map((rows) => rows.map(rowToDeadLetter))),
+      get: getDead,
+      retry: (id: string) =>
+        db.transaction(
+          Effect.gen(function*() {
+            const dl = yield* getDead(id)
+            if (dl === null) return yield* new JobNotFound({ message: `dead letter ${id} not found` })
+            if (dl.resolutionStatus !== null) {
+              return yield* new InvalidJob({ field: "id", message: `dead letter ${id} is already ${dl.resolutionStatus}` })
+            }
+            const [created] = yield* enqueue([{
+              stage: dl.stage,
+              payload: dl.payload,
+              orgId: dl.orgId,
+              subjectId: dl.subjectId,
+              priority: dl.priority,
+              maxAttempts: dl.maxAttempts,
+              dedupeKey: dl.dedupeKey ?? undefined
+            }])
+            yield* db.run((sql) => JobsSql.markDeadLetterRetried(sql, id, created!.id))
+            return created!.id
+          })
+        ).pipe(Effect.withSpan("Queue.deadLetters.retry")),
+      resolve: (id: string, notes?: string) =>
+        Effect.gen(function*() {
+          const rows = isId(id) ? yield* db.run((sql) => JobsSql.markDeadLetterResolved(sql, id, notes ?? null)) : []
+          if (rows.length !== 1) return yield* new JobNotFound({ message: `dead letter ${id} not found` })
+        }),
+      purge: (o: { readonly olderThan?: Duration.Duration; readonly includeUnresolved?: boolean } = {}) =>
+        db.run((sql) => JobsSql.purgeDeadLetters(sql, o.olderThan ? ms(o.olderThan) : null, o.includeUnresolved ?? false)).pipe(
+          Effect.map((rows) => rows.length)
+        )
+    }
+
+    const listen = (wakeups: { readonly onWake: (stage: string) => void; readonly onListening: () => void }) =>
+      Effect.acquireRelease(
+        Db.runQuery(() => db.pool.listen(JobsSql.channel(db.schema), (stage) => wakeups.onWake(stage), () => wakeups.onListening())),
+        (subscription) => Effect.promise(() => subscription.unlisten().catch(() => undefined))
+      ).pipe(Effect.asVoid)
+
+    return Queue.of({
+      enqueue,
+      transaction: db.transaction,
+      claim,
+      heartbeat,
+      completeMany,
+      complete,
+      retry,
+      reschedule,
+      deadLetter,
+      release,
+      reapExpired,
+      nextWakeAt,
+      cancel,
+      get,
+      list,
+      stats,
+      deadLetters,
+      listen
+    })
+  })
+
+export const layer = (options: QueueOptions = {}) => Layer.effect(Queue, make(options))

@@ -1,0 +1,97 @@
+/**
+ * The Queue service: every way a producer, a worker or an operator touches jobs. Two implementations stand
+ * behind this one tag and pass one contract suite: `PgQueue` (the product) and `MemoryQueue` (unit tests).
+ */
+import { Context, Duration, Effect, Scope } from "effect"
+import type * as Db from "../layers/Db.js"
+import type {
+  CancelOutcome,
+  DeadLetter,
+  DeadLetterListOptions,
+  EnqueueResult,
+  ErrorEntry,
+  InvalidJob,
+  Job,
+  JobId,
+  JobNotFound,
+  Lease,
+  ListOptions,
+  NewJob,
+  RetryOutcome,
+  StageStats
+} from "./Job.js"
+
+export * from "./Job.js"
+
+export type QueueError = Db.DbError
+
+export interface ClaimOptions {
+  readonly workerId: string
+  readonly leaseFor: Duration.Duration
+}
+
+export interface Wakeups {
+  /** A job was inserted (or made ready again) for this stage. */
+  readonly onWake: (stage: string) => void
+  /** The listener (re)connected: notifications may have been missed, so catch up. */
+  readonly onListening: () => void
+}
+
+export interface ReapResult {
+  readonly requeued: number
+  readonly deadLettered: number
+  readonly removedCancelled: number
+  /** False when another process held the reaper lock. */
+  readonly ran: boolean
+}
+
+export class Queue extends Context.Tag("pgfiber/Queue")<Queue, {
+  /** Writes the jobs (in the caller's transaction when inside `transaction`); all or none. */
+  readonly enqueue: (jobs: ReadonlyArray<NewJob>) => Effect.Effect<ReadonlyArray<EnqueueResult>, InvalidJob | QueueError>
+  /** Runs `effect` so its enqueues commit (and notify) together with it, or not at all. */
+  readonly transaction: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | QueueError, R>
+  /** Leases up to `limit` due jobs of a stage: priority, then available_at, then id; SKIP LOCKED. */
+  readonly claim: (stage: string, limit: number, options: ClaimOptions) => Effect.Effect<ReadonlyArray<Job>, QueueError>
+  /** Extends the leases still held; returns the ids that were (others were fenced out or cancelled). */
+  readonly heartbeat: (leases: ReadonlyArray<Lease>, leaseFor: Duration.Duration) => Effect.Effect<ReadonlyArray<JobId>, QueueError>
+  /** Completes a batch (group commit); returns the ids whose lease still held. */
+  readonly completeMany: (leases: ReadonlyArray<Lease>) => Effect.Effect<ReadonlyArray<JobId>, QueueError>
+  /** Completes one job and enqueues its follow-ups atomically; false when fenced out. */
+  readonly complete: (lease: Lease, followUps?: ReadonlyArray<NewJob>) => Effect.Effect<boolean, InvalidJob | QueueError>
+  /** Spends an attempt: back to queued after `delay`, or dead-lettered when attempts are exhausted. */
+  readonly retry: (lease: Lease, delay: Duration.Duration, error: Omit<ErrorEntry, "attempt" | "at">) => Effect.Effect<RetryOutcome, QueueError>
+  /** A poll that found nothing yet: back to queued after `delay`, no attempt spent, `polls` counted. */
+  readonly reschedule: (lease: Lease, delay: Duration.Duration) => Effect.Effect<boolean, QueueError>
+  /** Moves the job to the dead-letter table at once, with its whole error history. */
+  readonly deadLetter: (lease: Lease, error: Omit<ErrorEntry, "attempt" | "at">) => Effect.Effect<boolean, QueueError>
+  /** Hands the job back untouched (shutdown): queued now, no attempt spent. A cancelled job is removed. */
+  readonly release: (leases: ReadonlyArray<Lease>) => Effect.Effect<ReadonlyArray<JobId>, QueueError>
+  /** Requeues jobs whose lease expired (their worker died), spending an attempt; one reaper at a time. */
+  readonly reapExpired: Effect.Effect<ReapResult, QueueError>
+  /** The earliest instant something needs doing: a delayed job of these stages falls due or a lease expires. */
+  readonly nextWakeAt: (stages: ReadonlyArray<string>) => Effect.Effect<Date | null, QueueError>
+  /** Queued: removed. Running: marked cancelled; its worker stops it at the next heartbeat. */
+  readonly cancel: (id: JobId) => Effect.Effect<CancelOutcome, QueueError>
+  readonly get: (id: JobId) => Effect.Effect<Job | null, QueueError>
+  readonly list: (options?: ListOptions) => Effect.Effect<ReadonlyArray<Job>, QueueError>
+  readonly stats: Effect.Effect<ReadonlyArray<StageStats>, QueueError>
+  readonly deadLetters: {
+    readonly list: (options?: DeadLetterListOptions) => Effect.Effect<ReadonlyArray<DeadLetter>, QueueError>
+    readonly get: (id: string) => Effect.Effect<DeadLetter | null, QueueError>
+    /** Enqueues the payload again as a fresh job (attempts 0) and marks the dead letter retried. */
+    readonly retry: (id: string) => Effect.Effect<JobId, JobNotFound | InvalidJob | QueueError>
+    readonly resolve: (id: string, notes?: string) => Effect.Effect<void, JobNotFound | QueueError>
+    /** Deletes resolved/retried dead letters older than `olderThan` (all resolved ones when omitted). */
+    readonly purge: (options?: { readonly olderThan?: Duration.Duration; readonly includeUnresolved?: boolean }) => Effect.Effect<number, QueueError>
+  }
+  /** Subscribes to wake-ups for the life of the scope (one LISTEN connection for Postgres). */
+  readonly listen: (wakeups: Wakeups) => Effect.Effect<void, QueueError, Scope.Scope>
+}>() {}
+
+export interface QueueOptions {
+  readonly maxPayloadBytes?: number
+  readonly knownStages?: ReadonlyArray<string>
+}
+
+export const enqueueOne = (job: NewJob) =>
+  Effect.flatMap(Queue, (q) => Effect.map(q.enqueue([job]), (r) => r[0]!))

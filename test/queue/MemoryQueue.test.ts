@@ -1,0 +1,12 @@
+import { TestClock } from "effect"
+import * as MemoryQueue from "../../src/queue/MemoryQueue.js"
+import { contract } from "./contract.js"
+
+contract({
+  name: "MemoryQueue",
+  layer: MemoryQueue.layer(),
+  fresh: () => MemoryQueue.layer(),
+  advance: (d) => TestClock.adjust(d),
+  live: false
+})
+

@@ -1,0 +1,376 @@
+/**
+ * The Queue contract: one suite, two callers (MemoryQueue and PgQueue), so the twin cannot drift.
+ * Each test uses its own stage names, so tests sharing one queue never see each other's jobs.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { Duration, Effect, Either, Layer } from "effect"
+import * as Queue from "../../src/queue/Queue.js"
+
+export interface ContractTarget {
+  readonly name: string
+  readonly layer: Layer.Layer<Queue.Queue>
+  /** A fresh, empty queue for tests that need to see the whole table. */
+  readonly fresh: () => Layer.Layer<Queue.Queue>
+  /** Lets time pass: TestClock for memory, a real sleep for Postgres (whose clock is the server's). */
+  readonly advance: (d: Duration.DurationInput) => Effect.Effect<void>
+  /** it.effect (TestClock) or it.live (real clock). */
+  readonly live: boolean
+}
+
+let stageCounter = 0
+const freshStage = (base: string) => `${base}_${stageCounter++}`
+const worker = (id: string, leaseMs = 30_000) => ({ workerId: id, leaseFor: Duration.millis(leaseMs) })
+
+export const contract = (target: ContractTarget) =>
+  describe(`Queue contract: ${target.name}`, () => {
+    // live targets run on the real clock: no TestClock in their environment
+    it.layer(target.layer, { timeout: 120_000, excludeTestServices: target.live as false })((it) => {
+      const test = it.effect
+
+      test("8 concurrent claimers over 5,000 jobs claim each job exactly once", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("race")
+          for (let i = 0; i < 5; i++) {
+            yield* q.enqueue(Array.from({ length: 1000 }, (_, n) => ({ stage, payload: { n: i * 1000 + n } })))
+          }
+          const claimer = (w: number) =>
+            Effect.gen(function*() {
+              const seen: Array<string> = []
+              while (true) {
+                const jobs = yield* q.claim(stage, 25, worker(`w${w}`))
+                if (jobs.length === 0) return seen
+                seen.push(...jobs.map((j) => j.id))
+                const done = yield* q.completeMany(jobs)
+                expect(done.length).toBe(jobs.length)
+              }
+            })
+          const all = (yield* Effect.all(Array.from({ length: 8 }, (_, w) => claimer(w)), { concurrency: "unbounded" })).flat()
+          expect(all.length).toBe(5000)
+          expect(new Set(all).size).toBe(5000)
+          expect(yield* q.list({ stage })).toEqual([])
+        }))
+
+      test("claims by priority, then available_at, then insertion", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("order")
+          const [bulk] = yield* q.enqueue([{ stage, priority: "bulk", payload: { n: "bulk" } }])
+          const [normal1] = yield* q.enqueue([{ stage, payload: { n: "normal1" } }])
+          yield* target.advance("20 millis")
+          const [normal2] = yield* q.enqueue([{ stage, priority: "normal", payload: { n: "normal2" } }])
+          const [fast] = yield* q.enqueue([{ stage, priority: "fast" }])
+          const [urgent] = yield* q.enqueue([{ stage, priority: 0 }])
+          const claimed = yield* q.claim(stage, 10, worker("w"))
+          expect(claimed.map((j) => j.id)).toEqual([urgent!.id, fast!.id, normal1!.id, normal2!.id, bulk!.id])
+          expect(claimed.map((j) => j.priority)).toEqual([0, 10, 50, 50, 90])
+        }))
+
+      test("a delayed job is not claimable before it is due, and is after", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("delay")
+          yield* q.enqueue([{ stage, delay: "300 millis" }])
+          expect(yield* q.claim(stage, 10, worker("w"))).toEqual([])
+          const due = yield* q.nextWakeAt([stage])
+          expect(due).not.toBeNull()
+          yield* target.advance("400 millis")
+          expect((yield* q.claim(stage, 10, worker("w"))).length).toBe(1)
+        }))
+
+      test("runAt in the future waits; runAt in the past runs now", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("runat")
+          const now = yield* Effect.clockWith((c) => c.currentTimeMillis)
+          const base = target.live ? Date.now() : now
+          yield* q.enqueue([{ stage, runAt: new Date(base + 3_600_000), payload: { later: true } }])
+          yield* q.enqueue([{ stage, runAt: new Date(base - 1000), payload: { later: false } }])
+          const claimed = yield* q.claim(stage, 10, worker("w"))
+          expect(claimed.map((j) => j.payload)).toEqual([{ later: false }])
+        }))
+
+      test("dedupe returns the live job while queued or running, and allows a new one after", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("dedupe")
+          const key = Queue.makeDedupeKey(stage, "org1", { b: 2, a: 1 })
+          expect(key).toBe(Queue.makeDedupeKey(stage, "org1", { a: 1, b: 2 }))
+          const [first] = yield* q.enqueue([{ stage, dedupeKey: key }])
+          const [again] = yield* q.enqueue([{ stage, dedupeKey: key }])
+          expect(first!.deduped).toBe(false)
+          expect(again).toEqual({ id: first!.id, deduped: true })
+          const batch = yield* q.enqueue([{ stage, dedupeKey: "other" + stage }, { stage, dedupeKey: "other" + stage }])
+          expect(batch[1]).toEqual({ id: batch[0]!.id, deduped: true })
+          const [job] = yield* q.claim(stage, 1, worker("w"))
+          expect(job!.id).toBe(first!.id)
+          expect((yield* q.enqueue([{ stage, dedupeKey: key }]))[0]).toEqual({ id: first!.id, deduped: true })
+          expect(yield* q.completeMany([job!])).toEqual([job!.id])
+          const [fresh] = yield* q.enqueue([{ stage, dedupeKey: key }])
+          expect(fresh!.deduped).toBe(false)
+          expect(fresh!.id).not.toBe(first!.id)
+        }))
+
+      test("an expired lease is requeued by the reaper and counts an attempt", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("expire")
+          const [created] = yield* q.enqueue([{ stage, maxAttempts: 3 }])
+          const [job] = yield* q.claim(stage, 1, worker("dead-worker", 100))
+          expect(job!.attempts).toBe(0)
+          const early = yield* q.reapExpired
+          expect(early.requeued).toBe(0)
+          yield* target.advance("250 millis")
+          const reaped = yield* q.reapExpired
+          expect(reaped.requeued).toBeGreaterThanOrEqual(1)
+          const after = yield* q.get(created!.id)
+          expect(after!.status).toBe("queued")
+          expect(after!.attempts).toBe(1)
+          expect(after!.errors[0]!.tag).toBe("LeaseExpired")
+          // the dead worker's late completion is fenced out; the new claim's is accepted
+          const [again] = yield* q.claim(stage, 1, worker("w2"))
+          expect(yield* q.completeMany([job!])).toEqual([])
+          expect(yield* q.completeMany([again!])).toEqual([again!.id])
+        }))
+
+      test("exhausted attempts land in the dead-letter table with the whole error history", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("exhaust")
+          const [created] = yield* q.enqueue([{ stage, maxAttempts: 3, payload: { file: "a.wav" }, orgId: "o1", subjectId: "s1" }])
+          const outcomes: Array<string> = []
+          for (let i = 0; i < 3; i++) {
+            const [job] = yield* q.claim(stage, 1, worker("w"))
+            expect(job!.attempts).toBe(i)
+            outcomes.push(yield* q.retry(job!, Duration.zero, { tag: "Transient", message: `boom ${i + 1}` }))
+          }
+          expect(outcomes).toEqual(["retried", "retried", "dead-lettered"])
+          expect(yield* q.get(created!.id)).toBeNull()
+          const [dead] = (yield* q.deadLetters.list({ stage }))
+          expect(dead!.jobId).toBe(created!.id)
+          expect(dead!.payload).toEqual({ file: "a.wav" })
+          expect(dead!.orgId).toBe("o1")
+          expect(dead!.reason).toBe("boom 3")
+          expect(dead!.attempts).toBe(3)
+          expect(dead!.errorHistory.map((e) => [e.attempt, e.tag, e.message])).toEqual([
+            [1, "Transient", "boom 1"],
+            [2, "Transient", "boom 2"],
+            [3, "Transient", "boom 3"]
+          ])
+          const stats = (yield* q.stats).find((s) => s.stage === stage)
+          expect(stats?.deadLetters).toBe(1)
+        }))
+
+      test("retry puts the job back after its delay with the error recorded", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("retry")
+          const [created] = yield* q.enqueue([{ stage }])
+          const [job] = yield* q.claim(stage, 1, worker("w"))
+          expect(yield* q.retry(job!, Duration.millis(300), { tag: "Transient", message: "503" })).toBe("retried")
+          const after = yield* q.get(created!.id)
+          expect(after!.status).toBe("queued")
+          expect(after!.lastError).toBe("503")
+          expect(yield* q.claim(stage, 1, worker("w"))).toEqual([])
+          yield* target.advance("400 millis")
+          const [again] = yield* q.claim(stage, 1, worker("w"))
+          expect(again!.attempts).toBe(1)
+          expect(again!.lease).toBeGreaterThan(job!.lease)
+        }))
+
+      test("reschedule (a poll not done yet) spends no attempt and counts the poll", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("poll")
+          const [created] = yield* q.enqueue([{ stage, maxAttempts: 1 }])
+          for (let i = 0; i < 3; i++) {
+            const [job] = yield* q.claim(stage, 1, worker("w"))
+            expect(yield* q.reschedule(job!, Duration.zero)).toBe(true)
+          }
+          const after = yield* q.get(created!.id)
+          expect(after!.attempts).toBe(0)
+          expect(after!.polls).toBe(3)
+        }))
+
+      test("dead-letter at once (Permanent) and a fenced-out worker cannot fail the job", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("permanent")
+          yield* q.enqueue([{ stage, maxAttempts: 5 }])
+          const [job] = yield* q.claim(stage, 1, worker("w"))
+          expect(yield* q.deadLetter({ id: job!.id, lease: job!.lease + 1 }, { tag: "Permanent", message: "x" })).toBe(false)
+          expect(yield* q.retry({ id: job!.id, lease: job!.lease + 1 }, Duration.zero, { tag: "Transient", message: "x" })).toBe("fenced")
+          expect(yield* q.reschedule({ id: job!.id, lease: job!.lease + 1 }, Duration.zero)).toBe(false)
+          expect(yield* q.deadLetter(job!, { tag: "Permanent", message: "no audio stream" })).toBe(true)
+          const [dead] = yield* q.deadLetters.list({ stage })
+          expect(dead!.reason).toBe("no audio stream")
+          expect(dead!.attempts).toBe(1)
+        }))
+
+      test("a fenced-out completion is rejected and leaves the new holder's job alone", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("fence")
+          const [created] = yield* q.enqueue([{ stage }])
+          const [job] = yield* q.claim(stage, 1, worker("slow", 50))
+          yield* target.advance("150 millis")
+          yield* q.reapExpired
+          const [taken] = yield* q.claim(stage, 1, worker("fast"))
+          expect(taken!.id).toBe(job!.id)
+          expect(yield* q.complete(job!)).toBe(false)
+          expect(yield* q.complete(job!, [{ stage: stage + "_next" }])).toBe(false)
+          expect(yield* q.list({ stage: stage + "_next" })).toEqual([])
+          expect((yield* q.get(created!.id))!.status).toBe("running")
+          expect(yield* q.heartbeat([job!], Duration.seconds(30))).toEqual([])
+          expect(yield* q.heartbeat([taken!], Duration.seconds(30))).toEqual([taken!.id])
+          expect(yield* q.complete(taken!)).toBe(true)
+        }))
+
+      test("complete-with-follow-ups removes the job and adds its follow-ups together", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("handoff")
+          const next = stage + "_next"
+          yield* q.enqueue([{ stage, subjectId: "call-1" }])
+          const [job] = yield* q.claim(stage, 1, worker("w"))
+          // a bad follow-up fails the whole hand-off: the job stays leased, nothing is added
+          const bad = yield* Effect.either(q.complete(job!, [{ stage: next }, { stage: "" }]))
+          expect(Either.isLeft(bad) && bad.left._tag).toBe("InvalidJob")
+          expect((yield* q.get(job!.id))!.status).toBe("running")
+          expect(yield* q.list({ stage: next })).toEqual([])
+          expect(yield* q.complete(job!, [{ stage: next, subjectId: "call-1", payload: { op: "abc" } }])).toBe(true)
+          expect(yield* q.get(job!.id)).toBeNull()
+          const followUps = yield* q.list({ stage: next })
+          expect(followUps.map((j) => [j.subjectId, j.payload])).toEqual([["call-1", { op: "abc" }]])
+        }))
+
+      test("an enqueue in a rolled-back transaction leaves no job and wakes nobody; a committed one does both", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("tx")
+          const woken: Array<string> = []
+          yield* Effect.scoped(
+            Effect.gen(function*() {
+              yield* q.listen({ onWake: (s) => woken.push(s), onListening: () => undefined })
+              const failed = yield* Effect.either(
+                q.transaction(Effect.zipRight(q.enqueue([{ stage, payload: { n: 1 } }]), Effect.fail("rollback" as const)))
+              )
+              expect(Either.isLeft(failed)).toBe(true)
+              yield* target.advance("300 millis")
+              expect(yield* q.list({ stage })).toEqual([])
+              expect(woken.filter((s) => s === stage)).toEqual([])
+              yield* q.transaction(q.enqueue([{ stage, payload: { n: 2 } }, { stage, payload: { n: 3 } }]))
+              for (let i = 0; i < 50 && !woken.includes(stage); i++) yield* target.advance("20 millis")
+              expect((yield* q.list({ stage })).map((j) => j.payload)).toEqual([{ n: 2 }, { n: 3 }])
+              expect(woken.filter((s) => s === stage)).toEqual([stage])
+            })
+          )
+        }))
+
+      test("cancel removes a queued job and marks a running one; release hands a job back without an attempt", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("cancel")
+          const [a, b, c] = yield* q.enqueue([{ stage }, { stage }, { stage }])
+          expect(yield* q.cancel(a!.id)).toBe("cancelled")
+          expect(yield* q.get(a!.id)).toBeNull()
+          expect(yield* q.cancel(a!.id)).toBe("not-found")
+          const [jb, jc] = yield* q.claim(stage, 2, worker("w"))
+          expect([jb!.id, jc!.id]).toEqual([b!.id, c!.id])
+          expect(yield* q.cancel(b!.id)).toBe("cancelling")
+          expect((yield* q.get(b!.id))!.status).toBe("cancelled")
+          // the cancelled job's heartbeat no longer holds, which tells its worker to stop
+          expect(yield* q.heartbeat([jb!, jc!], Duration.seconds(30))).toEqual([jc!.id])
+          expect((yield* q.release([jb!, jc!])).slice().sort()).toEqual([b!.id, c!.id].sort())
+          expect(yield* q.get(b!.id)).toBeNull()
+          const released = yield* q.get(c!.id)
+          expect(released!.status).toBe("queued")
+          expect(released!.attempts).toBe(0)
+          expect(released!.lockedBy).toBeNull()
+          expect((yield* q.claim(stage, 1, worker("w2")))[0]!.id).toBe(c!.id)
+        }))
+
+      test("bad input gets a typed error and writes nothing", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("bad")
+          const bad: ReadonlyArray<[Queue.NewJob, string]> = [
+            [{ stage, payload: { f: () => 1 } }, "payload"],
+            [{ stage, payload: { n: Number.NaN } }, "payload"],
+            [{ stage, payload: { d: new Date() } }, "payload"],
+            [{ stage, payload: { big: "x".repeat(Queue.defaultMaxPayloadBytes) } }, "payload"],
+            [{ stage: "" }, "stage"],
+            [{ stage: "Not A Stage!" }, "stage"],
+            [{ stage, delay: -5 }, "delay"],
+            [{ stage, priority: 101 }, "priority"],
+            [{ stage, maxAttempts: 0 }, "maxAttempts"]
+          ]
+          for (const [job, field] of bad) {
+            const result = yield* Effect.either(q.enqueue([{ stage, payload: { ok: true } }, job]))
+            expect(Either.isLeft(result) && result.left._tag === "InvalidJob" && result.left.field).toBe(field)
+          }
+          const circular: Record<string, unknown> = {}
+          circular.self = circular
+          const circ = yield* Effect.either(q.enqueue([{ stage, payload: circular }]))
+          expect(Either.isLeft(circ) && circ.left.message).toContain("circular")
+          expect(yield* q.list({ stage })).toEqual([])
+        }))
+
+      test("dead letters: list, retry as a fresh job, resolve, purge", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("dlq")
+          yield* q.enqueue([{ stage, payload: { n: 1 } }, { stage, payload: { n: 2 } }])
+          for (const job of yield* q.claim(stage, 2, worker("w"))) {
+            yield* q.deadLetter(job, { tag: "Permanent", message: `bad ${JSON.stringify(job.payload)}` })
+          }
+          const [d1, d2] = yield* q.deadLetters.list({ stage })
+          const retriedId = yield* q.deadLetters.retry(d1!.id)
+          const retried = yield* q.get(retriedId)
+          expect(retried!.payload).toEqual(d1!.payload)
+          expect(retried!.attempts).toBe(0)
+          expect((yield* q.deadLetters.get(d1!.id))!.resolutionStatus).toBe("retried")
+          expect((yield* q.deadLetters.get(d1!.id))!.retriedJobId).toBe(retriedId)
+          const twice = yield* Effect.either(q.deadLetters.retry(d1!.id))
+          expect(Either.isLeft(twice)).toBe(true)
+          yield* q.deadLetters.resolve(d2!.id, "bad input, customer told")
+          expect((yield* q.deadLetters.get(d2!.id))!.resolutionNotes).toBe("bad input, customer told")
+          expect(yield* q.deadLetters.list({ stage })).toEqual([])
+          expect((yield* q.deadLetters.list({ stage, unresolvedOnly: false })).length).toBe(2)
+          const missing = yield* Effect.either(q.deadLetters.resolve("999999999", "x"))
+          expect(Either.isLeft(missing) && missing.left._tag).toBe("JobNotFound")
+          expect(yield* q.deadLetters.purge({ olderThan: Duration.hours(1) })).toBe(0)
+          expect(yield* q.deadLetters.purge()).toBeGreaterThanOrEqual(2)
+          expect(yield* q.deadLetters.get(d2!.id)).toBeNull()
+        }))
+
+      test("stats: depth by stage and status, and the age of the oldest ready job", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("stats")
+          yield* q.enqueue([{ stage }, { stage }, { stage }, { stage, delay: "1 hour" }])
+          yield* q.claim(stage, 1, worker("w"))
+          yield* target.advance("100 millis")
+          const row = (yield* q.stats).find((s) => s.stage === stage)!
+          expect([row.ready, row.running, row.scheduled, row.deadLetters]).toEqual([2, 1, 1, 0])
+          expect(row.oldestReadyAgeMs).toBeGreaterThanOrEqual(90)
+        }))
+
+      test("nextWakeAt is the earliest due job of the given stages, or the earliest lease expiry", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("wake")
+          const other = freshStage("wake_other")
+          const third = freshStage("wake_third")
+          const near = (at: Date | null, expected: number) => Math.abs(at!.getTime() - expected) < 5_000
+          const now = () => target.live ? Effect.sync(() => Date.now()) : Effect.clockWith((c) => c.currentTimeMillis)
+          expect(yield* q.nextWakeAt([stage])).toBeNull()
+          yield* q.enqueue([{ stage: other, delay: "1 minute" }, { stage, delay: "2 hours" }])
+          expect(near(yield* q.nextWakeAt([stage]), (yield* now()) + 7_200_000)).toBe(true)
+          expect(near(yield* q.nextWakeAt([stage, other]), (yield* now()) + 60_000)).toBe(true)
+          yield* q.enqueue([{ stage: third }])
+          yield* q.claim(third, 1, worker("w", 10_000))
+          expect(near(yield* q.nextWakeAt([stage]), (yield* now()) + 10_000)).toBe(true)
+        }).pipe(Effect.provide(target.fresh())))
+    })
+  })
