@@ -287,16 +287,21 @@ export const make = (options: QueueOptions = {}) =>
       return { requeued, deadLettered, removedCancelled, ran: true }
     })
 
-    const nextWakeAt = (stages: ReadonlyArray<string>) =>
-      Effect.sync(() => {
-        let at: number | null = null
+    const nextWake = (stages: ReadonlyArray<string>) =>
+      Effect.map(Clock.currentTimeMillis, (now) => {
+        let due: number | null = null
+        let lease: number | null = null
         for (const j of jobs.values()) {
-          const t = j.status === "queued"
-            ? (stages.includes(j.stage) ? j.availableAt.getTime() : null)
-            : j.lockedUntil?.getTime() ?? null
-          if (t !== null && (at === null || t < at)) at = t
+          if (j.status === "queued") {
+            if (stages.includes(j.stage)) due = Math.min(due ?? Infinity, j.availableAt.getTime())
+          } else if (j.lockedUntil !== null) {
+            lease = Math.min(lease ?? Infinity, j.lockedUntil.getTime())
+          }
         }
-        return at === null ? null : new Date(at)
+        return {
+          jobDueInMs: due === null ? null : Math.max(0, due - now),
+          leaseExpiresInMs: lease === null ? null : Math.max(0, lease - now)
+        }
       })
 
     const cancel = (id: string) =>
@@ -419,7 +424,7 @@ export const make = (options: QueueOptions = {}) =>
       deadLetter,
       release,
       reapExpired,
-      nextWakeAt,
+      nextWake,
       cancel,
       get,
       list,

@@ -192,8 +192,13 @@ export const make = (options: QueueOptions = {}) =>
       })
     ).pipe(Effect.withSpan("Queue.reapExpired"))
 
-    const nextWakeAt = (stages: ReadonlyArray<string>) =>
-      db.run((sql) => JobsSql.nextWakeAt(sql, stages)).pipe(Effect.map((rows) => (rows[0]?.at ? date(rows[0].at) : null)))
+    const nextWake = (stages: ReadonlyArray<string>) =>
+      db.run((sql) => JobsSql.nextWake(sql, stages)).pipe(
+        Effect.map(([row]) => ({
+          jobDueInMs: row?.job_due_in_ms == null ? null : Math.max(0, row.job_due_in_ms),
+          leaseExpiresInMs: row?.lease_expires_in_ms == null ? null : Math.max(0, row.lease_expires_in_ms)
+        }))
+      )
 
     const cancel = (id: string) =>
       isId(id)
@@ -288,7 +293,7 @@ export const make = (options: QueueOptions = {}) =>
       deadLetter,
       release,
       reapExpired,
-      nextWakeAt,
+      nextWake,
       cancel,
       get,
       list,

@@ -37,6 +37,13 @@ export interface Wakeups {
   readonly onListening: () => void
 }
 
+export interface NextWake {
+  /** A queued job of one of the stages falls due. */
+  readonly jobDueInMs: number | null
+  /** Some in-flight job's lease (any stage, any worker) expires: the reaper's cue. */
+  readonly leaseExpiresInMs: number | null
+}
+
 export interface ReapResult {
   readonly requeued: number
   readonly deadLettered: number
@@ -68,8 +75,8 @@ export class Queue extends Context.Tag("pgfiber/Queue")<Queue, {
   readonly release: (leases: ReadonlyArray<Lease>) => Effect.Effect<ReadonlyArray<JobId>, QueueError>
   /** Requeues jobs whose lease expired (their worker died), spending an attempt; one reaper at a time. */
   readonly reapExpired: Effect.Effect<ReapResult, QueueError>
-  /** The earliest instant something needs doing: a delayed job of these stages falls due or a lease expires. */
-  readonly nextWakeAt: (stages: ReadonlyArray<string>) => Effect.Effect<Date | null, QueueError>
+  /** When something next needs doing, in ms from now by the database clock (0 when overdue; null: nothing). */
+  readonly nextWake: (stages: ReadonlyArray<string>) => Effect.Effect<NextWake, QueueError>
   /** Queued: removed. Running: marked cancelled; its worker stops it at the next heartbeat. */
   readonly cancel: (id: JobId) => Effect.Effect<CancelOutcome, QueueError>
   readonly get: (id: JobId) => Effect.Effect<Job | null, QueueError>

@@ -2,7 +2,7 @@
  * The Queue contract: one suite, two callers (MemoryQueue and PgQueue), so the twin cannot drift.
  * Each test uses its own stage names, so tests sharing one queue never see each other's jobs.
  */
-import { describe, expect, it } from "@effect/vitest"
+import { describe, expect, layer } from "@effect/vitest"
 import { Duration, Effect, Either, Layer } from "effect"
 import * as Queue from "../../src/queue/Queue.js"
 
@@ -24,7 +24,7 @@ const worker = (id: string, leaseMs = 30_000) => ({ workerId: id, leaseFor: Dura
 export const contract = (target: ContractTarget) =>
   describe(`Queue contract: ${target.name}`, () => {
     // live targets run on the real clock: no TestClock in their environment
-    it.layer(target.layer, { timeout: 120_000, excludeTestServices: target.live as false })((it) => {
+    layer(target.layer, { timeout: 120_000, excludeTestServices: target.live as false })((it) => {
       const test = it.effect
 
       test("8 concurrent claimers over 5,000 jobs claim each job exactly once", () =>
@@ -72,8 +72,9 @@ export const contract = (target: ContractTarget) =>
           const stage = freshStage("delay")
           yield* q.enqueue([{ stage, delay: "300 millis" }])
           expect(yield* q.claim(stage, 10, worker("w"))).toEqual([])
-          const due = yield* q.nextWakeAt([stage])
-          expect(due).not.toBeNull()
+          const due = yield* q.nextWake([stage])
+          expect(due.jobDueInMs).toBeGreaterThan(150)
+          expect(due.jobDueInMs).toBeLessThanOrEqual(300)
           yield* target.advance("400 millis")
           expect((yield* q.claim(stage, 10, worker("w"))).length).toBe(1)
         }))
@@ -356,21 +357,23 @@ export const contract = (target: ContractTarget) =>
           expect(row.oldestReadyAgeMs).toBeGreaterThanOrEqual(90)
         }))
 
-      test("nextWakeAt is the earliest due job of the given stages, or the earliest lease expiry", () =>
+      test("nextWake: when the next job of the given stages falls due, and when the first lease expires", () =>
         Effect.gen(function*() {
           const q = yield* Queue.Queue
           const stage = freshStage("wake")
           const other = freshStage("wake_other")
           const third = freshStage("wake_third")
-          const near = (at: Date | null, expected: number) => Math.abs(at!.getTime() - expected) < 5_000
-          const now = () => target.live ? Effect.sync(() => Date.now()) : Effect.clockWith((c) => c.currentTimeMillis)
-          expect(yield* q.nextWakeAt([stage])).toBeNull()
+          const near = (ms: number | null, expected: number) => ms !== null && Math.abs(ms - expected) < 5_000
+          expect(yield* q.nextWake([stage])).toEqual({ jobDueInMs: null, leaseExpiresInMs: null })
           yield* q.enqueue([{ stage: other, delay: "1 minute" }, { stage, delay: "2 hours" }])
-          expect(near(yield* q.nextWakeAt([stage]), (yield* now()) + 7_200_000)).toBe(true)
-          expect(near(yield* q.nextWakeAt([stage, other]), (yield* now()) + 60_000)).toBe(true)
+          expect(near((yield* q.nextWake([stage])).jobDueInMs, 7_200_000)).toBe(true)
+          expect(near((yield* q.nextWake([stage, other])).jobDueInMs, 60_000)).toBe(true)
           yield* q.enqueue([{ stage: third }])
+          expect((yield* q.nextWake([third])).jobDueInMs).toBe(0)
           yield* q.claim(third, 1, worker("w", 10_000))
-          expect(near(yield* q.nextWakeAt([stage]), (yield* now()) + 10_000)).toBe(true)
-        }).pipe(Effect.provide(target.fresh())))
+          const next = yield* q.nextWake([stage])
+          expect(near(next.leaseExpiresInMs, 10_000)).toBe(true)
+          expect(near(next.jobDueInMs, 7_200_000)).toBe(true)
+}).pipe(Effect.provide(target.fresh())))
     })
   })

@@ -1,0 +1,26 @@
+/**
+ * The runtime's metrics, as module-level constants tagged per stage. `/metrics` renders them in Prometheus
+ * text; tests and `stats` read them through `Metric.value`.
+ */
+import { Metric, MetricBoundaries } from "effect"
+
+const counter = (name: string, description: string) => Metric.counter(name, { description, incremental: true })
+
+export const enqueued = counter("pgfiber_jobs_enqueued_total", "Jobs written by this process")
+export const claimed = counter("pgfiber_jobs_claimed_total", "Jobs leased by this process")
+export const completed = counter("pgfiber_jobs_completed_total", "Jobs completed")
+export const retried = counter("pgfiber_jobs_retried_total", "Failed runs put back with a backoff")
+export const rescheduled = counter("pgfiber_jobs_rescheduled_total", "Polls rescheduled (NotReady)")
+export const deadLettered = counter("pgfiber_jobs_dead_lettered_total", "Jobs moved to the dead-letter table")
+export const released = counter("pgfiber_jobs_released_total", "Jobs handed back without an attempt (shutdown)")
+export const fenced = counter("pgfiber_jobs_fenced_total", "Outcomes refused because the lease had been lost")
+export const listenerReconnects = counter("pgfiber_listener_reconnects_total", "LISTEN connection (re)established")
+
+export const duration = Metric.histogram(
+  "pgfiber_job_duration_seconds",
+  MetricBoundaries.fromIterable([0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800]),
+  "Handler run time"
+)
+
+export const forStage = <T extends Metric.Metric<any, any, any>>(metric: T, stage: string): T =>
+  Metric.tagged(metric, "stage", stage) as T

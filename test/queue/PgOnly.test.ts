@@ -1,0 +1,92 @@
+/**
+ * What only Postgres can show: row-level security by org, one NOTIFY per statement per stage, and the
+ * migration runner's lock and refusal to run against a newer schema.
+ */
+import { describe, expect, it, layer } from "@effect/vitest"
+import { Duration, Effect, Either, Layer, Redacted } from "effect"
+import * as Db from "../../src/layers/Db.js"
+import * as Migrations from "../../src/queue/Migrations.js"
+import * as PgQueue from "../../src/queue/PgQueue.js"
+import * as Queue from "../../src/queue/Queue.js"
+import { databaseUrl, dropSchema, freshSchemaName, layerDb, rawSql } from "../support/pg.js"
+
+const worker = { workerId: "w", leaseFor: Duration.seconds(30) }
+
+describe("PgQueue (Postgres only)", () => {
+  layer(PgQueue.layer().pipe(Layer.provideMerge(layerDb())), { excludeTestServices: true })((it) => {
+    it.effect("a session scoped to org A cannot see, change or add org B's jobs (RLS)", () =>
+      Effect.gen(function*() {
+        const q = yield* Queue.Queue
+        const db = yield* Db.Db
+        const [a] = yield* q.enqueue([{ stage: "rls", orgId: "org-a", payload: { secret: "a" } }])
+        const [b] = yield* q.enqueue([{ stage: "rls", orgId: "org-b", payload: { secret: "b" } }])
+        const seenByA = yield* db.withOrg("org-a", q.list({ stage: "rls" }))
+        expect(seenByA.map((j) => j.id)).toEqual([a!.id])
+        expect(yield* db.withOrg("org-a", q.get(b!.id))).toBeNull()
+        expect(yield* db.withOrg("org-a", q.cancel(b!.id))).toBe("not-found")
+        expect(yield* q.get(b!.id)).not.toBeNull()
+        const forged = yield* Effect.either(db.withOrg("org-a", q.enqueue([{ stage: "rls", orgId: "org-b" }])))
+        expect(Either.isLeft(forged) && forged.left._tag === "DbError" && forged.left.message).toContain("row-level security")
+        const own = yield* db.withOrg("org-a", q.enqueue([{ stage: "rls", orgId: "org-a" }]))
+        expect(own.length).toBe(1)
+        // the worker (the owner role) still sees every org
+        expect((yield* q.list({ stage: "rls" })).length).toBe(3)
+      }))
+
+    it.effect("one NOTIFY per stage per statement, sent at commit", () =>
+      Effect.gen(function*() {
+        const q = yield* Queue.Queue
+        const woken: Array<string> = []
+        yield* Effect.scoped(
+          Effect.gen(function*() {
+            let listening = false
+            yield* q.listen({ onWake: (s) => woken.push(s), onListening: () => (listening = true) })
+            expect(listening).toBe(true)
+            yield* q.enqueue([
+              ...Array.from({ length: 5000 }, (_, n) => ({ stage: "burst_a", payload: { n } })),
+              ...Array.from({ length: 5000 }, (_, n) => ({ stage: "burst_b", payload: { n } }))
+            ])
+            yield* Effect.sleep("300 millis")
+          })
+        )
+        expect(woken.filter((s) => s.startsWith("burst_")).sort()).toEqual(["burst_a", "burst_b"])
+      }))
+
+    it.effect("a job inserted with plain SQL (a producer without pgfiber) wakes workers and is claimable", () =>
+      Effect.gen(function*() {
+        const q = yield* Queue.Queue
+        const db = yield* Db.Db
+        const woken: Array<string> = []
+        yield* Effect.scoped(
+          Effect.gen(function*() {
+            yield* q.listen({ onWake: (s) => woken.push(s), onListening: () => undefined })
+            const sql = rawSql(db.schema)
+            yield* Effect.promise(() => sql`insert into jobs (stage, payload) values ('plain_sql', '{"from":"psql"}')`)
+            yield* Effect.promise(() => sql.end())
+            yield* Effect.sleep("200 millis")
+          })
+        )
+        expect(woken).toContain("plain_sql")
+        const [job] = yield* q.claim("plain_sql", 1, worker)
+        expect(job!.payload).toEqual({ from: "psql" })
+      }))
+  })
+
+  it.live("migrations run once under concurrency and refuse a database that is ahead", () =>
+    Effect.gen(function*() {
+      const schema = freshSchemaName("mig")
+      yield* Effect.addFinalizer(() => dropSchema(schema))
+      const dbLayer = Layer.scoped(Db.Db, Db.make({ url: Redacted.make(databaseUrl()), schema, poolMax: 4 }))
+      const results = yield* Effect.all(
+        Array.from({ length: 3 }, () => Migrations.migrate().pipe(Effect.provide(dbLayer))),
+        { concurrency: "unbounded" }
+      )
+      const appliedCount = results.reduce((n, r) => n + r.applied.length, 0)
+      expect(appliedCount).toBe(Migrations.load().length)
+      const sql = rawSql(schema)
+      yield* Effect.promise(() => sql`insert into migrations (id, name) values (9999, 'from_the_future')`)
+      yield* Effect.promise(() => sql.end())
+      const refused = yield* Effect.either(Migrations.migrate().pipe(Effect.provide(dbLayer)))
+      expect(Either.isLeft(refused) && refused.left.message).toContain("newer than this build knows")
+    }).pipe(Effect.scoped))
+})
