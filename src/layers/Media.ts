@@ -119,7 +119,8 @@ const spawnFailure = (tool: Tool) => (error: PlatformError): MediaError => {
     : new JobError.Transient({ message: `cannot start ${tool.name}: ${error.message}` })
 }
 
-const collectTail = (bytes: Stream.Stream<Uint8Array, PlatformError>, limit: number) =>
+/** Collects a pipe as text, keeping only its last `limit` bytes. */
+const collectText = (bytes: Stream.Stream<Uint8Array, PlatformError>, limit = Number.POSITIVE_INFINITY) =>
   Stream.runFold(bytes, new Uint8Array(0), (tail, chunk) => {
     const joined = Buffer.concat([tail, chunk])
     return joined.length > limit ? joined.subarray(joined.length - limit) : joined
@@ -155,7 +156,7 @@ const runTool = (executor: CommandExecutor.CommandExecutor, tool: Tool, args: Re
             : Effect.void).pipe(Effect.ignore)
       )
       const [stdout, stderr, exitCode] = yield* Effect.all(
-        [collectTail(process.stdout, Number.MAX_SAFE_INTEGER), collectTail(process.stderr, stderrTailBytes), process.exitCode],
+        [collectText(process.stdout), collectText(process.stderr, stderrTailBytes), process.exitCode],
         { concurrency: "unbounded" }
       ).pipe(
         Effect.mapError((error) => new JobError.Transient({ message: `${tool.name} did not finish: ${error.message}` }))
