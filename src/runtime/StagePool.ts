@@ -1,0 +1,304 @@
+/**
+ * StagePool: one stage's supervised pool. It claims in batches sized to its free capacity when the Waker says
+ * there is work, runs each job in its own fiber with the lease heartbeated, and maps the job's Exit to the
+ * queue: success → complete (group-committed), typed failure → the stage's RetryPolicy, defect or timeout →
+ * transient, interruption → release. A failing handler never takes the pool down; a lost database pauses
+ * claiming until it is back. Closing the pool's scope is shutdown: stop claiming, drain within the grace
+ * period, interrupt and release the rest.
+ */
+import { Cause, Deferred, Duration, Effect, Exit, Fiber, FiberSet, Metric, Option, Queue as Q, Schedule, Scope } from "effect"
+import * as Metrics from "./Metrics.js"
+import * as RetryPolicy from "./RetryPolicy.js"
+import * as Stage from "./Stage.js"
+import * as Waker from "./Waker.js"
+import type { Job, Lease } from "../queue/Job.js"
+import * as Queue from "../queue/Queue.js"
+
+export interface PoolOptions {
+  readonly workerId: string
+  /** How long shutdown waits for in-flight jobs before interrupting and releasing them. */
+  readonly shutdownGrace: Duration.Duration
+  /** Overrides the stage's own concurrency (e.g. from configuration). */
+  readonly concurrency?: number | undefined
+}
+
+/** Outcomes keep trying through a database blip; past this the lease will have expired and the reaper owns the job. */
+const settleRetry = Schedule.exponential("100 millis").pipe(
+  Schedule.union(Schedule.spaced("5 seconds")),
+  Schedule.upTo("2 minutes")
+)
+
+const failureOf = (cause: Cause.Cause<unknown>): RetryPolicy.Failure => {
+  const failure = Cause.failureOption(cause)
+  if (Option.isSome(failure)) {
+    const e = failure.value as { _tag?: string; message?: string }
+    switch (e?._tag) {
+      case "Transient":
+        return { _tag: "Transient", message: e.message ?? "transient failure" }
+      case "Permanent":
+        return { _tag: "Permanent", message: e.message ?? "permanent failure" }
+      case "RateLimited":
+        return { _tag: "RateLimited", error: e as never }
+      case "NotReady":
+        return { _tag: "NotReady", error: e as never }
+      case "HandlerTimeout":
+        return { _tag: "Defect", message: e.message ?? "handler timed out" }
+    }
+    return { _tag: "Defect", message: `unexpected failure: ${String(e?.message ?? e)}` }
+  }
+  return { _tag: "Defect", message: `defect: ${Cause.pretty(cause).split("\n").slice(0, 6).join("\n")}` }
+}
+
+class HandlerTimeout {
+  readonly _tag = "HandlerTimeout"
+  constructor(readonly message: string) {}
+}
+
+export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) =>
+  Effect.gen(function*() {
+    const queue = yield* Queue.Queue
+    const waker = yield* Waker.Waker
+    const concurrency = Math.max(1, options.concurrency ?? stage.concurrency)
+    const claimOptions = { workerId: options.workerId, leaseFor: stage.leaseFor }
+    const tag = <T extends Metric.Metric<any, any, any>>(m: T) => Metrics.forStage(m, stage.name)
+    const metric = {
+      claimed: tag(Metrics.claimed),
+      completed: tag(Metrics.completed),
+      retried: tag(Metrics.retried),
+      rescheduled: tag(Metrics.rescheduled),
+      deadLettered: tag(Metrics.deadLettered),
+      released: tag(Metrics.released),
+      fenced: tag(Metrics.fenced),
+      duration: tag(Metrics.duration)
+    }
+    const count = (m: Metric.Metric.Counter<number>, n = 1) => Metric.incrementBy(m, n)
+
+    const inFlight = new Map<string, { lease: Lease; fiber: Fiber.RuntimeFiber<void> | undefined }>()
+    let stopping = false
+    // set by a wake-up or a full batch: there may be more to claim once capacity frees
+    let moreWork = false
+    const signal = yield* Q.sliding<void>(1)
+    const poke = () => Q.unsafeOffer(signal, undefined)
+    const fibers = yield* FiberSet.make<void>()
+
+    // group commit: completions queue up while one batch is in flight, then go out together
+    const completions = yield* Q.unbounded<{ readonly lease: Lease; readonly done: Deferred.Deferred<boolean> }>()
+    const completer = Effect.gen(function*() {
+      const batch = yield* Q.takeBetween(completions, 1, 1000)
+      const leases = [...batch].map((c) => c.lease)
+      const ok = yield* queue.completeMany(leases).pipe(
+        Effect.tapError((e) => Effect.logWarning("completing a batch failed; retrying", e.message)),
+        Effect.retry(settleRetry),
+        Effect.orElseSucceed(() => null)
+      )
+      const held = new Set(ok ?? [])
+      for (const c of batch) yield* Deferred.succeed(c.done, ok !== null && held.has(c.lease.id))
+    }).pipe(Effect.forever)
+    yield* Effect.forkScoped(completer)
+
+    const settle = <X>(what: string, effect: Effect.Effect<X, Queue.QueueError | Queue.InvalidJob>) =>
+      effect.pipe(
+        Effect.tapError((e) => Effect.logWarning(`${what} failed; retrying`, e.message)),
+        Effect.retry({ schedule: settleRetry, while: (e) => e._tag === "DbError" })
+      )
+
+    const onFenced = Effect.zipRight(
+      count(metric.fenced),
+      Effect.logWarning("lease lost before the outcome was recorded (expired or cancelled); another worker owns the job")
+    )
+
+    const settleFailure = (job: Job, lease: Lease, failure: RetryPolicy.Failure) =>
+      Effect.gen(function*() {
+        const decision = yield* RetryPolicy.decide(stage.policy, failure, job.attempts + 1, job.polls)
+        const message = failure._tag === "RateLimited" || failure._tag === "NotReady" ? failure.error.message : failure.message
+        const errorTag = failure._tag
+        switch (decision._tag) {
+          case "Retry": {
+            const outcome = yield* settle("retry", queue.retry(lease, decision.delay, { tag: errorTag, message }))
+            if (outcome === "retried") {
+              yield* count(metric.retried)
+              yield* waker.rearm
+              yield* Effect.logInfo(`retrying in ${Duration.format(decision.delay)}: ${message}`)
+            } else if (outcome === "dead-lettered") {
+              yield* count(metric.deadLettered)
+              yield* Effect.logWarning(`dead-lettered, attempts exhausted: ${message}`)
+            } else yield* onFenced
+            return
+          }
+          case "Reschedule": {
+            const ok = yield* settle("reschedule", queue.reschedule(lease, decision.delay))
+            if (ok) yield* Effect.zipRight(count(metric.rescheduled), waker.rearm)
+            else yield* onFenced
+            return
+          }
+          case "DeadLetter": {
+            const ok = yield* settle("dead-letter", queue.deadLetter(lease, { tag: errorTag, message: decision.reason }))
+            if (ok) {
+              yield* count(metric.deadLettered)
+              yield* Effect.logWarning(`dead-lettered: ${decision.reason}`)
+            } else yield* onFenced
+          }
+        }
+      })
+
+    const complete = (lease: Lease, completion: Stage.Completion | void) =>
+      Effect.gen(function*() {
+        if (completion && completion.followUps.length > 0) {
+          const ok = yield* settle("complete", queue.complete(lease, completion.followUps)).pipe(
+            Effect.catchTag("InvalidJob", (e) =>
+              settle("dead-letter", queue.deadLetter(lease, { tag: "InvalidFollowUp", message: `follow-up rejected: ${e.message}` })).pipe(
+                Effect.zipRight(Effect.logError(`dead-lettered: the handler produced an invalid follow-up: ${e.message}`)),
+                Effect.as(null)
+              ))
+          )
+          if (ok === null) return
+          if (ok) yield* count(metric.completed)
+          else yield* onFenced
+          return
+        }
+        const done = yield* Deferred.make<boolean>()
+        yield* Q.offer(completions, { lease, done })
+        if (yield* Deferred.await(done)) yield* count(metric.completed)
+        else yield* onFenced
+      })
+
+    const runJob = (job: Job) => {
+      const lease: Lease = { id: job.id, lease: job.lease }
+      const info: Stage.JobInfo = {
+        id: job.id,
+        stage: job.stage,
+        attempt: job.attempts + 1,
+        maxAttempts: job.maxAttempts,
+        polls: job.polls,
+        orgId: job.orgId,
+        subjectId: job.subjectId,
+        createdAt: job.createdAt
+      }
+      return Effect.uninterruptibleMask((restore) =>
+        Effect.gen(function*() {
+          const payload = yield* Effect.either(Stage.decodePayload(stage, job.payload))
+          if (payload._tag === "Left") {
+            return yield* settleFailure(job, lease, { _tag: "Permanent", message: payload.left })
+          }
+          const started = Date.now()
+          const exit = yield* Effect.exit(
+            restore(
+              stage.handler(payload.right, info).pipe(
+                Effect.timeoutFail({
+                  duration: stage.timeout,
+                  onTimeout: () => new HandlerTimeout(`handler timed out after ${Duration.format(stage.timeout)}`)
+                })
+              )
+            )
+          )
+          yield* Metric.update(metric.duration, (Date.now() - started) / 1000)
+          if (Exit.isSuccess(exit)) return yield* complete(lease, exit.value)
+          if (Cause.isInterruptedOnly(exit.cause)) {
+            const released = yield* settle("release", queue.release([lease])).pipe(Effect.orElseSucceed(() => []))
+            if (released.length > 0) yield* count(metric.released)
+            return yield* Effect.logInfo("interrupted; job released")
+          }
+          const failure = failureOf(exit.cause)
+          if (failure._tag === "Defect") yield* Effect.logError(`handler failed: ${failure.message}`, exit.cause)
+          yield* settleFailure(job, lease, failure)
+        })
+      ).pipe(
+        Effect.catchAllCause((cause) => Effect.logError("could not record the job's outcome; the reaper will requeue it", cause)),
+        Effect.ensuring(
+          Effect.sync(() => {
+            inFlight.delete(job.id)
+            if (moreWork && !stopping) poke()
+          })
+        ),
+        Effect.annotateLogs({ stage: stage.name, jobId: job.id, attempt: job.attempts + 1 }),
+        Effect.withSpan(`stage.${stage.name}`, { attributes: { jobId: job.id, attempt: job.attempts + 1 } })
+      )
+    }
+
+    // claimReady: fill free capacity in one statement; a lost database pauses here until it is back
+    const claimLoop = Effect.gen(function*() {
+      yield* Q.take(signal)
+      while (!stopping && moreWork) {
+        const free = concurrency - inFlight.size
+        if (free <= 0) break
+        moreWork = false
+        const jobs = yield* queue.claim(stage.name, free, claimOptions).pipe(
+          Effect.tapError((e) => Effect.logWarning("claim failed; pausing until the database answers", e.message)),
+          Effect.retry(Schedule.exponential("200 millis").pipe(Schedule.union(Schedule.spaced("5 seconds")))),
+          Effect.orDie
+        )
+        if (jobs.length > 0) yield* count(metric.claimed, jobs.length)
+        if (stopping) {
+          // shutdown began while the claim was in flight: hand them straight back
+          yield* settle("release", queue.release(jobs)).pipe(Effect.ignore)
+          break
+        }
+        for (const job of jobs) {
+          inFlight.set(job.id, { lease: { id: job.id, lease: job.lease }, fiber: undefined })
+          const fiber = yield* FiberSet.run(fibers, runJob(job))
+          const entry = inFlight.get(job.id)
+          if (entry) entry.fiber = fiber
+        }
+        if (jobs.length === free) moreWork = true
+        else yield* waker.rearm
+      }
+    }).pipe(
+      Effect.catchAllCause((cause) => Effect.logError("claim loop failed; continuing", cause)),
+      Effect.forever,
+      Effect.annotateLogs({ stage: stage.name })
+    )
+    yield* Effect.forkScoped(claimLoop)
+
+    // heartbeats: one statement for all of the pool's leases; a lease not extended was lost or cancelled
+    const heartbeatEvery = Duration.millis(Math.max(50, Duration.toMillis(stage.leaseFor) / 3))
+    const heartbeat = Effect.gen(function*() {
+      yield* Effect.sleep(heartbeatEvery)
+      const held = [...inFlight.values()].map((e) => e.lease)
+      if (held.length === 0) return
+      const extended = new Set(yield* queue.heartbeat(held, stage.leaseFor))
+      for (const lease of held) {
+        const entry = inFlight.get(lease.id)
+        if (!extended.has(lease.id) && entry?.fiber) {
+          yield* Effect.logWarning("lease lost (cancelled or expired); stopping the job").pipe(
+            Effect.annotateLogs({ stage: stage.name, jobId: lease.id })
+          )
+          yield* Fiber.interruptFork(entry.fiber)
+        }
+      }
+    }).pipe(
+      Effect.catchAllCause((cause) => Effect.logWarning("heartbeat failed", cause)),
+      Effect.forever
+    )
+    yield* Effect.forkScoped(heartbeat)
+
+    // shutdown: registered last, so it runs first when the scope closes
+    yield* Effect.addFinalizer(() =>
+      Effect.gen(function*() {
+        stopping = true
+        const busy = inFlight.size
+        if (busy > 0) {
+          yield* Effect.logInfo(`shutting down: waiting up to ${Duration.format(options.shutdownGrace)} for ${busy} job(s)`)
+        }
+        // finalizers run uninterruptibly; the wait must be interruptible or the timeout could not cut it short
+        const drained = yield* FiberSet.awaitEmpty(fibers).pipe(
+          Effect.interruptible,
+          Effect.timeout(options.shutdownGrace),
+          Effect.interruptible,
+          Effect.option
+        )
+        if (Option.isNone(drained)) {
+          yield* Effect.logWarning(`grace period over: interrupting ${inFlight.size} job(s) and releasing them`)
+          yield* FiberSet.clear(fibers)
+        }
+      }).pipe(Effect.annotateLogs({ stage: stage.name }))
+    )
+
+    yield* waker.register(stage.name, () => {
+      moreWork = true
+      poke()
+    })
+  })
+
+/** The stage as a Layer: its pool runs for the life of the layer. */
+export const scoped = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions): Effect.Effect<void, never, Queue.Queue | Waker.Waker | R | Scope.Scope> =>
+  run(stage, options) as Effect.Effect<void, never, Queue.Queue | Waker.Waker | R | Scope.Scope>

@@ -1,0 +1,162 @@
+/**
+ * The Waker decides when stage pools look for work, so that nobody polls:
+ * - one LISTEN connection per process; the insert trigger's NOTIFY wakes the stage that has work;
+ * - on (re)connect of that listener, a catch-up: every pool claims, since notifications may have been missed;
+ * - a timer armed for the next delayed job or lease expiry (`armNextDueTimer`), which also runs the reaper;
+ * - a slow safety sweep (default 60 s) that re-arms the timer, costing one statement when idle;
+ * - when LISTEN cannot be established, polling at `pollInterval` until it can, reported in `health`.
+ */
+import { Clock, Context, Duration, Effect, Layer, Queue as Q, Schedule } from "effect"
+import * as Metrics from "./Metrics.js"
+import * as Queue from "../queue/Queue.js"
+
+export type ListenerState = "connecting" | "listening" | "polling"
+
+export interface Health {
+  readonly listener: ListenerState
+  readonly listenerReconnects: number
+  readonly lastReapAt: Date | null
+  readonly lastSweepAt: Date | null
+  readonly lastReap: Queue.ReapResult | null
+}
+
+export interface WakerOptions {
+  /** How often the safety sweep looks, whatever the notifications said. */
+  readonly sweepInterval: Duration.Duration
+  /** How often pools claim while LISTEN is down. */
+  readonly pollInterval: Duration.Duration
+  /** Never fire the timer more often than this (coalesces bursts of due jobs). */
+  readonly minTimerSpacing: Duration.Duration
+}
+
+export const defaultOptions: WakerOptions = {
+  sweepInterval: Duration.seconds(60),
+  pollInterval: Duration.seconds(2),
+  minTimerSpacing: Duration.millis(25)
+}
+
+export class Waker extends Context.Tag("pgfiber/Waker")<Waker, {
+  /** A pool registers its wake-up for the life of its scope. */
+  readonly register: (stage: string, wake: () => void) => Effect.Effect<void, never, import("effect").Scope.Scope>
+  /** A pool found less than it asked for (or scheduled something for later): re-arm the next-due timer. */
+  readonly rearm: Effect.Effect<void>
+  readonly health: Effect.Effect<Health>
+}>() {}
+
+export const make = (options: Partial<WakerOptions> = {}) =>
+  Effect.gen(function*() {
+    const opts = { ...defaultOptions, ...options }
+    const queue = yield* Queue.Queue
+    const pools = new Map<string, () => void>()
+    const rearmRequests = yield* Q.sliding<void>(1)
+    let listener: ListenerState = "connecting"
+    let reconnects = 0
+    let lastReapAt: Date | null = null
+    let lastReap: Queue.ReapResult | null = null
+    let lastSweepAt: Date | null = null
+
+    const wakeAll = () => pools.forEach((wake) => wake())
+    const rearm = Effect.asVoid(Q.offer(rearmRequests, undefined))
+
+    // LISTEN: porsager keeps the connection and reconnects with backoff; `onListening` runs each time it is back
+    const listen = queue.listen({
+      onWake: (stage) => pools.get(stage)?.(),
+      onListening: () => {
+        listener = "listening"
+        reconnects++
+        Effect.runSync(Metrics.listenerReconnects(Effect.succeed(1)))
+        wakeAll()
+        Effect.runSync(rearm)
+      }
+    })
+    yield* Effect.forkScoped(
+      listen.pipe(
+        Effect.tapError((e) =>
+          Effect.logWarning(`LISTEN unavailable, polling every ${Duration.format(opts.pollInterval)} until it is back`, e.message).pipe(
+            Effect.zipRight(Effect.sync(() => (listener = "polling")))
+          )
+        ),
+        Effect.retry(Schedule.exponential("500 millis").pipe(Schedule.union(Schedule.spaced("10 seconds")))),
+        Effect.zipRight(Effect.never),
+        Effect.scoped,
+        Effect.annotateLogs({ component: "waker" })
+      )
+    )
+
+    const reap = queue.reapExpired.pipe(
+      Effect.tap((result) =>
+        Effect.flatMap(Clock.currentTimeMillis, (now) =>
+          Effect.sync(() => {
+            lastReapAt = new Date(now)
+            lastReap = result
+          })
+        )
+      ),
+      Effect.tap((r) =>
+        r.requeued + r.deadLettered > 0
+          ? Effect.logInfo("reaper: expired leases", { requeued: r.requeued, deadLettered: r.deadLettered })
+          : Effect.void
+      )
+    )
+
+    // armNextDueTimer: ask the database when something is next due, sleep until then (or until re-armed)
+    const armNextDueTimer = Effect.gen(function*() {
+      yield* Q.take(rearmRequests)
+      const next = yield* queue.nextWake([...pools.keys()])
+      const waits = [next.jobDueInMs, next.leaseExpiresInMs].filter((ms): ms is number => ms !== null)
+      if (waits.length === 0) return
+      const waitMs = Math.max(Math.min(...waits), Duration.toMillis(opts.minTimerSpacing))
+      const rearmedFirst = yield* Effect.raceFirst(
+        Effect.as(Effect.sleep(Duration.millis(waitMs)), false),
+        Effect.as(Q.take(rearmRequests), true)
+      )
+      if (rearmedFirst) {
+        yield* rearm
+        return
+      }
+      if (next.leaseExpiresInMs !== null && next.leaseExpiresInMs <= waitMs) yield* reap
+      wakeAll()
+      yield* rearm
+    }).pipe(
+      Effect.catchAllCause((cause) =>
+        Effect.logWarning("waker timer failed; retrying", cause).pipe(
+          Effect.zipRight(Effect.sleep("1 second")),
+          Effect.zipRight(rearm)
+        )
+      ),
+      Effect.forever,
+      Effect.annotateLogs({ component: "waker" })
+    )
+    yield* Effect.forkScoped(armNextDueTimer)
+
+    // the safety sweep: covers a lost notification; while LISTEN is down it is the polling loop
+    const sweep = Effect.gen(function*() {
+      const polling = listener !== "listening"
+      yield* Effect.sleep(polling ? opts.pollInterval : opts.sweepInterval)
+      lastSweepAt = new Date(yield* Clock.currentTimeMillis)
+      if (listener !== "listening") wakeAll()
+      yield* rearm
+    }).pipe(Effect.forever)
+    yield* Effect.forkScoped(sweep)
+
+    const register = (stage: string, wake: () => void) =>
+      Effect.acquireRelease(
+        Effect.sync(() => {
+          pools.set(stage, wake)
+          wake()
+        }),
+        () => Effect.sync(() => pools.delete(stage))
+      ).pipe(Effect.zipRight(rearm))
+
+    const health = Effect.sync((): Health => ({
+      listener,
+      listenerReconnects: reconnects,
+      lastReapAt,
+      lastSweepAt,
+      lastReap
+    }))
+
+    return Waker.of({ register, rearm, health })
+  })
+
+export const layer = (options: Partial<WakerOptions> = {}) => Layer.scoped(Waker, make(options))
