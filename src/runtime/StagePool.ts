@@ -20,6 +20,18 @@ export interface PoolOptions {
   readonly shutdownGrace: Duration.Duration
   /** Overrides the stage's own concurrency (e.g. from configuration). */
   readonly concurrency?: number | undefined
+  /** Where the pool reports its state for health checks. */
+  readonly health?: Map<string, PoolHealth> | undefined
+}
+
+export interface PoolHealth {
+  readonly stage: string
+  readonly state: "running" | "stopping"
+  readonly concurrency: number
+  readonly inFlight: number
+  /** The claim loop is retrying because the database does not answer. */
+  readonly paused: boolean
+  readonly lastClaimAt: Date | null
 }
 
 /** Outcomes keep trying through a database blip; past this the lease will have expired and the reaper owns the job. */
@@ -75,6 +87,17 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
 
     const inFlight = new Map<string, { lease: Lease; fiber: Fiber.RuntimeFiber<void> | undefined }>()
     let stopping = false
+    let paused = false
+    let lastClaimAt: Date | null = null
+    options.health?.set(stage.name, {
+      get stage() { return stage.name },
+      get state() { return stopping ? "stopping" as const : "running" as const },
+      get concurrency() { return concurrency },
+      get inFlight() { return inFlight.size },
+      get paused() { return paused },
+      get lastClaimAt() { return lastClaimAt }
+    })
+    yield* Effect.addFinalizer(() => Effect.sync(() => options.health?.delete(stage.name)))
     // set by a wake-up or a full batch: there may be more to claim once capacity frees
     let moreWork = false
     const signal = yield* Q.sliding<void>(1)
@@ -223,10 +246,17 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
         if (free <= 0) break
         moreWork = false
         const jobs = yield* queue.claim(stage.name, free, claimOptions).pipe(
-          Effect.tapError((e) => Effect.logWarning("claim failed; pausing until the database answers", e.message)),
+          Effect.tapError((e) =>
+            Effect.zipRight(
+              Effect.sync(() => (paused = true)),
+              Effect.logWarning("claim failed; pausing until the database answers", e.message)
+            )
+          ),
           Effect.retry(Schedule.exponential("200 millis").pipe(Schedule.union(Schedule.spaced("5 seconds")))),
           Effect.orDie
         )
+        paused = false
+        lastClaimAt = new Date()
         if (jobs.length > 0) yield* count(metric.claimed, jobs.length)
         if (stopping) {
           // shutdown began while the claim was in flight: hand them straight back

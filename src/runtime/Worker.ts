@@ -24,6 +24,8 @@ export class WorkerInfo extends Context.Tag("pgfiber/WorkerInfo")<WorkerInfo, {
   readonly workerId: string
   readonly stages: ReadonlyArray<{ readonly name: string; readonly concurrency: number }>
   readonly startedAt: Date
+  /** Each pool's live state, for /readyz. A stage missing here has no running pool. */
+  readonly pools: Effect.Effect<ReadonlyArray<StagePool.PoolHealth>>
 }>() {}
 
 export const defaultWorkerId = () => `${Os.hostname()}:${process.pid}:${Math.random().toString(36).slice(2, 8)}`
@@ -75,18 +77,21 @@ export const layer = <const Stages extends ReadonlyArray<Stage.Any>>(
   stages: Stages,
   options: WorkerOptions
 ): Layer.Layer<Waker.Waker | WorkerInfo, never, Queue.Queue | Stage.Requirements<Stages[number]>> => {
+  const health = new Map<string, StagePool.PoolHealth>()
   const pools = Layer.scopedDiscard(
     Effect.forEach(stages, (stage) =>
       StagePool.scoped(stage, {
         workerId: options.workerId,
         shutdownGrace: options.shutdownGrace,
-        concurrency: options.concurrency[stage.name]
+        concurrency: options.concurrency[stage.name],
+        health
       }), { discard: true })
   )
   const info = Layer.sync(WorkerInfo, () => ({
     workerId: options.workerId,
     stages: stages.map((s) => ({ name: s.name, concurrency: options.concurrency[s.name] ?? s.concurrency })),
-    startedAt: new Date()
+    startedAt: new Date(),
+    pools: Effect.sync(() => [...health.values()].map((h) => ({ ...h })))
   }))
   return Layer.mergeAll(pools, info).pipe(
     Layer.provideMerge(Waker.layer({ sweepInterval: options.sweepInterval, pollInterval: options.pollInterval }))
