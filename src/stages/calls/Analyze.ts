@@ -1,0 +1,71 @@
+/**
+ * analyze: the stored transcript → the Analyzer's CallAnalysis, upserted (a recomputation with the same result
+ * writes nothing), and the call marked done, in one transaction. The last stage: no hand-off.
+ */
+import { Effect, ParseResult, Schema } from "effect"
+import * as JobError from "../../JobError.js"
+import * as Analyzer from "../../layers/Analyzer.js"
+import * as RetryPolicy from "../../runtime/RetryPolicy.js"
+import * as Stage from "../../runtime/Stage.js"
+import * as CallsSql from "./CallsSql.js"
+import * as CallStore from "./CallStore.js"
+import type * as Settings from "./Settings.js"
+
+export const name = "analyze"
+
+export const Payload = Schema.Struct({ callId: CallStore.CallId })
+export type Payload = typeof Payload.Type
+
+export const maxAttempts = 5
+
+export const job = CallStore.jobBuilder(name, Payload, maxAttempts)
+
+export const policy = (options: Settings.CallStageOptions) =>
+  RetryPolicy.make({
+    Transient: options.backoff ?? RetryPolicy.defaultBackoff,
+    // an analyzer backed by a rate-limited model says when to come back
+    RateLimited: (e) => e.retryAfter,
+    NotReady: RetryPolicy.deadLetter,
+    Permanent: RetryPolicy.deadLetter
+  })
+
+const decodeSegments = Schema.decodeUnknown(Schema.Array(Analyzer.Segment))
+
+export const make = (options: Settings.CallStageOptions = {}) =>
+  Stage.make({
+    name,
+    payload: Payload,
+    concurrency: options.concurrency?.analyze ?? 4,
+    timeout: "5 minutes",
+    maxAttempts,
+    policy: policy(options),
+    handler: ({ callId }, info) =>
+      Effect.gen(function*() {
+        const analyzer = yield* Analyzer.Analyzer
+        const call = yield* CallStore.load(callId)
+        const stored = yield* CallStore.transcript(callId)
+        if (stored === undefined) {
+          return yield* new JobError.Permanent({ message: `call ${callId} has no transcript: transcribe_poll has not finished` })
+        }
+        const segments = yield* decodeSegments(stored.segments).pipe(
+          Effect.mapError((e) =>
+            new JobError.Permanent({
+              message: `the stored transcript of call ${callId} is malformed: ${ParseResult.TreeFormatter.formatErrorSync(e)}`
+            })
+          )
+        )
+        const analysis = yield* analyzer.analyze({
+          segments,
+          ...(stored.language === null ? {} : { language: stored.language }),
+          ...(stored.duration_ms === null ? {} : { durationMs: stored.duration_ms })
+        })
+        yield* CallStore.transaction(
+          Effect.zipRight(
+            CallStore.run((sql) =>
+              CallsSql.upsertAnalysis(sql, { callId, orgId: call.org_id, analyzer: analysis.analyzer, analysis })
+            ),
+            CallStore.advance(callId, "done")
+          )
+        )
+      }).pipe(CallStore.recordFailure(name, callId, info))
+  })

@@ -1,0 +1,99 @@
+/**
+ * The pipeline tables as the call stages use them: storage keys, loading a call, moving its status, and
+ * building the hand-off jobs. Everything here fails in the JobError vocabulary, so a stage's retry policy
+ * decides: a database blip is Transient, a call that does not exist is Permanent.
+ */
+import { Effect, ParseResult, Schema } from "effect"
+import * as JobError from "../../JobError.js"
+import * as Db from "../../layers/Db.js"
+import type * as Job from "../../queue/Job.js"
+import type * as Stage from "../../runtime/Stage.js"
+import * as CallsSql from "./CallsSql.js"
+
+/** Org ids become a storage path segment, so they are held to a plain name. */
+export const orgIdPattern = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/
+
+export const CallId = Schema.UUID
+
+export const callPrefix = (orgId: string, callId: string) => `orgs/${orgId}/calls/${callId}`
+/** Where extract_audio puts the OGG Opus audio: deterministic, so a rerun overwrites rather than adds. */
+export const audioKey = (orgId: string, callId: string) => `${callPrefix(orgId, callId)}/audio.ogg`
+export const sourceKey = (orgId: string, callId: string, extension: string) => `${callPrefix(orgId, callId)}/source${extension}`
+
+export const audioContentType = "audio/ogg; codecs=opus"
+
+/** A database failure inside a stage: worth another try (a real bug exhausts the attempts and dead-letters). */
+export const dbTransient = (error: Db.DbError) => new JobError.Transient({ message: `database: ${error.message}` })
+
+/** Runs a statement, failing Transient. */
+export const run = <A>(query: (sql: Db.Sql) => PromiseLike<A>) =>
+  Effect.flatMap(Db.Db, (db) => Effect.mapError(db.run(query), dbTransient))
+
+/** Runs `effect` in one transaction, a failure to commit being Transient. */
+export const transaction = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.flatMap(Db.Db, (db) =>
+    db.transaction(effect).pipe(
+      Effect.catchIf((e): e is Db.DbError => (e as { _tag?: string })._tag === "DbError", (e) => Effect.fail(dbTransient(e)))
+    ))
+
+/** The call's row; a call that is not there (deleted, or never committed) cannot be worked on. */
+export const load = (callId: string) =>
+  Effect.flatMap(run((sql) => CallsSql.selectCall(sql, callId)), ([row]) =>
+    row === undefined
+      ? Effect.fail(new JobError.Permanent({ message: `call ${callId} does not exist` }))
+      : Effect.succeed(row))
+
+export const artifact = (callId: string, kind: string) =>
+  Effect.map(run((sql) => CallsSql.selectArtifact(sql, callId, kind)), (rows) => rows[0])
+
+/** Inserts the artifact unless the call already has one of its kind. */
+export const insertArtifact = (artifact: Parameters<typeof CallsSql.insertArtifact>[1]) =>
+  Effect.asVoid(run((sql) => CallsSql.insertArtifact(sql, artifact)))
+
+export const transcript = (callId: string) => Effect.map(run((sql) => CallsSql.selectTranscript(sql, callId)), (rows) => rows[0])
+
+export const advance = (callId: string, status: (typeof CallsSql.statusOrder)[number]) =>
+  Effect.asVoid(run((sql) => CallsSql.advanceStatus(sql, callId, status)))
+
+/** True when the runtime will dead-letter the job on this error: the call is marked failed before it does. */
+const givesUp = (error: JobError.JobError, job: Stage.JobInfo) =>
+  error._tag === "Permanent" ||
+  ((error._tag === "Transient" || error._tag === "RateLimited") && job.attempt >= job.maxAttempts)
+
+/**
+ * Marks the call failed with the stage's reason when this run is the job's last (best effort: a failure to
+ * record it must not change the job's own outcome). Defects and payload errors are left to the dead letter.
+ */
+export const recordFailure = (stage: string, callId: string, job: Stage.JobInfo) =>
+<A, R>(effect: Effect.Effect<A, JobError.JobError, R>): Effect.Effect<A, JobError.JobError, R | Db.Db> =>
+  Effect.tapError(effect, (error) =>
+    givesUp(error, job)
+      ? Effect.ignore(run((sql) => CallsSql.markFailed(sql, callId, `${stage}: ${error.message}`)))
+      : Effect.void)
+
+export interface HandOff {
+  readonly callId: string
+  readonly orgId: string
+  readonly delay?: Job.NewJob["delay"]
+}
+
+/**
+ * A builder of jobs for one call stage, usable before any Stage value exists (Calls.create enqueues the
+ * first). The dedupe key `<stage>:<call>` collapses a redelivered hand-off into the job still live.
+ */
+export const jobBuilder = <A, I>(stage: string, payload: Schema.Schema<A, I>, maxAttempts: number) =>
+(value: A, handOff: HandOff): Effect.Effect<Job.NewJob, JobError.Permanent> =>
+  Schema.encode(payload)(value).pipe(
+    Effect.mapError((e) =>
+      new JobError.Permanent({ message: `cannot build the ${stage} job: ${ParseResult.TreeFormatter.formatErrorSync(e)}` })
+    ),
+    Effect.map((encoded) => ({
+      stage,
+      payload: encoded,
+      orgId: handOff.orgId,
+      subjectId: handOff.callId,
+      maxAttempts,
+      dedupeKey: `${stage}:${handOff.callId}`,
+      ...(handOff.delay === undefined ? {} : { delay: handOff.delay })
+    }))
+  )

@@ -1,0 +1,90 @@
+/**
+ * What the call stages can be tuned by: the transcribe_poll schedule and deadline, whether the recognizer may
+ * read `file://` URIs, where temporaries go, and the Transient backoff. Options given to `makeCallStages`
+ * win; the rest come from the environment (read when a handler runs), then from the defaults here.
+ */
+import { Config, Duration, Effect, Option } from "effect"
+import * as Os from "node:os"
+import * as JobError from "../../JobError.js"
+import type * as RetryPolicy from "../../runtime/RetryPolicy.js"
+
+export interface CallStageOptions {
+  /** The first poll waits max(pollFirstMin, audio duration × pollFirstFraction). Default 5 s and 1/6. */
+  readonly pollFirstMin?: Duration.DurationInput | undefined
+  readonly pollFirstFraction?: number | undefined
+  /** Each later wait is the previous one × pollFactor (default 1.5), at most pollCap (default 60 s). */
+  readonly pollFactor?: number | undefined
+  readonly pollCap?: Duration.DurationInput | undefined
+  /** Give up (dead-letter) when the recognition is not done this long after it started. Default 24 h. */
+  readonly pollDeadline?: Duration.DurationInput | undefined
+  /** Let transcribe_start hand the recognizer `file://` URIs (the local simulator). Default false. */
+  readonly allowFileUris?: boolean | undefined
+  /** Where extract_audio makes its temporary directories. Default the OS temp directory. */
+  readonly tempDir?: string | undefined
+  /** The Transient backoff of every call stage (tests shorten it). Default per stage. */
+  readonly backoff?: RetryPolicy.Backoff | undefined
+  readonly concurrency?: Partial<Record<"extract_audio" | "transcribe_start" | "transcribe_poll" | "analyze", number>> | undefined
+}
+
+/** The handler-time settings, every one resolved. */
+export interface Settings {
+  readonly pollFirstMin: Duration.Duration
+  readonly pollFirstFraction: number
+  readonly pollFactor: number
+  readonly pollCap: Duration.Duration
+  readonly pollDeadline: Duration.Duration
+  readonly allowFileUris: boolean
+  readonly tempDir: string
+}
+
+export const defaults = {
+  pollFirstMin: Duration.seconds(5),
+  pollFirstFraction: 1 / 6,
+  pollFactor: 1.5,
+  pollCap: Duration.seconds(60),
+  pollDeadline: Duration.hours(24)
+} as const
+
+const positiveMillis = (name: string) =>
+  Config.option(
+    Config.integer(name).pipe(
+      Config.validate({ message: "must be a positive number of milliseconds", validation: (n) => n > 0 }),
+      Config.map(Duration.millis)
+    )
+  )
+
+/** The environment's part: `TRANSCRIBE_POLL_CAP_MS`, `TRANSCRIBE_POLL_DEADLINE_MS`, `SPEECHKIT_ALLOW_FILE_URIS`, `MEDIA_TEMP_DIR`. */
+export const config = Config.all({
+  pollCap: positiveMillis("TRANSCRIBE_POLL_CAP_MS"),
+  pollDeadline: positiveMillis("TRANSCRIBE_POLL_DEADLINE_MS"),
+  allowFileUris: Config.boolean("SPEECHKIT_ALLOW_FILE_URIS").pipe(Config.withDefault(false)),
+  tempDir: Config.option(Config.nonEmptyString("MEDIA_TEMP_DIR"))
+})
+
+/** Options over environment over defaults. A bad variable is Permanent: no retry fixes configuration. */
+export const resolve = (options: CallStageOptions): Effect.Effect<Settings, JobError.Permanent> =>
+  Effect.map(config, (env) => ({
+    pollFirstMin: options.pollFirstMin !== undefined ? Duration.decode(options.pollFirstMin) : defaults.pollFirstMin,
+    pollFirstFraction: options.pollFirstFraction ?? defaults.pollFirstFraction,
+    pollFactor: options.pollFactor ?? defaults.pollFactor,
+    pollCap: options.pollCap !== undefined
+      ? Duration.decode(options.pollCap)
+      : Option.getOrElse(env.pollCap, () => defaults.pollCap),
+    pollDeadline: options.pollDeadline !== undefined
+      ? Duration.decode(options.pollDeadline)
+      : Option.getOrElse(env.pollDeadline, () => defaults.pollDeadline),
+    allowFileUris: options.allowFileUris ?? env.allowFileUris,
+    tempDir: options.tempDir ?? Option.getOrElse(env.tempDir, () => Os.tmpdir())
+  })).pipe(
+    Effect.mapError((error) => new JobError.Permanent({ message: `call pipeline configuration: ${String(error)}` }))
+  )
+
+/** The wait before the first poll: the recognizer needs roughly a sixth of the audio's length. */
+export const firstPollAfter = (settings: Settings, audioDurationMs: number): Duration.Duration =>
+  Duration.max(settings.pollFirstMin, Duration.millis(Math.round(audioDurationMs * settings.pollFirstFraction)))
+
+/** The wait after poll number `polls` (0 for the first run) found the operation still running. */
+export const nextPollAfter = (settings: Settings, audioDurationMs: number, polls: number): Duration.Duration => {
+  const grown = Duration.toMillis(firstPollAfter(settings, audioDurationMs)) * settings.pollFactor ** (polls + 1)
+  return Duration.min(settings.pollCap, Duration.millis(Math.round(Math.min(grown, Number.MAX_SAFE_INTEGER))))
+}

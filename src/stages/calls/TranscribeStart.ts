@@ -1,0 +1,104 @@
+/**
+ * transcribe_start: makes sure the call's audio is in object storage, starts a SpeechKit async recognition of
+ * it, records the operation on the call, and completes by enqueueing transcribe_poll (same transaction as the
+ * completion; the first poll is delayed by the audio's expected recognition time). A rerun that finds an
+ * operation recorded starts nothing: it hands off the recorded one, so a redelivery never pays twice.
+ */
+import { Clock, Effect, Schema } from "effect"
+import * as JobError from "../../JobError.js"
+import * as SpeechKit from "../../layers/SpeechKit.js"
+import * as Storage from "../../layers/Storage.js"
+import * as RetryPolicy from "../../runtime/RetryPolicy.js"
+import * as Stage from "../../runtime/Stage.js"
+import * as CallsSql from "./CallsSql.js"
+import * as CallStore from "./CallStore.js"
+import * as Settings from "./Settings.js"
+import * as TranscribePoll from "./TranscribePoll.js"
+
+export const name = "transcribe_start"
+
+export const Payload = Schema.Struct({ callId: CallStore.CallId })
+export type Payload = typeof Payload.Type
+
+export const maxAttempts = 8
+
+export const job = CallStore.jobBuilder(name, Payload, maxAttempts)
+
+/** SpeechKit is slow external work: 5 s doubling to 5 min between tries, the server's delay on 429. */
+export const defaultBackoff = RetryPolicy.exponential({ base: "5 seconds", cap: "5 minutes" })
+
+export const policy = (options: Settings.CallStageOptions) =>
+  RetryPolicy.make({
+    Transient: options.backoff ?? defaultBackoff,
+    RateLimited: (e) => e.retryAfter,
+    NotReady: RetryPolicy.deadLetter,
+    Permanent: RetryPolicy.deadLetter
+  })
+
+/**
+ * SpeechKit downloads its input itself, so the audio must sit where it can reach: an S3-compatible bucket's
+ * https URL. `file://` is only for a recognizer on this machine (the simulator), and only when allowed.
+ */
+const recognizerUri = (uri: string, settings: Settings.Settings): Effect.Effect<string, JobError.Permanent> => {
+  const scheme = uri.slice(0, uri.indexOf(":") + 1)
+  if (scheme === "http:" || scheme === "https:") return Effect.succeed(uri)
+  if (scheme === "file:" && settings.allowFileUris) return Effect.succeed(uri)
+  return Effect.fail(
+    new JobError.Permanent({
+      message: `the storage is not S3-compatible (its URIs are ${scheme}//…), and SpeechKit can only download audio ` +
+        `from object storage: set STORAGE_DRIVER=s3` +
+        (scheme === "file:" ? `, or SPEECHKIT_ALLOW_FILE_URIS=true when the recognizer is a local simulator` : "")
+    })
+  )
+}
+
+export const make = (options: Settings.CallStageOptions = {}) =>
+  Stage.make({
+    name,
+    payload: Payload,
+    concurrency: options.concurrency?.transcribe_start ?? 4,
+    leaseFor: "30 seconds",
+    timeout: "2 minutes",
+    maxAttempts,
+    policy: policy(options),
+    handler: ({ callId }, info) =>
+      Effect.gen(function*() {
+        const storage = yield* Storage.Storage
+        const speechKit = yield* SpeechKit.SpeechKit
+        const settings = yield* Settings.resolve(options)
+        const call = yield* CallStore.load(callId)
+        const audio = yield* CallStore.artifact(callId, "audio")
+        if (audio === undefined) {
+          return yield* new JobError.Permanent({ message: `call ${callId} has no audio artifact: extract_audio has not run` })
+        }
+        const audioDurationMs = audio.duration_ms ?? 0
+        const handOff = (operationId: string, startedAt: Date) =>
+          Effect.map(
+            TranscribePoll.job(
+              { callId, operationId, startedAt, audioDurationMs },
+              { callId, orgId: call.org_id, delay: Settings.firstPollAfter(settings, audioDurationMs) }
+            ),
+            (next) => Stage.complete([next])
+          )
+
+        if (call.operation_id !== null && call.operation_started_at !== null) {
+          yield* Effect.logInfo(`recognition ${call.operation_id} already started; handing off`)
+          return yield* handOff(call.operation_id, call.operation_started_at)
+        }
+
+        if (!(yield* storage.exists(audio.storage_key))) {
+          return yield* new JobError.Permanent({
+            message: `the audio artifact ${audio.storage_key} of call ${callId} is missing from storage`
+          })
+        }
+        const uri = yield* Effect.flatMap(storage.uri(audio.storage_key), (uri) => recognizerUri(uri, settings))
+        const operationId = yield* speechKit.startRecognition({ uri })
+        const startedAt = new Date(yield* Clock.currentTimeMillis)
+        const [recorded] = yield* CallStore.run((sql) => CallsSql.recordOperation(sql, callId, operationId, startedAt))
+        if (recorded !== undefined) return yield* handOff(recorded.operation_id, recorded.operation_started_at)
+        // another run recorded its operation first: poll that one (ours is left to expire)
+        const winner = yield* CallStore.load(callId)
+        yield* Effect.logWarning(`recognition ${operationId} lost the race to ${winner.operation_id}; polling the latter`)
+        return yield* handOff(winner.operation_id ?? operationId, winner.operation_started_at ?? startedAt)
+      }).pipe(CallStore.recordFailure(name, callId, info))
+  })
