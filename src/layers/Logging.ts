@@ -2,7 +2,8 @@
  * Logs: JSON lines by default (one object per line, for journald / a log shipper), `pretty` for a terminal.
  * Every value logged passes through `redactSecrets`, so a payload field named like a secret never reaches a log.
  */
-import { Config, HashMap, Layer, Logger, LogLevel } from "effect"
+import { Config, Either, HashMap, Layer, Logger, LogLevel } from "effect"
+import * as ConfigError from "effect/ConfigError"
 
 const secretKey = /(token|secret|password|passwd|api[-_]?key|access[-_]?key|authorization|cookie|credential|private[-_]?key|^key$)/i
 
@@ -19,7 +20,16 @@ export const redactSecrets = (value: unknown, depth = 0): unknown => {
 
 export const config = Config.all({
   format: Config.literal("json", "pretty", "logfmt")("LOG_FORMAT").pipe(Config.withDefault("json" as const)),
-  level: Config.logLevel("LOG_LEVEL").pipe(Config.withDefault(LogLevel.Info))
+  level: Config.string("LOG_LEVEL").pipe(
+    Config.withDefault("info"),
+    Config.mapOrFail((text) => {
+      const wanted = text.trim().toLowerCase()
+      const level = LogLevel.allLevels.find((l) => l._tag.toLowerCase() === wanted || l.label.toLowerCase() === wanted)
+      return level
+        ? Either.right(level)
+        : Either.left(ConfigError.InvalidData(["LOG_LEVEL"], `"${text}" is not a log level (trace, debug, info, warn, error, fatal, none)`))
+    })
+  )
 })
 
 const redacting = <O>(logger: Logger.Logger<unknown, O>) =>

@@ -47,7 +47,7 @@ const concurrencyOverrides = Config.string("PGFIBER_CONCURRENCY").pipe(
       const n = Number(value)
       if (!name || !Number.isInteger(n) || n < 1 || n > 10_000) {
         return Either.left(
-          ConfigError.InvalidData([], `"${part}" is not stage=N with N a whole number from 1 to 10000`)
+          ConfigError.InvalidData(["PGFIBER_CONCURRENCY"], `"${part}" is not stage=N with N a whole number from 1 to 10000`)
         )
       }
       out[name.trim()] = n

@@ -1,0 +1,216 @@
+/**
+ * The runtime on real Postgres, with real faults: NOTIFY wake-ups (the sweep is set to an hour, so nothing
+ * polls), the next-due timer, a killed LISTEN backend, a SIGKILLed worker process, SIGTERM with jobs in
+ * flight, and how few statements an idle worker sends.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { Context, Duration, Effect, Layer, Redacted, Schema } from "effect"
+import { spawn } from "node:child_process"
+import * as Path from "node:path"
+import * as Db from "../../src/layers/Db.js"
+import * as Migrations from "../../src/queue/Migrations.js"
+import * as PgQueue from "../../src/queue/PgQueue.js"
+import * as Queue from "../../src/queue/Queue.js"
+import * as Stage from "../../src/runtime/Stage.js"
+import * as Waker from "../../src/runtime/Waker.js"
+import * as Worker from "../../src/runtime/Worker.js"
+import { databaseUrl, dropSchema, freshSchemaName, rawSql } from "../support/pg.js"
+
+const idleOptions = (workerId: string): Worker.WorkerOptions => ({
+  workerId,
+  shutdownGrace: Duration.seconds(5),
+  sweepInterval: Duration.hours(1),
+  pollInterval: Duration.seconds(1),
+  concurrency: {}
+})
+
+/** A migrated schema, dropped at the end of the test. */
+const freshSchema = Effect.gen(function*() {
+  const schema = freshSchemaName("rt")
+  yield* Effect.addFinalizer(() => dropSchema(schema))
+  yield* Migrations.migrate().pipe(
+    Effect.provide(Layer.scoped(Db.Db, Db.make({ url: Redacted.make(databaseUrl()), schema, poolMax: 2 }))),
+    Effect.orDie
+  )
+  const sql = rawSql(schema)
+  yield* Effect.addFinalizer(() => Effect.promise(() => sql.end({ timeout: 5 })))
+  yield* Effect.promise(() =>
+    sql`create table executions (job_id bigint, worker_id text, attempt int, at timestamptz default clock_timestamp())`
+  )
+  return { schema, sql }
+})
+
+const startInProcess = (
+  schema: string,
+  stages: ReadonlyArray<Stage.Stage<any, any, never>>,
+  options: Worker.WorkerOptions,
+  onStatement?: (q: string) => void
+) =>
+  Effect.gen(function*() {
+    const scope = yield* Effect.scope
+    const dbLayer = Layer.scoped(
+      Db.Db,
+      Db.make({ url: Redacted.make(databaseUrl()), schema, poolMax: 4, ...(onStatement ? { onStatement } : {}) })
+    )
+    const context = yield* Layer.buildWithScope(
+      Worker.layer(stages, options).pipe(Layer.provideMerge(PgQueue.layer()), Layer.provideMerge(dbLayer)),
+      scope
+    ).pipe(Effect.orDie)
+    return { context }
+  })
+
+const waitFor = <A>(what: string, probe: Effect.Effect<A | undefined | null | false>, timeout = Duration.seconds(20)) =>
+  Effect.gen(function*() {
+    const deadline = Date.now() + Duration.toMillis(timeout)
+    while (Date.now() < deadline) {
+      const value = yield* probe
+      if (value !== undefined && value !== null && value !== false) return value as A
+      yield* Effect.sleep("25 millis")
+    }
+    return yield* Effect.dieMessage(`timed out waiting for ${what}`)
+  })
+
+const fixture = Path.resolve(import.meta.dirname, "../fixtures/recordingWorker.ts")
+
+const spawnWorker = (schema: string, workerId: string, env: Record<string, string> = {}) =>
+  Effect.acquireRelease(
+    Effect.sync(() => {
+      const child = spawn(process.execPath, ["--import", "tsx", fixture], {
+        env: {
+          ...process.env,
+          DATABASE_URL: databaseUrl(),
+          PGFIBER_SCHEMA: schema,
+          WORKER_ID: workerId,
+          SWEEP_INTERVAL_MS: String(3_600_000),
+          LOG_LEVEL: "warn",
+          ...env
+        },
+        stdio: ["ignore", "pipe", "pipe"]
+      })
+      let output = ""
+      child.stdout!.on("data", (d) => (output += d))
+      child.stderr!.on("data", (d) => (output += d))
+      const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)))
+      return { child, exited, output: () => output }
+    }),
+    ({ child }) => Effect.sync(() => child.exitCode === null && child.kill("SIGKILL"))
+  )
+
+const executions = (sql: ReturnType<typeof rawSql>) =>
+  Effect.promise(() => sql<Array<{ job_id: string; worker_id: string; attempt: number }>>`select job_id, worker_id, attempt from executions order by at`)
+
+const jobRow = (sql: ReturnType<typeof rawSql>, id: string) =>
+  Effect.promise(() => sql<Array<{ status: string; attempts: number }>>`select status, attempts from jobs where id = ${id}`).pipe(
+    Effect.map((rows) => rows[0])
+  )
+
+const startedAt = new Map<string, number>()
+const timing = Stage.make({
+  name: "timing",
+  payload: Schema.Struct({ tag: Schema.String }),
+  handler: ({ tag }) => Effect.sync(() => void startedAt.set(tag, Date.now()))
+})
+
+describe("runtime on Postgres", () => {
+  it.live("a job enqueued while the worker idles starts at once (NOTIFY), a delayed one on time (timer)", () =>
+    Effect.gen(function*() {
+      const { schema } = yield* freshSchema
+      const { context } = yield* startInProcess(schema, [timing], idleOptions("w-notify"))
+      const queue = Context.get(context, Queue.Queue)
+      yield* Effect.sleep("500 millis") // idle: the start-up claim is long done
+      const enqueuedAt = Date.now()
+      yield* queue.enqueue([{ stage: "timing", payload: { tag: "now" } }])
+      yield* waitFor("the job to start", Effect.sync(() => startedAt.get("now")))
+      const wake = startedAt.get("now")! - enqueuedAt
+      console.log(`NOTIFY wake-up: enqueue → handler start ${wake} ms`)
+      expect(wake).toBeLessThan(1000)
+
+      const delayedAt = Date.now()
+      yield* queue.enqueue([{ stage: "timing", payload: { tag: "delayed" }, delay: "2 seconds" }])
+      yield* waitFor("the delayed job to start", Effect.sync(() => startedAt.get("delayed")))
+      const late = startedAt.get("delayed")! - delayedAt
+      console.log(`timer: a job delayed 2000 ms started after ${late} ms`)
+      expect(late).toBeGreaterThanOrEqual(1950)
+      expect(late).toBeLessThan(3000)
+    }).pipe(Effect.scoped), 30_000)
+
+  it.live("jobs enqueued while the LISTEN backend was killed are processed after it reconnects", () =>
+    Effect.gen(function*() {
+      const { schema, sql } = yield* freshSchema
+      const { context } = yield* startInProcess(schema, [timing], idleOptions("w-listen"))
+      const queue = Context.get(context, Queue.Queue)
+      const waker = Context.get(context, Waker.Waker)
+      yield* waitFor("the listener", Effect.map(waker.health, (h) => h.listener === "listening"))
+      const before = (yield* waker.health).listenerReconnects
+      const killed = yield* Effect.promise(() =>
+        sql<Array<{ pid: number }>>`
+          select pg_terminate_backend(pid), pid from pg_stat_activity
+          where query ilike 'listen%' and query ilike ${"%" + schema + "%"}`
+      )
+      expect(killed.length).toBe(1)
+      yield* queue.enqueue([1, 2, 3].map((n) => ({ stage: "timing", payload: { tag: `gap-${n}` } })))
+      yield* waitFor("all three jobs", Effect.sync(() => [1, 2, 3].every((n) => startedAt.has(`gap-${n}`))))
+      yield* waitFor("the listener to come back", Effect.map(waker.health, (h) => h.listenerReconnects > before))
+      // and it is listening again: a fresh job after the reconnect is woken by NOTIFY
+      yield* queue.enqueue([{ stage: "timing", payload: { tag: "after" } }])
+      yield* waitFor("the job after reconnect", Effect.sync(() => startedAt.get("after")), Duration.seconds(5))
+    }).pipe(Effect.scoped), 30_000)
+
+  it.live("a worker SIGKILLed mid-job: another worker completes the job after the lease expires, within 15 s", () =>
+    Effect.gen(function*() {
+      const { schema, sql } = yield* freshSchema
+      const a = yield* spawnWorker(schema, "victim")
+      const [job] = yield* Effect.promise(() =>
+        sql<Array<{ id: string }>>`insert into jobs (stage, payload, max_attempts)
+          values ('record', '{"sleepMs": 600000, "sleepOnAttempts": [1]}', 5) returning id`
+      )
+      yield* waitFor("the victim to start the job", Effect.map(executions(sql), (rows) => rows.length === 1)).pipe(
+        Effect.tapDefect(() => Effect.sync(() => console.log(a.output())))
+      )
+      const b = yield* spawnWorker(schema, "rescuer")
+      yield* Effect.sleep("1 second") // let the rescuer start and go idle
+      a.child.kill("SIGKILL")
+      const killedAt = Date.now()
+      yield* waitFor("the job to be completed by the rescuer", Effect.map(jobRow(sql, job!.id), (row) => row === undefined), Duration.seconds(20))
+      const took = Date.now() - killedAt
+      console.log(`SIGKILL → job completed by another worker after ${took} ms`)
+      expect(took).toBeLessThan(15_000)
+      const rows = yield* executions(sql)
+      expect(rows.map((r) => [r.worker_id, r.attempt])).toEqual([["victim", 1], ["rescuer", 2]])
+      void b
+    }).pipe(Effect.scoped), 40_000)
+
+  it.live("SIGTERM with jobs in flight: exits 0 within its grace period; nothing is left running", () =>
+    Effect.gen(function*() {
+      const { schema, sql } = yield* freshSchema
+      const w = yield* spawnWorker(schema, "terminated", { SHUTDOWN_GRACE_MS: "3000" })
+      yield* Effect.promise(() =>
+        sql`insert into jobs (stage, payload) values
+          ('record', '{"sleepMs": 1000}'), ('record', '{"sleepMs": 1000}'), ('record', '{"sleepMs": 600000}')`
+      )
+      yield* waitFor("three jobs running", Effect.map(executions(sql), (rows) => rows.length === 3))
+      const termAt = Date.now()
+      w.child.kill("SIGTERM")
+      const code = yield* Effect.promise(() => w.exited)
+      const took = Date.now() - termAt
+      console.log(`SIGTERM → exit ${code} after ${took} ms (grace 3000 ms)`)
+      expect(code).toBe(0)
+      expect(took).toBeLessThan(3000 + 2000)
+      const left = yield* Effect.promise(() => sql<Array<{ status: string; attempts: number; locked_by: string | null }>>`select status, attempts, locked_by from jobs`)
+      // the two short jobs finished; the long one was handed back untouched
+      expect(left).toEqual([{ status: "queued", attempts: 0, locked_by: null }])
+    }).pipe(Effect.scoped), 40_000)
+
+  it.live("an idle worker sends next to no statements", () =>
+    Effect.gen(function*() {
+      const { schema } = yield* freshSchema
+      let statements: Array<string> = []
+      yield* startInProcess(schema, [timing], idleOptions("w-idle"), (q) => statements.push(q))
+      yield* Effect.sleep("1 second") // start-up: migrations check, catch-up claim, timer query
+      const startup = statements.length
+      statements = []
+      yield* Effect.sleep("10 seconds")
+      console.log(`idle worker: ${statements.length} statements in 10 s (start-up sent ${startup})`)
+      expect(statements.length).toBeLessThanOrEqual(1)
+    }).pipe(Effect.scoped), 30_000)
+})
