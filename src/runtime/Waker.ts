@@ -99,23 +99,27 @@ export const make = (options: Partial<WakerOptions> = {}) =>
       )
     )
 
-    // armNextDueTimer: ask the database when something is next due, sleep until then (or until re-armed)
+    // armNextDueTimer: ask the database what is due; act on what is due now, sleep until the next thing
+    // (or a re-arm request). Each firing re-asks first, so heartbeated leases never trigger a useless reap.
     const armNextDueTimer = Effect.gen(function*() {
       yield* Q.take(rearmRequests)
       const next = yield* queue.nextWake([...pools.keys()])
-      const waits = [next.jobDueInMs, next.leaseExpiresInMs].filter((ms): ms is number => ms !== null)
-      if (waits.length === 0) return
-      const waitMs = Math.max(Math.min(...waits), Duration.toMillis(opts.minTimerSpacing))
-      const rearmedFirst = yield* Effect.raceFirst(
-        Effect.as(Effect.sleep(Duration.millis(waitMs)), false),
-        Effect.as(Q.take(rearmRequests), true)
-      )
-      if (rearmedFirst) {
+      if (next.leaseExpiresInMs === 0) {
+        yield* reap
+        // the reaped jobs are queued now (and NOTIFYed); look again for what remains
+        yield* Effect.sleep(opts.minTimerSpacing)
         yield* rearm
         return
       }
-      if (next.leaseExpiresInMs !== null && next.leaseExpiresInMs <= waitMs) yield* reap
-      wakeAll()
+      // due now: wake the pools; a pool that comes up short asks for the next re-arm itself
+      if (next.jobDueInMs === 0) wakeAll()
+      const waits = [next.jobDueInMs, next.leaseExpiresInMs].filter((ms): ms is number => ms !== null && ms > 0)
+      if (waits.length === 0) return
+      // whichever comes first, the timer or a re-arm request, the next round asks the database again
+      yield* Effect.raceFirst(
+        Effect.sleep(Duration.millis(Math.max(Math.min(...waits), Duration.toMillis(opts.minTimerSpacing)))),
+        Q.take(rearmRequests)
+      )
       yield* rearm
     }).pipe(
       Effect.catchAllCause((cause) =>
