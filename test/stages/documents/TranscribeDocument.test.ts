@@ -119,7 +119,13 @@ const setup = (fakeOptions: FakeTranscriptionServer.Options = {}, sweep: Partial
     const statusBecomes = (id: string, status: string) =>
       waitFor(`document ${id} to be ${status}`, Effect.map(document(id), (d) => d.processing_status === status && d))
 
-    return { db, queue, sql, fake, run, startWorker, insertDocument, document, transitions, liveJobs, requestedUrls, statusBecomes }
+    // a job's completion commits just after its document's (and is group-committed), so it is waited for
+    const jobLeaves = (id: string) =>
+      waitFor(`the job of ${id} to leave the queue`, Effect.map(liveJobs(id), (jobs) => jobs.length === 0))
+
+    return {
+      db, queue, sql, fake, run, startWorker, insertDocument, document, transitions, liveJobs, jobLeaves, requestedUrls, statusBecomes
+    }
   })
 
 const waitFor = <A>(what: string, probe: Effect.Effect<A | undefined | null | false>, timeout = Duration.seconds(10)) =>
@@ -262,8 +268,8 @@ describe("transcribe_document", () => {
         metadata: expected.metadata
       })
 
-      // 5. the job leaves the live queue (its completion commits just after the document's), and nothing runs again
-      yield* waitFor("the job to leave the queue", Effect.map(t.liveJobs(id), (jobs) => jobs.length === 0))
+      // 5. the job leaves the live queue, and nothing runs again
+      yield* t.jobLeaves(id)
       yield* Effect.sleep("500 millis")
       expect(yield* t.requestedUrls).toEqual([url])
       expect(yield* t.transitions(id)).toEqual(["pending", "processing", "completed"])
@@ -283,6 +289,7 @@ describe("transcribe_document", () => {
       const url = "https://media.example.com/a.mp4"
       const id = yield* t.insertDocument({ url })
       const before = yield* t.statusBecomes(id, "completed")
+      yield* t.jobLeaves(id)
       const [stored] = yield* Effect.promise(() => t.sql`select updated_at from document_transcriptions where document_id = ${id}`)
 
       // a redelivery without the dedupe key, and one through the usual key
@@ -338,7 +345,7 @@ describe("transcribe_document", () => {
       expect(retryRow!.error).toContain("503")
       expect(done.processing_error).toBeNull()
       expect(yield* t.requestedUrls).toEqual([url, url])
-      expect(yield* t.liveJobs(id)).toHaveLength(0)
+      yield* t.jobLeaves(id)
       expect(yield* deadLetters(t.sql)).toEqual([])
     }))
 
