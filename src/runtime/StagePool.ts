@@ -85,7 +85,14 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
     }
     const count = (m: Metric.Metric.Counter<number>, n = 1) => Metric.incrementBy(m, n)
 
-    const inFlight = new Map<string, { lease: Lease; fiber: Fiber.RuntimeFiber<void> | undefined }>()
+    // every job this pool holds a lease on: running (fiber set) or buffered (claimed ahead, not started yet)
+    const inFlight = new Map<string, { lease: Lease; fiber: Fiber.RuntimeFiber<void> | undefined; settling?: boolean }>()
+    const buffered: Array<Job> = []
+    let running = 0
+    // handlers finished, outcomes not yet committed: bounded so a slow database pushes back on claiming
+    let settling = 0
+    // the last claim came back full: there is a backlog, so claim a batch ahead to keep every slot busy
+    let backlog = false
     let stopping = false
     let paused = false
     let lastClaimAt: Date | null = null
@@ -93,7 +100,7 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
       get stage() { return stage.name },
       get state() { return stopping ? "stopping" as const : "running" as const },
       get concurrency() { return concurrency },
-      get inFlight() { return inFlight.size },
+      get inFlight() { return running },
       get paused() { return paused },
       get lastClaimAt() { return lastClaimAt }
     })
@@ -107,8 +114,11 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
     // group commit: completions queue up while one batch is in flight, then go out together
     const completions = yield* Q.unbounded<{ readonly lease: Lease; readonly done: Deferred.Deferred<boolean> }>()
     const completer = Effect.gen(function*() {
-      const batch = yield* Q.takeBetween(completions, 1, 1000)
-      const leases = [...batch].map((c) => c.lease)
+      const first = yield* Q.takeBetween(completions, 1, 1000)
+      // let the jobs finishing right now join this batch rather than the next one
+      yield* Effect.yieldNow()
+      const batch = [...first, ...(yield* Q.takeUpTo(completions, 1000))]
+      const leases = batch.map((c) => c.lease)
       const ok = yield* queue.completeMany(leases).pipe(
         Effect.tapError((e) => Effect.logWarning("completing a batch failed; retrying", e.message)),
         Effect.retry(settleRetry),
@@ -197,10 +207,22 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
         subjectId: job.subjectId,
         createdAt: job.createdAt
       }
+      let slotHeld = true
+      // the handler is done: its slot goes to the next job while the outcome is being recorded (pipelining)
+      const freeSlot = Effect.sync(() => {
+        if (!slotHeld) return
+        slotHeld = false
+        running--
+        settling++
+        const entry = inFlight.get(job.id)
+        if (entry) entry.settling = true
+        if (!stopping && (moreWork || buffered.length > 0)) poke()
+      })
       return Effect.uninterruptibleMask((restore) =>
         Effect.gen(function*() {
           const payload = yield* Effect.either(Stage.decodePayload(stage, job.payload))
           if (payload._tag === "Left") {
+            yield* freeSlot
             return yield* settleFailure(job, lease, { _tag: "Permanent", message: payload.left })
           }
           const started = Date.now()
@@ -215,6 +237,7 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
             )
           )
           yield* Metric.update(metric.duration, (Date.now() - started) / 1000)
+          yield* freeSlot
           if (Exit.isSuccess(exit)) return yield* complete(lease, exit.value)
           if (Cause.isInterruptedOnly(exit.cause)) {
             const released = yield* settle("release", queue.release([lease])).pipe(Effect.orElseSucceed(() => []))
@@ -230,7 +253,9 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
         Effect.ensuring(
           Effect.sync(() => {
             inFlight.delete(job.id)
-            if (moreWork && !stopping) poke()
+            if (slotHeld) running--
+            else settling--
+            if (!stopping && (moreWork || buffered.length > 0)) poke()
           })
         ),
         Effect.annotateLogs({ stage: stage.name, jobId: job.id, attempt: job.attempts + 1 }),
@@ -238,14 +263,28 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
       )
     }
 
-    // claimReady: fill free capacity in one statement; a lost database pauses here until it is back
+    const startBuffered = Effect.gen(function*() {
+      while (!stopping && running < concurrency && settling < concurrency * 4 && buffered.length > 0) {
+        const job = buffered.shift()!
+        const entry = inFlight.get(job.id)
+        if (!entry) continue // its lease was lost while it waited
+        running++
+        entry.fiber = yield* FiberSet.run(fibers, runJob(job))
+      }
+    })
+
+    // claimReady: one statement fills free capacity; with a backlog it also claims one batch ahead, so the
+    // next jobs are in hand when slots free. A lost database pauses here until it is back.
     const claimLoop = Effect.gen(function*() {
       yield* Q.take(signal)
+      yield* startBuffered
       while (!stopping && moreWork) {
-        const free = concurrency - inFlight.size
-        if (free <= 0) break
+        const limit = backlog ? concurrency * 2 : concurrency
+        const want = limit - running - buffered.length
+        // under a backlog, wait for half a batch of room rather than claiming one job at a time
+        if (want <= 0 || settling >= concurrency * 4 || (backlog && buffered.length > 0 && want < Math.ceil(concurrency / 2))) break
         moreWork = false
-        const jobs = yield* queue.claim(stage.name, free, claimOptions).pipe(
+        const jobs = yield* queue.claim(stage.name, want, claimOptions).pipe(
           Effect.tapError((e) =>
             Effect.zipRight(
               Effect.sync(() => (paused = true)),
@@ -265,12 +304,12 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
         }
         for (const job of jobs) {
           inFlight.set(job.id, { lease: { id: job.id, lease: job.lease }, fiber: undefined })
-          const fiber = yield* FiberSet.run(fibers, runJob(job))
-          const entry = inFlight.get(job.id)
-          if (entry) entry.fiber = fiber
+          buffered.push(job)
         }
-        if (jobs.length === free) moreWork = true
+        backlog = jobs.length === want
+        if (backlog) moreWork = true
         else yield* waker.rearm
+        yield* startBuffered
       }
     }).pipe(
       Effect.catchAllCause((cause) => Effect.logError("claim loop failed; continuing", cause)),
@@ -288,11 +327,17 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
       const extended = new Set(yield* queue.heartbeat(held, stage.leaseFor))
       for (const lease of held) {
         const entry = inFlight.get(lease.id)
-        if (!extended.has(lease.id) && entry?.fiber) {
+        // a finished job's outcome may have been committed after this heartbeat read its lease
+        if (extended.has(lease.id) || !entry || entry.settling) continue
+        if (entry.fiber) {
           yield* Effect.logWarning("lease lost (cancelled or expired); stopping the job").pipe(
             Effect.annotateLogs({ stage: stage.name, jobId: lease.id })
           )
           yield* Fiber.interruptFork(entry.fiber)
+        } else {
+          // never started: forget it, and hand back a cancelled one so it is removed
+          inFlight.delete(lease.id)
+          yield* queue.release([lease]).pipe(Effect.ignore)
         }
       }
     }).pipe(
@@ -305,6 +350,13 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
     yield* Effect.addFinalizer(() =>
       Effect.gen(function*() {
         stopping = true
+        // jobs claimed ahead never started: hand them back at once
+        const notStarted = buffered.splice(0).map((job) => inFlight.get(job.id)?.lease).filter((l): l is Lease => l !== undefined)
+        if (notStarted.length > 0) {
+          notStarted.forEach((l) => inFlight.delete(l.id))
+          const released = yield* settle("release", queue.release(notStarted)).pipe(Effect.orElseSucceed(() => []))
+          yield* count(metric.released, released.length)
+        }
         const busy = inFlight.size
         if (busy > 0) {
           yield* Effect.logInfo(`shutting down: waiting up to ${Duration.format(options.shutdownGrace)} for ${busy} job(s)`)

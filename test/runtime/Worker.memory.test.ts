@@ -157,6 +157,37 @@ describe("runtime on the in-memory queue", () => {
       yield* Scope.close(scope, Exit.void)
     }))
 
+  it.effect("never runs more handlers at once than the stage's concurrency, even while claiming ahead", () =>
+    Effect.gen(function*() {
+      let running = 0
+      let peak = 0
+      let done = 0
+      const stage = Stage.make({
+        name: "bounded",
+        payload: Schema.Struct({ n: Schema.Number }),
+        concurrency: 3,
+        handler: () =>
+          Effect.gen(function*() {
+            running++
+            peak = Math.max(peak, running)
+            yield* Effect.sleep("10 millis")
+            running--
+            done++
+          })
+      })
+      const { queue, scope } = yield* startWorker([stage])
+      yield* queue.enqueue(Array.from({ length: 40 }, (_, n) => ({ stage: "bounded", payload: { n } })))
+      for (let i = 0; i < 30 && done < 40; i++) {
+        yield* settle
+        yield* TestClock.adjust("10 millis")
+      }
+      yield* settle
+      expect(done).toBe(40)
+      expect(peak).toBe(3)
+      expect(yield* queue.list({ stage: "bounded" })).toEqual([])
+      yield* Scope.close(scope, Exit.void)
+    }))
+
   it.effect("shutdown drains in-flight jobs within the grace period and releases the rest", () =>
     Effect.gen(function*() {
       const finished: Array<string> = []
