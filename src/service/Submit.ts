@@ -1,0 +1,62 @@
+/**
+ * The one way an operator or an API client submits a job: the stage must be one this build knows, the payload
+ * must decode with that stage's Schema (and is stored as the Schema encodes it), the stage's defaults apply.
+ * Shared by `POST /jobs` and `pgfiber enqueue`, so both refuse exactly the same input with the same message.
+ */
+import { Context, Duration, Effect, Metric, ParseResult, Schema } from "effect"
+import * as Queue from "../queue/Queue.js"
+import * as Metrics from "../runtime/Metrics.js"
+import * as Stage from "../runtime/Stage.js"
+
+/** The stages this process can enqueue to (and, for a worker, run). */
+export class KnownStages extends Context.Tag("pgfiber/KnownStages")<KnownStages, ReadonlyArray<Stage.Any>>() {}
+
+export interface SubmitRequest {
+  readonly stage: string
+  readonly payload?: unknown
+  readonly orgId?: string | null | undefined
+  readonly subjectId?: string | undefined
+  readonly priority?: Queue.Priority | undefined
+  readonly delay?: Duration.DurationInput | undefined
+  readonly runAt?: Date | undefined
+  readonly maxAttempts?: number | undefined
+  readonly dedupeKey?: string | undefined
+}
+
+const invalid = (field: string, message: string) => new Queue.InvalidJob({ field, message })
+
+/** The NewJob for a request, or the reason it is refused (nothing is written either way). */
+export const prepare = (stages: ReadonlyArray<Stage.Any>, request: SubmitRequest): Effect.Effect<Queue.NewJob, Queue.InvalidJob> =>
+  Effect.gen(function*() {
+    const stage = stages.find((s) => s.name === request.stage)
+    if (stage === undefined) {
+      const known = stages.map((s) => s.name).sort().join(", ") || "(none)"
+      return yield* invalid("stage", `unknown stage "${request.stage}"; known: ${known}`)
+    }
+    const decoded = yield* Schema.decodeUnknown(stage.payload)(request.payload ?? {}).pipe(
+      Effect.mapError((e) =>
+        invalid("payload", `payload does not match the ${stage.name} schema: ${ParseResult.TreeFormatter.formatErrorSync(e)}`)
+      )
+    )
+    const options: Stage.EnqueueOptions = Object.fromEntries(
+      Object.entries({
+        orgId: request.orgId,
+        subjectId: request.subjectId,
+        priority: request.priority,
+        delay: request.delay,
+        runAt: request.runAt,
+        maxAttempts: request.maxAttempts,
+        dedupeKey: request.dedupeKey
+      }).filter(([, v]) => v !== undefined)
+    )
+    return yield* Stage.job(stage, decoded, options)
+  })
+
+/** Validates and enqueues (joining the caller's transaction, e.g. `Db.withOrg`); counts `enqueued` per stage. */
+export const submit = (stages: ReadonlyArray<Stage.Any>, request: SubmitRequest) =>
+  Effect.gen(function*() {
+    const job = yield* prepare(stages, request)
+    const result = yield* Queue.enqueueOne(job)
+    if (!result.deduped) yield* Metric.increment(Metrics.forStage(Metrics.enqueued, job.stage))
+    return result
+  }).pipe(Effect.withSpan("Submit.submit", { attributes: { stage: request.stage } }))
