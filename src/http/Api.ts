@@ -1,0 +1,256 @@
+/**
+ * The HTTP API, declared once: endpoints, their Schemas and error statuses. Handlers live beside it
+ * (Health.ts, Jobs.ts, Calls.ts); `Server.ts` serves it with the generated OpenAPI document at
+ * `/openapi.json` and a browsable copy at `/docs`.
+ *
+ * Authentication is a bearer API key (ApiKeys.ts) bound to one org; every authenticated handler runs its
+ * database work under that org's row-level security, so another org's rows are simply not there (404).
+ */
+import { HttpApi, HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSchema, HttpApiSecurity, OpenApi } from "@effect/platform"
+import { Context, Schema } from "effect"
+import type * as ApiKeys from "../service/ApiKeys.js"
+
+// ---------------------------------------------------------------------------------------------
+// errors: each carries its status; bodies are `{ "_tag": …, "message": … }`
+
+export class BadRequest extends Schema.TaggedError<BadRequest>()("BadRequest", {
+  message: Schema.String,
+  field: Schema.optional(Schema.String)
+}, HttpApiSchema.annotations({ status: 400 })) {}
+
+export class Unauthorized extends Schema.TaggedError<Unauthorized>()("Unauthorized", {
+  message: Schema.String
+}, HttpApiSchema.annotations({ status: 401 })) {}
+
+export class NotFound extends Schema.TaggedError<NotFound>()("NotFound", {
+  message: Schema.String
+}, HttpApiSchema.annotations({ status: 404 })) {}
+
+export class Conflict extends Schema.TaggedError<Conflict>()("Conflict", {
+  message: Schema.String
+}, HttpApiSchema.annotations({ status: 409 })) {}
+
+/** Sent by the server's body limit before any handler runs; declared so the OpenAPI document shows it. */
+export class PayloadTooLarge extends Schema.TaggedError<PayloadTooLarge>()("PayloadTooLarge", {
+  message: Schema.String
+}, HttpApiSchema.annotations({ status: 413 })) {}
+
+export class Unavailable extends Schema.TaggedError<Unavailable>()("Unavailable", {
+  message: Schema.String
+}, HttpApiSchema.annotations({ status: 503 })) {}
+
+// ---------------------------------------------------------------------------------------------
+// authentication
+
+/** The org the request's API key belongs to. */
+export class CurrentOrg extends Context.Tag("pgfiber/http/CurrentOrg")<CurrentOrg, ApiKeys.Principal>() {}
+
+export class Authorization extends HttpApiMiddleware.Tag<Authorization>()("pgfiber/http/Authorization", {
+  failure: Schema.Union(Unauthorized, Unavailable),
+  provides: CurrentOrg,
+  security: { bearer: HttpApiSecurity.bearer }
+}) {}
+
+// ---------------------------------------------------------------------------------------------
+// health, readiness, metrics (no key needed)
+
+const Check = Schema.Struct({ ok: Schema.Boolean, detail: Schema.String })
+
+export const StageReadiness = Schema.Struct({
+  stage: Schema.String,
+  /** This process's pool for the stage; null when it runs no pool for it (e.g. `start --stages`). */
+  pool: Schema.NullOr(Schema.Struct({
+    state: Schema.Literal("running", "stopping"),
+    concurrency: Schema.Number,
+    inFlight: Schema.Number,
+    paused: Schema.Boolean,
+    lastClaimAt: Schema.NullOr(Schema.Date)
+  })),
+  ready: Schema.Number,
+  scheduled: Schema.Number,
+  running: Schema.Number,
+  deadLetters: Schema.Number,
+  /** How long the oldest ready job has waited: the stage's lag. */
+  oldestReadyAgeSeconds: Schema.Number
+})
+
+const readinessFields = {
+  status: Schema.Literal("ready", "not ready"),
+  /** Why not ready; empty when ready. */
+  problems: Schema.Array(Schema.String),
+  checks: Schema.Struct({ database: Check, listener: Check, pools: Check }),
+  listener: Schema.NullOr(Schema.Struct({
+    state: Schema.Literal("connecting", "listening", "polling"),
+    reconnects: Schema.Number
+  })),
+  reaper: Schema.NullOr(Schema.Struct({ lastReapAt: Schema.NullOr(Schema.Date), lastSweepAt: Schema.NullOr(Schema.Date) })),
+  stages: Schema.Array(StageReadiness)
+}
+
+export const Readiness = Schema.Struct(readinessFields)
+export type Readiness = typeof Readiness.Type
+
+export class NotReadyYet extends Schema.TaggedError<NotReadyYet>()("NotReadyYet", readinessFields, HttpApiSchema.annotations({
+  status: 503
+})) {}
+
+export const PrometheusText = HttpApiSchema.Text({ contentType: "text/plain; version=0.0.4; charset=utf-8" })
+
+export class HealthApi extends HttpApiGroup.make("health")
+  .add(
+    HttpApiEndpoint.get("healthz", "/healthz")
+      .addSuccess(Schema.Struct({ status: Schema.Literal("ok"), uptimeSeconds: Schema.Number }))
+  )
+  .add(
+    HttpApiEndpoint.get("readyz", "/readyz")
+      .addSuccess(Readiness)
+      .addError(NotReadyYet)
+  )
+  .add(
+    HttpApiEndpoint.get("metrics", "/metrics")
+      .addSuccess(PrometheusText)
+  )
+  .annotate(OpenApi.Description, "Liveness, readiness and Prometheus metrics; no API key needed")
+{}
+
+// ---------------------------------------------------------------------------------------------
+// jobs and dead letters
+
+const JobId = HttpApiSchema.param("id", Schema.String)
+
+const ErrorEntry = Schema.Struct({ attempt: Schema.Number, at: Schema.String, tag: Schema.String, message: Schema.String })
+
+export const JobView = Schema.Struct({
+  id: Schema.String,
+  stage: Schema.String,
+  orgId: Schema.NullOr(Schema.String),
+  subjectId: Schema.NullOr(Schema.String),
+  payload: Schema.Unknown,
+  priority: Schema.Number,
+  /** Live states; `dead` when the job was dead-lettered (see `deadLetterId`). Completed jobs leave the queue: 404. */
+  status: Schema.Literal("queued", "running", "cancelled", "dead"),
+  attempts: Schema.Number,
+  maxAttempts: Schema.Number,
+  polls: Schema.Number,
+  availableAt: Schema.NullOr(Schema.Date),
+  lockedUntil: Schema.NullOr(Schema.Date),
+  dedupeKey: Schema.NullOr(Schema.String),
+  errors: Schema.Array(ErrorEntry),
+  lastError: Schema.NullOr(Schema.String),
+  deadLetterId: Schema.NullOr(Schema.String),
+  createdAt: Schema.Date,
+  updatedAt: Schema.Date
+})
+
+export const DeadLetterView = Schema.Struct({
+  id: Schema.String,
+  jobId: Schema.String,
+  stage: Schema.String,
+  orgId: Schema.NullOr(Schema.String),
+  subjectId: Schema.NullOr(Schema.String),
+  payload: Schema.Unknown,
+  priority: Schema.Number,
+  attempts: Schema.Number,
+  maxAttempts: Schema.Number,
+  reason: Schema.String,
+  errorHistory: Schema.Array(ErrorEntry),
+  jobCreatedAt: Schema.Date,
+  deadAt: Schema.Date,
+  resolutionStatus: Schema.NullOr(Schema.Literal("retried", "resolved")),
+  resolutionNotes: Schema.NullOr(Schema.String),
+  resolvedAt: Schema.NullOr(Schema.Date),
+  retriedJobId: Schema.NullOr(Schema.String)
+})
+
+export const EnqueueRequest = Schema.Struct({
+  stage: Schema.String,
+  /** Validated by the stage's Schema. */
+  payload: Schema.optional(Schema.Unknown),
+  priority: Schema.optional(Schema.Union(Schema.Literal("fast", "normal", "bulk"), Schema.Int.pipe(Schema.between(0, 100)))),
+  /** Run no sooner than this many milliseconds from now. */
+  delayMs: Schema.optional(Schema.Int.pipe(Schema.between(0, 366 * 24 * 3600 * 1000))),
+  /** Run no sooner than this instant (ISO 8601); wins over delayMs. */
+  runAt: Schema.optional(Schema.Date),
+  maxAttempts: Schema.optional(Schema.Int.pipe(Schema.between(1, 1000))),
+  /** Unique among queued and running jobs: a duplicate returns the live job (`deduped: true`). */
+  dedupeKey: Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(1024))),
+  subjectId: Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(200)))
+})
+
+const ListLimit = Schema.optional(Schema.NumberFromString.pipe(Schema.int(), Schema.between(1, 1000)))
+
+export class JobsApi extends HttpApiGroup.make("jobs")
+  .add(
+    HttpApiEndpoint.post("enqueue", "/jobs")
+      .setPayload(EnqueueRequest)
+      .addSuccess(Schema.Struct({ id: Schema.String, deduped: Schema.Boolean }), { status: 201 })
+      .addError(BadRequest)
+  )
+  .add(
+    HttpApiEndpoint.get("list", "/jobs")
+      .setUrlParams(Schema.Struct({
+        stage: Schema.optional(Schema.String),
+        status: Schema.optional(Schema.Literal("queued", "running", "cancelled")),
+        limit: ListLimit,
+        after: Schema.optional(Schema.String)
+      }))
+      .addSuccess(Schema.Struct({ jobs: Schema.Array(JobView) }))
+  )
+  .add(HttpApiEndpoint.get("get")`/jobs/${JobId}`.addSuccess(JobView).addError(NotFound))
+  .add(
+    HttpApiEndpoint.post("cancel")`/jobs/${JobId}/cancel`
+      .addSuccess(Schema.Struct({ id: Schema.String, outcome: Schema.Literal("cancelled", "cancelling") }))
+      .addError(NotFound)
+  )
+  .add(
+    HttpApiEndpoint.get("listDeadLetters", "/dlq")
+      .setUrlParams(Schema.Struct({
+        stage: Schema.optional(Schema.String),
+        /** `true`: resolved and retried ones too. */
+        all: Schema.optional(Schema.BooleanFromString),
+        limit: ListLimit,
+        after: Schema.optional(Schema.String)
+      }))
+      .addSuccess(Schema.Struct({ deadLetters: Schema.Array(DeadLetterView) }))
+  )
+  .add(HttpApiEndpoint.get("getDeadLetter")`/dlq/${JobId}`.addSuccess(DeadLetterView).addError(NotFound))
+  .add(
+    HttpApiEndpoint.post("retryDeadLetter")`/dlq/${JobId}/retry`
+      .addSuccess(Schema.Struct({ id: Schema.String, jobId: Schema.String }))
+      .addError(NotFound)
+      .addError(Conflict)
+  )
+  .add(
+    HttpApiEndpoint.post("resolveDeadLetter")`/dlq/${JobId}/resolve`
+      .setPayload(Schema.Struct({ notes: Schema.optional(Schema.String.pipe(Schema.maxLength(4000))) }))
+      .addSuccess(Schema.Struct({ id: Schema.String, resolutionStatus: Schema.Literal("resolved") }))
+      .addError(NotFound)
+  )
+  .add(
+    HttpApiEndpoint.post("tick", "/api/jobs/tick")
+      .setPayload(Schema.Struct({ max: Schema.optional(Schema.Int.pipe(Schema.between(1, 1000))) }))
+      .addSuccess(Schema.Struct({
+        ok: Schema.Literal(true),
+        claimed: Schema.Number,
+        completed: Schema.Number,
+        retried: Schema.Number,
+        rescheduled: Schema.Number,
+        deadLettered: Schema.Number,
+        released: Schema.Number,
+        fenced: Schema.Number
+      }))
+      .addError(NotFound)
+  )
+  .middleware(Authorization)
+  .annotate(OpenApi.Description, "Jobs and dead letters of the API key's org")
+  .addError(Unavailable)
+{}
+
+export class Api extends HttpApi.make("pgfiber")
+  .add(HealthApi)
+  .add(JobsApi)
+  .addError(BadRequest)
+  .addError(PayloadTooLarge)
+  .annotate(OpenApi.Title, "pgfiber")
+  .annotate(OpenApi.Description, "A Postgres job queue and event-driven worker runtime")
+{}

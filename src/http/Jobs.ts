@@ -1,0 +1,206 @@
+/**
+ * The jobs group: submit, read, list and cancel jobs; list, read, retry and resolve dead letters; the dev
+ * tick. Every database call runs inside `Db.withOrg` for the key's org, so row-level security (not a WHERE
+ * clause here) is what keeps orgs apart: another org's job is not found.
+ */
+import { HttpApiBuilder } from "@effect/platform"
+import { Config, Duration, Effect } from "effect"
+import * as Db from "../layers/Db.js"
+import * as Queue from "../queue/Queue.js"
+import * as Stage from "../runtime/Stage.js"
+import * as Submit from "../service/Submit.js"
+import * as Tick from "../service/Tick.js"
+import { Api, BadRequest, Conflict, CurrentOrg, NotFound, Unavailable } from "./Api.js"
+
+/** A database failure as the client sees it: 503 when it could not be reached, else a logged 500. */
+export const dbFailure = (e: Db.DbError) =>
+  e.unavailable
+    ? Effect.fail(new Unavailable({ message: "the database is unavailable; try again" }))
+    : Effect.zipRight(Effect.logError("database error", e.message), Effect.die(e))
+
+/** The dead letter a job became, if any: `GET /jobs/:id` of a dead job says so instead of a bare 404. */
+const selectDeadLetterOfJob = (sql: Db.Sql, jobId: string) =>
+  sql<Array<Record<string, unknown>>>`select id from dead_letters where job_id = ${jobId} order by id desc limit 1`
+
+const isId = (id: string) => /^\d{1,19}$/.test(id)
+
+export const jobView = (job: Queue.Job) => ({
+  id: job.id,
+  stage: job.stage,
+  orgId: job.orgId,
+  subjectId: job.subjectId,
+  payload: job.payload,
+  priority: job.priority,
+  status: job.status,
+  attempts: job.attempts,
+  maxAttempts: job.maxAttempts,
+  polls: job.polls,
+  availableAt: job.availableAt,
+  lockedUntil: job.lockedUntil,
+  dedupeKey: job.dedupeKey,
+  errors: job.errors,
+  lastError: job.lastError,
+  deadLetterId: null,
+  createdAt: job.createdAt,
+  updatedAt: job.updatedAt
+})
+
+const deadJobView = (dl: Queue.DeadLetter) => ({
+  id: dl.jobId,
+  stage: dl.stage,
+  orgId: dl.orgId,
+  subjectId: dl.subjectId,
+  payload: dl.payload,
+  priority: dl.priority,
+  status: "dead" as const,
+  attempts: dl.attempts,
+  maxAttempts: dl.maxAttempts,
+  polls: 0,
+  availableAt: null,
+  lockedUntil: null,
+  dedupeKey: dl.dedupeKey,
+  errors: dl.errorHistory,
+  lastError: dl.reason,
+  deadLetterId: dl.id,
+  createdAt: dl.jobCreatedAt,
+  updatedAt: dl.deadAt
+})
+
+export const deadLetterView = (dl: Queue.DeadLetter) => ({
+  id: dl.id,
+  jobId: dl.jobId,
+  stage: dl.stage,
+  orgId: dl.orgId,
+  subjectId: dl.subjectId,
+  payload: dl.payload,
+  priority: dl.priority,
+  attempts: dl.attempts,
+  maxAttempts: dl.maxAttempts,
+  reason: dl.reason,
+  errorHistory: dl.errorHistory,
+  jobCreatedAt: dl.jobCreatedAt,
+  deadAt: dl.deadAt,
+  resolutionStatus: dl.resolutionStatus,
+  resolutionNotes: dl.resolutionNotes,
+  resolvedAt: dl.resolvedAt,
+  retriedJobId: dl.retriedJobId
+})
+
+/** `PGFIBER_DEV_TICK=1` exposes `POST /api/jobs/tick` (seed 004); otherwise it answers 404. */
+export const devTickConfig = Config.boolean("PGFIBER_DEV_TICK").pipe(Config.withDefault(false))
+
+export const layer = <R>(options: { readonly devTick: boolean; readonly workerId: string }) =>
+  HttpApiBuilder.group(Api, "jobs", (handlers) =>
+    Effect.gen(function*() {
+      const db = yield* Db.Db
+      const queue = yield* Queue.Queue
+      const stages = yield* Submit.KnownStages
+      const context = yield* Effect.context<R>()
+
+      /** Runs the effect as the request's org: a transaction under the tenant role, RLS on every row. */
+      const asOrg = <A, E, R2>(effect: Effect.Effect<A, E, R2>) =>
+        Effect.flatMap(CurrentOrg, (principal) => db.withOrg(principal.orgId, effect))
+
+      const notFound = (what: string) => new NotFound({ message: `${what} not found` })
+
+      return handlers
+        .handle("enqueue", ({ payload: body }) =>
+          Effect.gen(function*() {
+            const principal = yield* CurrentOrg
+            const result = yield* asOrg(
+              Submit.submit(stages, {
+                stage: body.stage,
+                payload: body.payload,
+                orgId: principal.orgId,
+                subjectId: body.subjectId,
+                priority: body.priority,
+                delay: body.delayMs === undefined ? undefined : Duration.millis(body.delayMs),
+                runAt: body.runAt,
+                maxAttempts: body.maxAttempts,
+                dedupeKey: body.dedupeKey
+              }).pipe(Effect.provideService(Queue.Queue, queue))
+            )
+            yield* Effect.logInfo("job submitted", { stage: body.stage, jobId: result.id, deduped: result.deduped })
+            return result
+          }).pipe(
+            Effect.catchTags({
+              InvalidJob: (e) => Effect.fail(new BadRequest({ message: e.message, field: e.field })),
+              DbError: dbFailure
+            })
+          ))
+        .handle("list", ({ urlParams }) =>
+          asOrg(queue.list({ stage: urlParams.stage, status: urlParams.status, limit: urlParams.limit ?? 100, afterId: urlParams.after })).pipe(
+            Effect.map((jobs) => ({ jobs: jobs.map(jobView) })),
+            Effect.catchTag("DbError", dbFailure)
+          ))
+        .handle("get", ({ path }) =>
+          Effect.gen(function*() {
+            if (!isId(path.id)) return yield* notFound(`job ${path.id}`)
+            const found = yield* asOrg(Effect.gen(function*() {
+              const job = yield* queue.get(path.id)
+              if (job !== null) return jobView(job)
+              const [dead] = yield* db.run((sql) => selectDeadLetterOfJob(sql, path.id))
+              const dl = dead ? yield* queue.deadLetters.get(String(dead.id)) : null
+              return dl === null ? null : deadJobView(dl)
+            }))
+            if (found === null) {
+              return yield* new NotFound({ message: `job ${path.id} not found (completed jobs leave the queue)` })
+            }
+            return found
+          }).pipe(Effect.catchTag("DbError", dbFailure)))
+        .handle("cancel", ({ path }) =>
+          asOrg(queue.cancel(path.id)).pipe(
+            Effect.flatMap((outcome) =>
+              outcome === "not-found" ? Effect.fail(notFound(`job ${path.id}`)) : Effect.succeed({ id: path.id, outcome })
+            ),
+            Effect.catchTag("DbError", dbFailure)
+          ))
+        .handle("listDeadLetters", ({ urlParams }) =>
+          asOrg(queue.deadLetters.list({
+            stage: urlParams.stage,
+            unresolvedOnly: !(urlParams.all ?? false),
+            limit: urlParams.limit ?? 100,
+            afterId: urlParams.after
+          })).pipe(
+            Effect.map((list) => ({ deadLetters: list.map(deadLetterView) })),
+            Effect.catchTag("DbError", dbFailure)
+          ))
+        .handle("getDeadLetter", ({ path }) =>
+          asOrg(queue.deadLetters.get(path.id)).pipe(
+            Effect.flatMap((dl) => (dl === null ? Effect.fail(notFound(`dead letter ${path.id}`)) : Effect.succeed(deadLetterView(dl)))),
+            Effect.catchTag("DbError", dbFailure)
+          ))
+        .handle("retryDeadLetter", ({ path }) =>
+          asOrg(queue.deadLetters.retry(path.id)).pipe(
+            Effect.map((jobId) => ({ id: path.id, jobId })),
+            Effect.tap((r) => Effect.logInfo("dead letter retried", r)),
+            Effect.catchTags({
+              JobNotFound: () => Effect.fail(notFound(`dead letter ${path.id}`)),
+              InvalidJob: (e) => Effect.fail(new Conflict({ message: e.message })),
+              DbError: dbFailure
+            })
+          ))
+        .handle("resolveDeadLetter", ({ path, payload }) =>
+          asOrg(queue.deadLetters.resolve(path.id, payload.notes)).pipe(
+            Effect.as({ id: path.id, resolutionStatus: "resolved" as const }),
+            Effect.tap(() => Effect.logInfo("dead letter resolved", { id: path.id })),
+            Effect.catchTags({
+              JobNotFound: () => Effect.fail(notFound(`dead letter ${path.id}`)),
+              DbError: dbFailure
+            })
+          ))
+        .handle("tick", ({ payload }) =>
+          Effect.gen(function*() {
+            if (!options.devTick) return yield* notFound("POST /api/jobs/tick (set PGFIBER_DEV_TICK=1 to enable it)")
+            const principal = yield* CurrentOrg
+            // only the key's org's jobs are claimed (RLS on the claim); handlers run as in a worker
+            const result = yield* Tick.run({
+              max: payload.max ?? 10,
+              stages: stages as ReadonlyArray<Stage.Stage<any, any, R>>,
+              workerId: `${options.workerId}:tick`,
+              claimScope: (claim) => db.withOrg(principal.orgId, claim)
+            }).pipe(Effect.provideService(Queue.Queue, queue), Effect.provide(context))
+            const { stages: _perStage, ...counts } = result
+            return { ok: true as const, ...counts }
+          }).pipe(Effect.catchTag("DbError", dbFailure)))
+    }))

@@ -1,0 +1,239 @@
+/**
+ * The HTTP API against a real server on a free loopback port, a real worker and Postgres: every route's
+ * happy path, authentication (401) and org isolation (404, never 403), bad input (400, 413), the OpenAPI
+ * document, and Prometheus metrics that parse and move when jobs run.
+ */
+import { describe, expect, layer } from "@effect/vitest"
+import { Effect } from "effect"
+import * as ApiKeys from "../../src/service/ApiKeys.js"
+import { layerDb, rawSql } from "../support/pg.js"
+import * as Db from "../../src/layers/Db.js"
+import { baseUrl, call, eventually, layerService, parsePrometheus } from "./support.js"
+
+const keysFor = Effect.gen(function*() {
+  const keys = yield* ApiKeys.ApiKeys
+  const a = yield* keys.create({ orgId: "org-a", name: "test a" })
+  const b = yield* keys.create({ orgId: "org-b", name: "test b" })
+  const { Redacted } = yield* Effect.promise(() => import("effect"))
+  return { a: Redacted.value(a.token), b: Redacted.value(b.token) }
+})
+
+describe("HTTP API", () => {
+  layer(layerService(layerDb()), { excludeTestServices: true, timeout: 60_000 })((it) => {
+    it.effect("health, readiness, OpenAPI and docs answer without a key", () =>
+      Effect.gen(function*() {
+        const base = yield* baseUrl
+        const health = yield* call(base, "GET", "/healthz")
+        expect(health.status).toBe(200)
+        expect(health.json.status).toBe("ok")
+        const ready = yield* eventually(call(base, "GET", "/readyz"), (r) => r.status === 200)
+        expect(ready.status).toBe(200)
+        expect(ready.json).toMatchObject({ status: "ready", problems: [], checks: { database: { ok: true } } })
+        expect(ready.json.listener.state).toBe("listening")
+        expect(ready.json.stages.map((s: any) => s.stage)).toEqual(expect.arrayContaining(["echo", "manual"]))
+        expect(ready.json.stages.find((s: any) => s.stage === "echo").pool.state).toBe("running")
+        const openapi = yield* call(base, "GET", "/openapi.json")
+        expect(openapi.status).toBe(200)
+        expect(Object.keys(openapi.json.paths)).toEqual(expect.arrayContaining(["/jobs", "/jobs/{id}", "/dlq", "/readyz", "/metrics"]))
+        const docs = yield* call(base, "GET", "/docs")
+        expect(docs.status).toBe(200)
+        expect(docs.text).toContain("swagger")
+      }))
+
+    it.effect("jobs: submit, read, list, cancel", () =>
+      Effect.gen(function*() {
+        const base = yield* baseUrl
+        const { a } = yield* keysFor
+        const created = yield* call(base, "POST", "/jobs", { key: a, body: { stage: "echo", payload: { n: 1 }, delayMs: 60_000 } })
+        expect(created.status).toBe(201)
+        expect(created.json.deduped).toBe(false)
+        const id = created.json.id
+        const got = yield* call(base, "GET", `/jobs/${id}`, { key: a })
+        expect(got.status).toBe(200)
+        expect(got.json).toMatchObject({ id, stage: "echo", orgId: "org-a", status: "queued", payload: { n: 1 }, attempts: 0 })
+        const listed = yield* call(base, "GET", "/jobs?stage=echo&limit=10", { key: a })
+        expect(listed.status).toBe(200)
+        expect(listed.json.jobs.map((j: any) => j.id)).toContain(id)
+        const cancelled = yield* call(base, "POST", `/jobs/${id}/cancel`, { key: a })
+        expect(cancelled.status).toBe(200)
+        expect(cancelled.json).toEqual({ id, outcome: "cancelled" })
+        expect((yield* call(base, "GET", `/jobs/${id}`, { key: a })).status).toBe(404)
+      }))
+
+    it.effect("dead letters: a failing job lands in the DLQ, is retried, another is resolved", () =>
+      Effect.gen(function*() {
+        const base = yield* baseUrl
+        const { a } = yield* keysFor
+        const first = yield* call(base, "POST", "/jobs", { key: a, body: { stage: "echo", payload: { n: 7, fail: true } } })
+        const second = yield* call(base, "POST", "/jobs", { key: a, body: { stage: "echo", payload: { n: 8, fail: true } } })
+        const dlq = yield* eventually(call(base, "GET", "/dlq?stage=echo", { key: a }), (r) => r.json?.deadLetters?.length === 2)
+        expect(dlq.status).toBe(200)
+        const byJob = new Map(dlq.json.deadLetters.map((d: any) => [d.jobId, d]))
+        const dead1 = byJob.get(first.json.id) as any
+        expect(dead1).toMatchObject({ stage: "echo", reason: "echo 7 asked to fail", resolutionStatus: null })
+        // the job itself now reads as dead, pointing at its dead letter
+        const asJob = yield* call(base, "GET", `/jobs/${first.json.id}`, { key: a })
+        expect(asJob.json).toMatchObject({ status: "dead", deadLetterId: dead1.id })
+        expect((yield* call(base, "GET", `/dlq/${dead1.id}`, { key: a })).json.id).toBe(dead1.id)
+
+        const retried = yield* call(base, "POST", `/dlq/${dead1.id}/retry`, { key: a })
+        expect(retried.status).toBe(200)
+        expect(retried.json.jobId).not.toBe(first.json.id)
+        const again = yield* call(base, "POST", `/dlq/${dead1.id}/retry`, { key: a })
+        expect(again.status).toBe(409)
+
+        const dead2 = byJob.get(second.json.id) as any
+        const resolved = yield* call(base, "POST", `/dlq/${dead2.id}/resolve`, { key: a, body: { notes: "bad input, dropped" } })
+        expect(resolved.status).toBe(200)
+        expect(resolved.json).toEqual({ id: dead2.id, resolutionStatus: "resolved" })
+        const all = yield* call(base, "GET", "/dlq?stage=echo&all=true", { key: a })
+        const resolvedRow = all.json.deadLetters.find((d: any) => d.id === dead2.id)
+        expect(resolvedRow).toMatchObject({ resolutionStatus: "resolved", resolutionNotes: "bad input, dropped" })
+      }))
+
+    it.effect("the dev tick runs at most N of the key's org's jobs", () =>
+      Effect.gen(function*() {
+        const base = yield* baseUrl
+        const { a, b } = yield* keysFor
+        for (const n of [1, 2, 3]) yield* call(base, "POST", "/jobs", { key: a, body: { stage: "manual", payload: { n } } })
+        const other = yield* call(base, "POST", "/jobs", { key: b, body: { stage: "manual", payload: { n: 9 } } })
+        const tick = yield* call(base, "POST", "/api/jobs/tick", { key: a, body: { max: 2 } })
+        expect(tick.status).toBe(200)
+        expect(tick.json).toMatchObject({ ok: true, claimed: 2, completed: 2 })
+        const rest = yield* call(base, "POST", "/api/jobs/tick", { key: a, body: { max: 10 } })
+        expect(rest.json).toMatchObject({ claimed: 1, completed: 1 })
+        // org B's job was never visible to org A's ticks
+        expect((yield* call(base, "GET", `/jobs/${other.json.id}`, { key: b })).json.status).toBe("queued")
+      }))
+
+    it.effect("401 without a valid key; another org's rows are 404", () =>
+      Effect.gen(function*() {
+        const base = yield* baseUrl
+        const { a, b } = yield* keysFor
+        const keys = yield* ApiKeys.ApiKeys
+        expect((yield* call(base, "GET", "/jobs")).status).toBe(401)
+        expect((yield* call(base, "GET", "/jobs", { key: "pgf_000000000000_" + "A".repeat(43) })).status).toBe(401)
+        expect((yield* call(base, "GET", "/jobs", { key: "not-a-key" })).status).toBe(401)
+        const unauth = yield* call(base, "POST", "/jobs", { body: { stage: "echo", payload: { n: 1 } } })
+        expect(unauth.status).toBe(401)
+        expect(unauth.json._tag).toBe("Unauthorized")
+
+        const job = yield* call(base, "POST", "/jobs", { key: a, body: { stage: "echo", payload: { n: 5 }, delayMs: 60_000 } })
+        expect((yield* call(base, "GET", `/jobs/${job.json.id}`, { key: b })).status).toBe(404)
+        expect((yield* call(base, "POST", `/jobs/${job.json.id}/cancel`, { key: b })).status).toBe(404)
+        expect((yield* call(base, "GET", "/jobs?stage=echo", { key: b })).json.jobs.map((j: any) => j.id)).not.toContain(job.json.id)
+        expect((yield* call(base, "GET", `/jobs/${job.json.id}`, { key: a })).status).toBe(200)
+
+        const dead = yield* call(base, "POST", "/jobs", { key: a, body: { stage: "echo", payload: { n: 6, fail: true } } })
+        const dl = yield* eventually(call(base, "GET", `/jobs/${dead.json.id}`, { key: a }), (r) => r.json?.status === "dead")
+        const dlId = dl.json.deadLetterId
+        expect((yield* call(base, "GET", `/dlq/${dlId}`, { key: b })).status).toBe(404)
+        expect((yield* call(base, "POST", `/dlq/${dlId}/retry`, { key: b })).status).toBe(404)
+        expect((yield* call(base, "POST", `/dlq/${dlId}/resolve`, { key: b, body: {} })).status).toBe(404)
+        expect((yield* call(base, "GET", "/dlq?all=true", { key: b })).json.deadLetters.map((d: any) => d.id)).not.toContain(dlId)
+
+        // a revoked key stops working at once
+        const c = yield* keys.create({ orgId: "org-c" })
+        const { Redacted } = yield* Effect.promise(() => import("effect"))
+        expect((yield* call(base, "GET", "/jobs", { key: Redacted.value(c.token) })).status).toBe(200)
+        expect(yield* keys.revoke(c.key.prefix)).toBe(true)
+        expect((yield* call(base, "GET", "/jobs", { key: Redacted.value(c.token) })).status).toBe(401)
+      }))
+
+    it.effect("bad input is 400 or 413 with a reason, and the server keeps serving", () =>
+      Effect.gen(function*() {
+        const base = yield* baseUrl
+        const { a } = yield* keysFor
+        const malformed = yield* call(base, "POST", "/jobs", {
+          key: a,
+          rawBody: "{\"stage\": \"echo\", \"payload\": ",
+          headers: { "content-type": "application/json" }
+        })
+        expect(malformed.status).toBe(400)
+        expect(malformed.json.message).toMatch(/JSON|malformed/i)
+
+        const wrongPayload = yield* call(base, "POST", "/jobs", { key: a, body: { stage: "echo", payload: { n: "one" } } })
+        expect(wrongPayload.status).toBe(400)
+        expect(wrongPayload.json).toMatchObject({ _tag: "BadRequest", field: "payload" })
+        expect(wrongPayload.json.message).toContain("payload does not match the echo schema")
+        expect(wrongPayload.json.message).toContain("Expected number")
+
+        const unknownStage = yield* call(base, "POST", "/jobs", { key: a, body: { stage: "nope", payload: {} } })
+        expect(unknownStage.status).toBe(400)
+        expect(unknownStage.json.message).toContain(`unknown stage "nope"`)
+
+        const badEnvelope = yield* call(base, "POST", "/jobs", { key: a, body: { stage: "echo", priority: 500 } })
+        expect(badEnvelope.status).toBe(400)
+        expect(badEnvelope.json._tag).toBe("HttpApiDecodeError")
+
+        const big = { stage: "echo", payload: { n: 1, pad: "x".repeat(100 * 1024) } }
+        const tooLarge = yield* call(base, "POST", "/jobs", { key: a, body: big })
+        expect(tooLarge.status).toBe(413)
+        expect(tooLarge.json._tag).toBe("PayloadTooLarge")
+
+        // no Content-Length (chunked): cut off at the limit while reading
+        const encoder = new TextEncoder()
+        const chunk = encoder.encode("x".repeat(16 * 1024))
+        let sent = 0
+        const stream = new ReadableStream<Uint8Array>({
+          pull(controller) {
+            if (sent === 0) controller.enqueue(encoder.encode("{\"stage\":\"echo\",\"payload\":{\"pad\":\""))
+            if (sent++ < 8) controller.enqueue(chunk)
+            else {
+              controller.enqueue(encoder.encode("\"}}"))
+              controller.close()
+            }
+          }
+        })
+        const chunked = yield* call(base, "POST", "/jobs", { key: a, rawBody: stream, headers: { "content-type": "application/json" } })
+        expect(chunked.status).toBe(413)
+
+        expect((yield* call(base, "GET", "/healthz")).status).toBe(200)
+      }))
+
+    it.effect("/metrics is Prometheus text and its counters move when jobs run", () =>
+      Effect.gen(function*() {
+        const base = yield* baseUrl
+        const { a } = yield* keysFor
+        const before = yield* call(base, "GET", "/metrics")
+        expect(before.status).toBe(200)
+        expect(before.headers.get("content-type")).toContain("text/plain")
+        const parsedBefore = parsePrometheus(before.text)
+        expect(parsedBefore.types.get("pgfiber_jobs_completed_total")).toBe("counter")
+        expect(parsedBefore.types.get("pgfiber_job_duration_seconds")).toBe("histogram")
+        expect(parsedBefore.types.get("pgfiber_queue_depth")).toBe("gauge")
+        const completed = (p: ReturnType<typeof parsePrometheus>) => p.samples.get(`pgfiber_jobs_completed_total{stage="echo"}`) ?? 0
+        const enqueued = (p: ReturnType<typeof parsePrometheus>) => p.samples.get(`pgfiber_jobs_enqueued_total{stage="echo"}`) ?? 0
+        expect(parsedBefore.samples.has(`pgfiber_jobs_claimed_total{stage="manual"}`)).toBe(true)
+
+        for (const n of [1, 2, 3]) yield* call(base, "POST", "/jobs", { key: a, body: { stage: "echo", payload: { n } } })
+        const after = yield* eventually(
+          Effect.map(call(base, "GET", "/metrics"), (r) => parsePrometheus(r.text)),
+          (p) => completed(p) >= completed(parsedBefore) + 3
+        )
+        expect(completed(after)).toBe(completed(parsedBefore) + 3)
+        expect(enqueued(after)).toBe(enqueued(parsedBefore) + 3)
+        expect(after.samples.get(`pgfiber_job_duration_seconds_count{stage="echo"}`)).toBeGreaterThanOrEqual(3)
+        expect(after.samples.get(`pgfiber_job_duration_seconds_bucket{stage="echo",le="+Inf"}`)).toBe(
+          after.samples.get(`pgfiber_job_duration_seconds_count{stage="echo"}`)
+        )
+        expect(after.samples.get(`pgfiber_queue_depth{stage="manual",state="ready"}`)).toBeTypeOf("number")
+        expect(after.samples.get("pgfiber_database_up")).toBe(1)
+        expect(after.samples.has("pgfiber_listener_reconnects_total")).toBe(true)
+      }))
+
+    it.effect("the tenant role cannot read the API key table", () =>
+      Effect.gen(function*() {
+        const db = yield* Db.Db
+        const sql = rawSql(db.schema)
+        const denied = yield* Effect.promise(() =>
+          sql.begin(async (tx) => {
+            await tx`set local role pgfiber_tenant`
+            return tx`select count(*) from api_keys`.then(() => "read", (e: Error) => e.message)
+          }).catch((e: Error) => e.message)
+        )
+        yield* Effect.promise(() => sql.end())
+        expect(denied).toContain("permission denied")
+      }))
+  })
+})

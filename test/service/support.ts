@@ -1,0 +1,132 @@
+/**
+ * Shared pieces for the service tests: a tiny test stage, a real HTTP server on a free loopback port over a
+ * fresh schema, and a fetch helper that speaks the API the way a client would.
+ */
+import { HttpServer } from "@effect/platform"
+import { Duration, Effect, Layer, Schema } from "effect"
+import { Permanent } from "../../src/JobError.js"
+import * as Db from "../../src/layers/Db.js"
+import * as PgQueue from "../../src/queue/PgQueue.js"
+import * as Stage from "../../src/runtime/Stage.js"
+import * as Worker from "../../src/runtime/Worker.js"
+import * as Server from "../../src/http/Server.js"
+import * as ApiKeys from "../../src/service/ApiKeys.js"
+import * as Submit from "../../src/service/Submit.js"
+
+/** `echo`: succeeds, or dead-letters when asked (`fail: true`). */
+export const echo = Stage.make({
+  name: "echo",
+  payload: Schema.Struct({ n: Schema.Number, fail: Schema.optional(Schema.Boolean) }),
+  concurrency: 4,
+  handler: ({ fail, n }) => (fail ? new Permanent({ message: `echo ${n} asked to fail` }) : Effect.void)
+})
+
+/** `manual`: known to the API but run by no worker, so only a tick runs it. */
+export const manual = Stage.make({
+  name: "manual",
+  payload: Schema.Struct({ n: Schema.Number }),
+  handler: () => Effect.void
+})
+
+export const workerOptions: Worker.WorkerOptions = {
+  workerId: "http-test",
+  shutdownGrace: Duration.seconds(2),
+  sweepInterval: Duration.seconds(30),
+  pollInterval: Duration.seconds(1),
+  concurrency: {}
+}
+
+/** Server + worker (echo only) + queue + keys over the given Db layer. */
+export const layerService = <E>(dbLayer: Layer.Layer<Db.Db, E>, options: { readonly maxBodyBytes?: number } = {}) => {
+  const stages = [echo, manual]
+  return Server.layer({
+    host: "127.0.0.1",
+    port: 0,
+    maxBodyBytes: options.maxBodyBytes ?? 64 * 1024,
+    devTick: true,
+    workerId: "http-test"
+  }).pipe(
+    Layer.provideMerge(Worker.layer([echo], workerOptions)),
+    Layer.provideMerge(Layer.succeed(Submit.KnownStages, stages)),
+    Layer.provideMerge(ApiKeys.layer),
+    Layer.provideMerge(PgQueue.layer({ knownStages: stages.map((s) => s.name) })),
+    Layer.provideMerge(dbLayer)
+  )
+}
+
+export const baseUrl = Effect.map(HttpServer.HttpServer, (server) => {
+  const address = server.address
+  if (address._tag !== "TcpAddress") throw new Error("expected a TCP address")
+  return `http://127.0.0.1:${address.port}`
+})
+
+export interface Reply {
+  readonly status: number
+  readonly text: string
+  readonly json: any
+  readonly headers: Headers
+}
+
+export const call = (
+  base: string,
+  method: string,
+  path: string,
+  options: { readonly key?: string; readonly body?: unknown; readonly rawBody?: BodyInit; readonly headers?: Record<string, string> } = {}
+) =>
+  Effect.promise(async (): Promise<Reply> => {
+    const headers: Record<string, string> = { ...options.headers }
+    if (options.key !== undefined) headers.authorization = `Bearer ${options.key}`
+    let body: BodyInit | undefined = options.rawBody
+    if (options.body !== undefined) {
+      body = JSON.stringify(options.body)
+      headers["content-type"] = "application/json"
+    }
+    const init: RequestInit & { duplex?: string } = { method, headers, ...(body !== undefined ? { body } : {}) }
+    if (typeof ReadableStream !== "undefined" && body instanceof ReadableStream) init.duplex = "half"
+    const response = await fetch(`${base}${path}`, init)
+    const text = await response.text()
+    let json: unknown = undefined
+    try {
+      json = JSON.parse(text)
+    } catch {
+      // not JSON (metrics, docs)
+    }
+    return { status: response.status, text, json, headers: response.headers }
+  })
+
+/** Polls until `check` holds (real time: these tests talk to a real server). */
+export const eventually = <A, E, R>(effect: Effect.Effect<A, E, R>, check: (a: A) => boolean, timeout = Duration.seconds(10)) =>
+  Effect.gen(function*() {
+    const deadline = Date.now() + Duration.toMillis(timeout)
+    for (;;) {
+      const value = yield* effect
+      if (check(value) || Date.now() > deadline) return value
+      yield* Effect.sleep("50 millis")
+    }
+  })
+
+/** Parses Prometheus text format 0.0.4 strictly enough to catch a malformed exposition. */
+export const parsePrometheus = (text: string) => {
+  const samples = new Map<string, number>()
+  const types = new Map<string, string>()
+  const sampleLine = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\.)*"(?:,[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\.)*")*)?\})? (-?[0-9.eE+-]+|\+Inf|-Inf|NaN)$/
+  if (!text.endsWith("\n")) throw new Error("exposition must end with a newline")
+  for (const line of text.split("\n").slice(0, -1)) {
+    if (line.startsWith("# HELP ")) continue
+    if (line.startsWith("# TYPE ")) {
+      const [, , name, type] = line.split(" ")
+      if (!["counter", "gauge", "histogram", "summary", "untyped"].includes(type!)) throw new Error(`bad TYPE line: ${line}`)
+      if (types.has(name!)) throw new Error(`duplicate TYPE for ${name}`)
+      types.set(name!, type!)
+      continue
+    }
+    const match = sampleLine.exec(line)
+    if (match === null) throw new Error(`not a sample line: ${JSON.stringify(line)}`)
+    const value = match[3] === "+Inf" ? Infinity : match[3] === "-Inf" ? -Infinity : Number(match[3])
+    if (Number.isNaN(value) && match[3] !== "NaN") throw new Error(`bad value in ${line}`)
+    const family = match[1]!.replace(/_(bucket|sum|count)$/, "")
+    if (!types.has(match[1]!) && !types.has(family)) throw new Error(`sample before its TYPE: ${line}`)
+    samples.set(`${match[1]}${match[2] ?? ""}`, value)
+  }
+  return { samples, types }
+}
