@@ -71,12 +71,12 @@ export const call = (
   base: string,
   method: string,
   path: string,
-  options: { readonly key?: string; readonly body?: unknown; readonly rawBody?: BodyInit; readonly headers?: Record<string, string> } = {}
+  options: { readonly key?: string; readonly body?: unknown; readonly rawBody?: string | Uint8Array | ReadableStream<Uint8Array>; readonly headers?: Record<string, string> } = {}
 ) =>
   Effect.promise(async (): Promise<Reply> => {
     const headers: Record<string, string> = { ...options.headers }
     if (options.key !== undefined) headers.authorization = `Bearer ${options.key}`
-    let body: BodyInit | undefined = options.rawBody
+    let body: string | Uint8Array | ReadableStream<Uint8Array> | undefined = options.rawBody
     if (options.body !== undefined) {
       body = JSON.stringify(options.body)
       headers["content-type"] = "application/json"
