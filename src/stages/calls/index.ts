@@ -6,6 +6,7 @@
  */
 import { Layer } from "effect"
 import * as Analyzer from "../../layers/Analyzer.js"
+import type * as Db from "../../layers/Db.js"
 import * as Media from "../../layers/Media.js"
 import * as SpeechKit from "../../layers/SpeechKit.js"
 import * as Storage from "../../layers/Storage.js"
@@ -24,6 +25,9 @@ export * as Settings from "./Settings.js"
 export * as TranscribePoll from "./TranscribePoll.js"
 export * as TranscribeStart from "./TranscribeStart.js"
 export type { CallStageOptions } from "./Settings.js"
+
+/** What the call stages' handlers need: `callLayers` plus the service's Db. */
+export type CallRequirements = Db.Db | Storage.Storage | Media.Media | SpeechKit.SpeechKit | Analyzer.Analyzer
 
 /** The four stages, in pipeline order. */
 export const makeCallStages = (options: CallStageOptions = {}) =>
