@@ -30,11 +30,8 @@ export const run = <A>(query: (sql: Db.Sql) => PromiseLike<A>) =>
   Effect.flatMap(Db.Db, (db) => Effect.mapError(db.run(query), dbTransient))
 
 /** Runs `effect` in one transaction, a failure to commit being Transient. */
-export const transaction = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
-  Effect.flatMap(Db.Db, (db) =>
-    db.transaction(effect).pipe(
-      Effect.catchIf((e): e is Db.DbError => (e as { _tag?: string })._tag === "DbError", (e) => Effect.fail(dbTransient(e)))
-    ))
+export const transaction = <A, E extends JobError.JobError, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.flatMap(Db.Db, (db) => db.transaction(effect).pipe(Effect.catchTag("DbError", (e) => Effect.fail(dbTransient(e)))))
 
 /** The call's row; a call that is not there (deleted, or never committed) cannot be worked on. */
 export const load = (callId: string) =>
