@@ -7,7 +7,9 @@
  * database work under that org's row-level security, so another org's rows are simply not there (404).
  */
 import { HttpApi, HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSchema, HttpApiSecurity, OpenApi } from "@effect/platform"
+import { Multipart } from "@effect/platform"
 import { Context, Schema } from "effect"
+import * as Analyzer from "../layers/Analyzer.js"
 import type * as ApiKeys from "../service/ApiKeys.js"
 
 // ---------------------------------------------------------------------------------------------
@@ -246,9 +248,71 @@ export class JobsApi extends HttpApiGroup.make("jobs")
   .addError(Unavailable)
 {}
 
+// ---------------------------------------------------------------------------------------------
+// calls (the call pipeline's front door)
+
+const CallId = HttpApiSchema.param("id", Schema.String)
+
+export const CallView = Schema.Struct({
+  id: Schema.String,
+  orgId: Schema.String,
+  status: Schema.Literal("queued", "extracting", "transcribing", "analyzing", "done", "failed"),
+  /** Why the pipeline gave up, with the stage's name; null unless `failed`. */
+  error: Schema.NullOr(Schema.String),
+  sourceUri: Schema.String,
+  sourceKey: Schema.String,
+  operationId: Schema.NullOr(Schema.String),
+  createdAt: Schema.Date,
+  updatedAt: Schema.Date,
+  completedAt: Schema.NullOr(Schema.Date),
+  artifacts: Schema.Array(Schema.Struct({
+    kind: Schema.String,
+    storageKey: Schema.String,
+    contentType: Schema.NullOr(Schema.String),
+    bytes: Schema.NullOr(Schema.Number),
+    durationMs: Schema.NullOr(Schema.Number),
+    channels: Schema.NullOr(Schema.Number),
+    createdAt: Schema.Date
+  })),
+  transcript: Schema.NullOr(Schema.Struct({
+    provider: Schema.String,
+    operationId: Schema.String,
+    language: Schema.NullOr(Schema.String),
+    segments: Schema.Array(Analyzer.Segment),
+    durationMs: Schema.NullOr(Schema.Number),
+    createdAt: Schema.Date
+  })),
+  analysis: Schema.NullOr(Schema.Struct({
+    analyzer: Schema.String,
+    analysis: Analyzer.CallAnalysis,
+    createdAt: Schema.Date,
+    updatedAt: Schema.Date
+  }))
+})
+
+/** A recording already in the configured storage: `s3://bucket/key`, its https URL, or `file://` (fs driver). */
+export const CreateCallFromUri = Schema.Struct({ uri: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(2048)) })
+
+/** A recording uploaded as `multipart/form-data`, in the part named `file`. */
+export const CreateCallUpload = HttpApiSchema.Multipart(Schema.Struct({ file: Multipart.SingleFileSchema }))
+
+export class CallsApi extends HttpApiGroup.make("calls")
+  .add(
+    HttpApiEndpoint.post("createCall", "/calls")
+      .setPayload(Schema.Union(CreateCallFromUri, CreateCallUpload))
+      .addSuccess(Schema.Struct({ id: Schema.String, status: Schema.Literal("queued") }), { status: 201 })
+      .addError(BadRequest)
+  )
+  .add(HttpApiEndpoint.get("getCall")`/calls/${CallId}`.addSuccess(CallView).addError(NotFound))
+  .middleware(Authorization)
+  .addError(Unavailable)
+  .annotate(OpenApi.Description, "Recorded calls: upload or point at a recording; read status, artifacts, transcript, analysis")
+{}
+
 export class Api extends HttpApi.make("pgfiber")
   .add(HealthApi)
   .add(JobsApi)
+  .add(CallsApi)
   .addError(BadRequest)
   .addError(PayloadTooLarge)
   .annotate(OpenApi.Title, "pgfiber")

@@ -3,10 +3,19 @@
  * `/docs`, a body-size limit, and an access log through the application's logger. Bad input never reaches a
  * handler as a crash: malformed JSON is 400, a body over the limit 413, both with a JSON reason.
  *
- * Needs Db, Queue, ApiKeys and the stages (Submit.KnownStages); WorkerInfo and Waker are optional and, when
- * present (the `start` command), feed `/readyz`.
+ * Needs Db, Queue, Storage (for calls), ApiKeys and the stages (Submit.KnownStages); WorkerInfo and Waker are
+ * optional and, when present (the `start` command), feed `/readyz`.
  */
-import { HttpApiBuilder, HttpApiSwagger, HttpIncomingMessage, HttpServer, HttpServerError, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import {
+  HttpApiBuilder,
+  HttpApiSwagger,
+  HttpIncomingMessage,
+  HttpServer,
+  HttpServerError,
+  HttpServerRequest,
+  HttpServerResponse,
+  Multipart
+} from "@effect/platform"
 import type { HttpApp } from "@effect/platform"
 import { NodeHttpServer, NodeHttpServerRequest } from "@effect/platform-node"
 import { Cause, Config, Effect, Exit, Layer, LogLevel, Option } from "effect"
@@ -14,14 +23,17 @@ import type * as NodeHttp from "node:http"
 import { createServer } from "node:http"
 import { Api } from "./Api.js"
 import * as Auth from "./Auth.js"
+import * as Calls from "./Calls.js"
 import * as Health from "./Health.js"
 import * as Jobs from "./Jobs.js"
 
 export interface ServerOptions {
   readonly host: string
   readonly port: number
-  /** Larger request bodies are refused with 413 before they are read. */
+  /** Larger request bodies are refused with 413 (before they are read when they declare their length). */
   readonly maxBodyBytes: number
+  /** The same for `multipart/form-data` uploads (recordings to `POST /calls`), which stream to disk. */
+  readonly maxUploadBytes: number
   readonly devTick: boolean
   /** Names the dev tick's claims (`locked_by`). */
   readonly workerId: string
@@ -33,6 +45,10 @@ export const config = Config.all({
   maxBodyBytes: Config.integer("HTTP_MAX_BODY_BYTES").pipe(
     Config.withDefault(1024 * 1024),
     Config.validate({ message: "must be a whole number of bytes from 1024 to 1073741824", validation: (n) => n >= 1024 && n <= 1 << 30 })
+  ),
+  maxUploadBytes: Config.integer("HTTP_MAX_UPLOAD_BYTES").pipe(
+    Config.withDefault(256 * 1024 * 1024),
+    Config.validate({ message: "must be a whole number of bytes from 1024 to 17179869184", validation: (n) => n >= 1024 && n <= 16 * 2 ** 30 })
   ),
   devTick: Jobs.devTickConfig
 })
@@ -46,6 +62,13 @@ const jsonError = (status: number, tag: string, message: string) =>
 /** The body could not be read: too large (413) or not the JSON it claims to be (400). */
 const bodyFailure = (cause: Cause.Cause<unknown>): Option.Option<HttpServerResponse.HttpServerResponse> => {
   const error = Cause.squash(cause) as { _tag?: string; reason?: string; cause?: unknown }
+  if (error?._tag === "MultipartError") {
+    return Option.some(
+      ["FileTooLarge", "FieldTooLarge", "BodyTooLarge"].includes(error.reason ?? "")
+        ? jsonError(413, "PayloadTooLarge", "upload is over the size limit")
+        : jsonError(400, "BadRequest", `malformed multipart body (${error.reason})`)
+    )
+  }
   if (error?._tag !== "RequestError" || error.reason !== "Decode") return Option.none()
   const detail = error.cause instanceof Error ? error.cause.message : String(error.cause ?? "unreadable body")
   return Option.some(
@@ -77,16 +100,20 @@ const readChunkedBody = (source: NodeHttp.IncomingMessage, max: number) =>
 
 const hasBody = (method: string) => method !== "GET" && method !== "HEAD" && method !== "OPTIONS"
 
-export const bodyLimit = (maxBodyBytes: number) => <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, R> =>
+export const bodyLimit = (limits: { readonly maxBodyBytes: number; readonly maxUploadBytes: number }) =>
+<E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, R> =>
   Effect.gen(function*() {
     const request = yield* HttpServerRequest.HttpServerRequest
-    const tooLarge = (size: string) => jsonError(413, "PayloadTooLarge", `request body${size} is over the limit of ${maxBodyBytes} bytes`)
+    const upload = (request.headers["content-type"] ?? "").toLowerCase().startsWith("multipart/form-data")
+    const limit = upload ? limits.maxUploadBytes : limits.maxBodyBytes
+    const tooLarge = (size: string) => jsonError(413, "PayloadTooLarge", `request body${size} is over the limit of ${limit} bytes`)
     const declared = Number(request.headers["content-length"] ?? NaN)
     // a declared length over the limit is refused before a byte is read
-    if (Number.isFinite(declared) && declared > maxBodyBytes) return tooLarge(` of ${declared} bytes`)
+    if (Number.isFinite(declared) && declared > limit) return tooLarge(` of ${declared} bytes`)
     let served = request
-    if (!Number.isFinite(declared) && hasBody(request.method) && request.headers["transfer-encoding"] !== undefined) {
-      const body = yield* readChunkedBody(NodeHttpServerRequest.toIncomingMessage(request), maxBodyBytes).pipe(Effect.orDie)
+    // uploads stream to disk under the multipart limits; other chunked bodies are read here, up to the limit
+    if (!upload && !Number.isFinite(declared) && hasBody(request.method) && request.headers["transfer-encoding"] !== undefined) {
+      const body = yield* readChunkedBody(NodeHttpServerRequest.toIncomingMessage(request), limit).pipe(Effect.orDie)
       if (body === "too-large") return tooLarge("")
       const { "transfer-encoding": _chunked, ...headers } = request.headers
       served = HttpServerRequest.fromWeb(
@@ -95,7 +122,8 @@ export const bodyLimit = (maxBodyBytes: number) => <E, R>(app: HttpApp.Default<E
     }
     return yield* app.pipe(
       Effect.provideService(HttpServerRequest.HttpServerRequest, served),
-      HttpIncomingMessage.withMaxBodySize(Option.some(maxBodyBytes)),
+      HttpIncomingMessage.withMaxBodySize(Option.some(limit)),
+      Multipart.withLimits({ maxFileSize: Option.some(limit), maxTotalSize: Option.some(limit), maxParts: Option.some(16) }),
       Effect.catchAllCause((cause) => Option.match(bodyFailure(cause), { onNone: () => Effect.failCause(cause), onSome: Effect.succeed }))
     )
   })
@@ -119,16 +147,17 @@ export const accessLog = <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, 
   })
 
 /** The API's handlers and docs, without a listening socket (tests may serve it however they like). */
-export const layerApi = <R = never>(options: Pick<ServerOptions, "devTick" | "workerId" | "maxBodyBytes">) =>
+export const layerApi = <R = never>(options: Pick<ServerOptions, "devTick" | "workerId" | "maxBodyBytes" | "maxUploadBytes">) =>
   Layer.mergeAll(
     // API-level, so it runs inside the router's error handling and its 400/413 is the response sent
-    HttpApiBuilder.middleware(bodyLimit(options.maxBodyBytes)),
+    HttpApiBuilder.middleware(bodyLimit(options)),
     HttpApiSwagger.layer({ path: "/docs" }),
     HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" })
   ).pipe(
     Layer.provideMerge(HttpApiBuilder.api(Api)),
     Layer.provide(Health.layer),
     Layer.provide(Jobs.layer<R>(options)),
+    Layer.provide(Calls.layer),
     Layer.provide(Auth.layer)
   )
 

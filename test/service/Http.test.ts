@@ -5,7 +5,11 @@
  */
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
+import { Redacted } from "effect"
+import * as Analyzer from "../../src/layers/Analyzer.js"
+import * as Storage from "../../src/layers/Storage.js"
 import * as ApiKeys from "../../src/service/ApiKeys.js"
+import { CallsSql } from "../../src/stages/calls/index.js"
 import { layerDb, rawSql } from "../support/pg.js"
 import * as Db from "../../src/layers/Db.js"
 import { baseUrl, call, eventually, layerService, parsePrometheus } from "./support.js"
@@ -14,7 +18,6 @@ const keysFor = Effect.gen(function*() {
   const keys = yield* ApiKeys.ApiKeys
   const a = yield* keys.create({ orgId: "org-a", name: "test a" })
   const b = yield* keys.create({ orgId: "org-b", name: "test b" })
-  const { Redacted } = yield* Effect.promise(() => import("effect"))
   return { a: Redacted.value(a.token), b: Redacted.value(b.token) }
 })
 
@@ -34,7 +37,11 @@ describe("HTTP API", () => {
         expect(ready.json.stages.find((s: any) => s.stage === "echo").pool.state).toBe("running")
         const openapi = yield* call(base, "GET", "/openapi.json")
         expect(openapi.status).toBe(200)
-        expect(Object.keys(openapi.json.paths)).toEqual(expect.arrayContaining(["/jobs", "/jobs/{id}", "/dlq", "/readyz", "/metrics"]))
+        expect(Object.keys(openapi.json.paths)).toEqual(
+          expect.arrayContaining(["/jobs", "/jobs/{id}", "/jobs/{id}/cancel", "/dlq", "/dlq/{id}/retry", "/calls", "/calls/{id}", "/readyz", "/metrics"])
+        )
+        expect(Object.keys(openapi.json.paths["/calls"].post.requestBody.content).sort()).toEqual(["application/json", "multipart/form-data"])
+        expect(openapi.json.components.securitySchemes).toMatchObject({ bearer: { type: "http", scheme: "bearer" } })
         const docs = yield* call(base, "GET", "/docs")
         expect(docs.status).toBe(200)
         expect(docs.text).toContain("swagger")
@@ -134,7 +141,6 @@ describe("HTTP API", () => {
 
         // a revoked key stops working at once
         const c = yield* keys.create({ orgId: "org-c" })
-        const { Redacted } = yield* Effect.promise(() => import("effect"))
         expect((yield* call(base, "GET", "/jobs", { key: Redacted.value(c.token) })).status).toBe(200)
         expect(yield* keys.revoke(c.key.prefix)).toBe(true)
         expect((yield* call(base, "GET", "/jobs", { key: Redacted.value(c.token) })).status).toBe(401)
@@ -220,6 +226,58 @@ describe("HTTP API", () => {
         expect(after.samples.get(`pgfiber_queue_depth{stage="manual",state="ready"}`)).toBeTypeOf("number")
         expect(after.samples.get("pgfiber_database_up")).toBe(1)
         expect(after.samples.has("pgfiber_listener_reconnects_total")).toBe(true)
+      }))
+
+    it.effect("calls: upload or storage URI, then status, artifacts, transcript and analysis; other orgs get 404", () =>
+      Effect.gen(function*() {
+        const base = yield* baseUrl
+        const keys = yield* ApiKeys.ApiKeys
+        const db = yield* Db.Db
+        const storage = yield* Storage.Storage
+        const key = Redacted.value((yield* keys.create({ orgId: "org-calls" })).token)
+        const { b } = yield* keysFor
+
+        const form = new FormData()
+        form.append("file", new Blob([new Uint8Array(2048).fill(7)], { type: "audio/wav" }), "call-1.wav")
+        const uploaded = yield* call(base, "POST", "/calls", { key, rawBody: form })
+        expect(uploaded.status).toBe(201)
+        expect(uploaded.json.status).toBe("queued")
+
+        yield* storage.put("inbox/call-2.mp3", new Uint8Array([1, 2, 3]))
+        const uri = yield* storage.uri("inbox/call-2.mp3")
+        const byUri = yield* call(base, "POST", "/calls", { key, body: { uri } })
+        expect(byUri.status).toBe(201)
+
+        const got = yield* call(base, "GET", `/calls/${uploaded.json.id}`, { key })
+        expect(got.status).toBe(200)
+        expect(got.json).toMatchObject({ id: uploaded.json.id, orgId: "org-calls", status: "queued", transcript: null, analysis: null })
+        expect(got.json.artifacts).toEqual([expect.objectContaining({ kind: "source", bytes: 2048 })])
+        expect(got.json.artifacts[0].storageKey).toMatch(/\.wav$/)
+
+        // what the later stages would write, read back through the API
+        const segments = [
+          { startMs: 0, endMs: 1500, channel: "0", text: "hello there" },
+          { startMs: 1600, endMs: 3000, channel: "1", text: "hello, how can I help" }
+        ]
+        const analysis = Analyzer.analyzeDeterministic({ segments, durationMs: 3000 })
+        yield* db.run((sql) =>
+          CallsSql.insertTranscript(sql, { callId: byUri.json.id, orgId: "org-calls", operationId: "op-1", language: "en-US", segments, durationMs: 3000 })
+        )
+        yield* db.run((sql) => CallsSql.upsertAnalysis(sql, { callId: byUri.json.id, orgId: "org-calls", analyzer: analysis.analyzer, analysis }))
+        const full = yield* call(base, "GET", `/calls/${byUri.json.id}`, { key })
+        expect(full.status).toBe(200)
+        expect(full.json.sourceUri).toBe(uri)
+        expect(full.json.transcript).toMatchObject({ operationId: "op-1", language: "en-US", segments })
+        expect(full.json.analysis.analysis).toMatchObject({ totalWords: analysis.totalWords, durationMs: 3000 })
+
+        expect((yield* call(base, "GET", `/calls/${byUri.json.id}`, { key: b })).status).toBe(404)
+        expect((yield* call(base, "GET", "/calls/not-a-uuid", { key })).status).toBe(404)
+        expect((yield* call(base, "POST", "/calls", { key: b, body: { uri: "file:///etc/passwd" } })).status).toBe(400)
+        const missing = yield* call(base, "POST", "/calls", { key, body: { uri: "s3://elsewhere/x.wav" } })
+        expect(missing.status).toBe(400)
+        const big = new FormData()
+        big.append("file", new Blob([new Uint8Array(300 * 1024)]), "big.wav")
+        expect((yield* call(base, "POST", "/calls", { key, rawBody: big })).status).toBe(413)
       }))
 
     it.effect("the tenant role cannot read the API key table", () =>

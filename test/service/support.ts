@@ -5,7 +5,12 @@
 import { HttpServer } from "@effect/platform"
 import { Duration, Effect, Layer, Schema } from "effect"
 import { Permanent } from "../../src/JobError.js"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
 import * as Db from "../../src/layers/Db.js"
+import * as Storage from "../../src/layers/Storage.js"
+import { makeCallStages } from "../../src/stages/calls/index.js"
 import * as PgQueue from "../../src/queue/PgQueue.js"
 import * as Stage from "../../src/runtime/Stage.js"
 import * as Worker from "../../src/runtime/Worker.js"
@@ -36,16 +41,24 @@ export const workerOptions: Worker.WorkerOptions = {
   concurrency: {}
 }
 
-/** Server + worker (echo only) + queue + keys over the given Db layer. */
-export const layerService = <E>(dbLayer: Layer.Layer<Db.Db, E>, options: { readonly maxBodyBytes?: number } = {}) => {
-  const stages = [echo, manual]
+/** Server + worker (echo only) + queue + keys + fs storage over the given Db layer; the call stages are known, not run. */
+export const layerService = <E>(dbLayer: Layer.Layer<Db.Db, E>) => {
+  const stages = [echo, manual, ...makeCallStages()]
+  const storage = Layer.unwrapScoped(
+    Effect.acquireRelease(
+      Effect.sync(() => Fs.mkdtempSync(Path.join(Os.tmpdir(), "pgfiber-http-storage-"))),
+      (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
+    ).pipe(Effect.map((dir) => Storage.layerFs(dir).pipe(Layer.orDie)))
+  )
   return Server.layer({
     host: "127.0.0.1",
     port: 0,
-    maxBodyBytes: options.maxBodyBytes ?? 64 * 1024,
+    maxBodyBytes: 64 * 1024,
+    maxUploadBytes: 256 * 1024,
     devTick: true,
     workerId: "http-test"
   }).pipe(
+    Layer.provideMerge(storage),
     Layer.provideMerge(Worker.layer([echo], workerOptions)),
     Layer.provideMerge(Layer.succeed(Submit.KnownStages, stages)),
     Layer.provideMerge(ApiKeys.layer),
@@ -71,12 +84,12 @@ export const call = (
   base: string,
   method: string,
   path: string,
-  options: { readonly key?: string; readonly body?: unknown; readonly rawBody?: string | Uint8Array | ReadableStream<Uint8Array>; readonly headers?: Record<string, string> } = {}
+  options: { readonly key?: string; readonly body?: unknown; readonly rawBody?: string | Uint8Array | ReadableStream<Uint8Array> | FormData; readonly headers?: Record<string, string> } = {}
 ) =>
   Effect.promise(async (): Promise<Reply> => {
     const headers: Record<string, string> = { ...options.headers }
     if (options.key !== undefined) headers.authorization = `Bearer ${options.key}`
-    let body: string | Uint8Array | ReadableStream<Uint8Array> | undefined = options.rawBody
+    let body: string | Uint8Array | ReadableStream<Uint8Array> | FormData | undefined = options.rawBody
     if (options.body !== undefined) {
       body = JSON.stringify(options.body)
       headers["content-type"] = "application/json"
