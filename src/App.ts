@@ -1,25 +1,62 @@
 /**
- * The application's composition: which stages exist, and the Layers that run them against Postgres.
- * `main.ts` (the CLI) picks what to launch; tests and the bench compose the same pieces.
+ * The application's composition: which stages exist, the Layers they need, and the Layers that run them
+ * against Postgres. `main.ts` (the CLI) picks what to launch; tests and the bench compose the same pieces.
+ *
+ * Stages come in pipelines. A pipeline whose outside service is not configured (no SpeechKit credentials,
+ * no TRANSCRIBE_URL) is not started, with a warning: its jobs wait in the queue, nothing is lost, and
+ * another process that has the configuration can run them. Naming such a stage explicitly fails start-up.
  */
-import { Effect, Layer } from "effect"
+import { Config, Effect, Layer, Option } from "effect"
 import * as Db from "./layers/Db.js"
 import * as Migrations from "./queue/Migrations.js"
 import * as PgQueue from "./queue/PgQueue.js"
-import type * as ConfigError from "effect/ConfigError"
 import type * as Queue from "./queue/Queue.js"
 import type * as Stage from "./runtime/Stage.js"
 import type * as Waker from "./runtime/Waker.js"
 import * as Worker from "./runtime/Worker.js"
+import { callLayers, callStages, type CallRequirements } from "./stages/calls/index.js"
+import { documentLayers, documentStages, ensureSweepScheduled } from "./stages/documents/index.js"
 
-/** What the stages below need from the outside world (storage, media, SpeechKit, …). */
-export type StageRequirements = never
+/** What any stage may need from the outside world; each pipeline's layer provides its part. */
+export type StageRequirements = CallRequirements | Stage.Requirements<(typeof documentStages)[number]>
+type AnyStage = Stage.Stage<any, any, StageRequirements>
+
+export interface Pipeline {
+  readonly name: string
+  readonly stages: ReadonlyArray<AnyStage>
+  /** The pipeline's outside services, from configuration (Db and Queue come from the service). */
+  readonly layer: Layer.Layer<any, unknown>
+  /** The configuration it cannot run without, when that is missing; undefined when it can run. */
+  readonly missing: Effect.Effect<string | undefined>
+  /** Work to do once the queue is up (e.g. keep a periodic job scheduled). */
+  readonly onStart: Effect.Effect<void, unknown, Queue.Queue | Db.Db>
+}
+
+const isSet = (name: string) =>
+  Config.option(Config.nonEmptyString(name)).pipe(Effect.map(Option.isSome), Effect.orElseSucceed(() => false))
+
+export const pipelines: ReadonlyArray<Pipeline> = [
+  {
+    name: "calls",
+    stages: callStages,
+    layer: callLayers,
+    missing: Effect.map(
+      Effect.all([isSet("SPEECHKIT_API_KEY"), isSet("SPEECHKIT_IAM_TOKEN")]),
+      ([key, token]) => (key || token ? undefined : "SPEECHKIT_API_KEY or SPEECHKIT_IAM_TOKEN")
+    ),
+    onStart: Effect.void
+  },
+  {
+    name: "documents",
+    stages: documentStages,
+    layer: documentLayers,
+    missing: Effect.map(isSet("TRANSCRIBE_URL"), (set) => (set ? undefined : "TRANSCRIBE_URL")),
+    onStart: Effect.asVoid(ensureSweepScheduled)
+  }
+]
 
 /** Every stage this build knows; enqueueing to any other stage name is refused. */
-export const stages: ReadonlyArray<Stage.Stage<any, any, StageRequirements>> = []
-
-/** The stages' requirements, built from configuration. */
-export const stageLayers: Layer.Layer<StageRequirements, unknown> = Layer.empty
+export const stages: ReadonlyArray<AnyStage> = pipelines.flatMap((p) => p.stages)
 
 export const stageNames = () => stages.map((s) => s.name)
 
@@ -30,18 +67,55 @@ export const layerDb = Layer.effectDiscard(Migrations.migrate().pipe(
 
 export const layerQueue = PgQueue.layer({ knownStages: stageNames() }).pipe(Layer.provideMerge(layerDb))
 
-/** Select stages by name (`--stages a,b`); all when none are named. Unknown names fail start-up. */
+export interface Selection {
+  readonly stages: ReadonlyArray<AnyStage>
+  readonly pipelines: ReadonlyArray<Pipeline>
+}
+
+/**
+ * The stages to run here: those named (`--stages a,b`), or all whose pipeline is configured. A named stage
+ * whose pipeline is not configured, or an unknown name, fails start-up with the reason.
+ */
 export const selectStages = (names: ReadonlyArray<string>) =>
   Effect.gen(function*() {
-    if (names.length === 0) return stages
     const unknown = names.filter((n) => !stages.some((s) => s.name === n))
     if (unknown.length > 0) {
-      return yield* Effect.fail(`unknown stage(s): ${unknown.join(", ")}; known: ${stageNames().join(", ") || "(none)"}`)
+      return yield* Effect.fail(`unknown stage(s): ${unknown.join(", ")}; known: ${stageNames().join(", ")}`)
     }
-    return stages.filter((s) => names.includes(s.name))
+    const chosen: Array<Pipeline> = []
+    const selected: Array<AnyStage> = []
+    for (const pipeline of pipelines) {
+      const wanted = names.length === 0 ? pipeline.stages : pipeline.stages.filter((s) => names.includes(s.name))
+      if (wanted.length === 0) continue
+      const missing = yield* pipeline.missing
+      if (missing !== undefined) {
+        if (names.length > 0) {
+          return yield* Effect.fail(`${wanted.map((s) => s.name).join(", ")} cannot run: set ${missing}`)
+        }
+        yield* Effect.logWarning(
+          `the ${pipeline.name} pipeline is not started: ${missing} is not set (its jobs wait in the queue)`
+        )
+        continue
+      }
+      chosen.push(pipeline)
+      selected.push(...wanted)
+    }
+    return { stages: selected, pipelines: chosen } satisfies Selection
   })
 
+/** The selected stages' pools, their outside services, and each pipeline's start-up work. */
 export const layerWorker = (
-  selected: ReadonlyArray<Stage.Stage<any, any, StageRequirements>>
-): Layer.Layer<Waker.Waker | Worker.WorkerInfo, ConfigError.ConfigError, Queue.Queue | StageRequirements> =>
-  Layer.unwrapEffect(Effect.map(Worker.config, (options) => Worker.layer(selected, options)))
+  selection: Selection
+): Layer.Layer<Waker.Waker | Worker.WorkerInfo, unknown, Queue.Queue | Db.Db> => {
+  const services = Layer.mergeAll(Layer.empty, ...selection.pipelines.map((p) => p.layer)) as Layer.Layer<
+    Exclude<StageRequirements, Db.Db>,
+    unknown
+  >
+  const onStart = Layer.effectDiscard(
+    Effect.forEach(selection.pipelines, (p) =>
+      p.onStart.pipe(Effect.catchAllCause((cause) => Effect.logError(`${p.name}: start-up work failed`, cause))), { discard: true })
+  )
+  return Layer.unwrapEffect(
+    Effect.map(Worker.config, (options) => Worker.layer(selection.stages, options))
+  ).pipe(Layer.provide(services), Layer.merge(onStart))
+}

@@ -19,9 +19,9 @@ const parseList = (text: string) => text.split(",").map((s) => s.trim()).filter(
 
 const runWorker = (stageList: string) =>
   Effect.gen(function*() {
-    const selected = yield* App.selectStages(parseList(stageList))
-    yield* Effect.logInfo("pgfiber worker starting", { stages: selected.map((s) => s.name) })
-    return yield* Layer.launch(App.layerWorker(selected).pipe(Layer.provide(App.stageLayers), Layer.provide(App.layerQueue)))
+    const selection = yield* App.selectStages(parseList(stageList))
+    yield* Effect.logInfo("pgfiber worker starting", { stages: selection.stages.map((s) => s.name) })
+    return yield* Layer.launch(App.layerWorker(selection).pipe(Layer.provide(App.layerQueue)))
   })
 
 const start = Command.make("start", { stages: stagesOption }, ({ stages }) => runWorker(stages)).pipe(
