@@ -316,4 +316,18 @@ export const errorEntry = (attempt: number, at: Date, tag: string, message: stri
   message: message.length > 4000 ? `${message.slice(0, 4000)}…` : message
 })
 
+/** A dead letter brought back: the same work as a fresh job (attempts 0), or why it cannot be. */
+export const jobFromDeadLetter = (dl: DeadLetter): Either.Either<NewJob, InvalidJob> =>
+  dl.resolutionStatus !== null
+    ? Either.left(new InvalidJob({ field: "id", message: `dead letter ${dl.id} is already ${dl.resolutionStatus}` }))
+    : Either.right({
+      stage: dl.stage,
+      payload: dl.payload,
+      orgId: dl.orgId,
+      subjectId: dl.subjectId,
+      priority: dl.priority,
+      maxAttempts: dl.maxAttempts,
+      dedupeKey: dl.dedupeKey ?? undefined
+    })
+
 export const JobIdSchema = Schema.String.pipe(Schema.pattern(/^\d{1,19}$/))

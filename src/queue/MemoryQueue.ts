@@ -6,7 +6,7 @@
  */
 import { Clock, Duration, Effect, Either, Exit, FiberRef, Layer, Option } from "effect"
 import type { DeadLetter, EnqueueResult, ErrorEntry, Job, Lease, NewJob, StageStats, ValidJob } from "./Job.js"
-import { defaultMaxPayloadBytes, errorEntry, InvalidJob, JobNotFound, validateAll } from "./Job.js"
+import { defaultMaxPayloadBytes, errorEntry, jobFromDeadLetter, JobNotFound, validateAll } from "./Job.js"
 import { Queue, type QueueOptions, type Wakeups } from "./Queue.js"
 
 type MutableJob = { -readonly [K in keyof Job]: Job[K] }
@@ -363,18 +363,7 @@ export const make = (options: QueueOptions = {}) =>
         Effect.gen(function*() {
           const d = dead.get(id)
           if (!d) return yield* new JobNotFound({ message: `dead letter ${id} not found` })
-          if (d.resolutionStatus !== null) {
-            return yield* new InvalidJob({ field: "id", message: `dead letter ${id} is already ${d.resolutionStatus}` })
-          }
-          const [created] = yield* enqueue([{
-            stage: d.stage,
-            payload: d.payload,
-            orgId: d.orgId,
-            subjectId: d.subjectId,
-            priority: d.priority,
-            maxAttempts: d.maxAttempts,
-            dedupeKey: d.dedupeKey ?? undefined
-          }])
+          const [created] = yield* enqueue([yield* jobFromDeadLetter(d)])
           const now = yield* Clock.currentTimeMillis
           d.resolutionStatus = "retried"
           d.resolvedAt = new Date(now)

@@ -5,7 +5,7 @@
 import { Duration, Effect, Either, Layer } from "effect"
 import * as Db from "../layers/Db.js"
 import type { DeadLetter, ErrorEntry, Job, JobStatus, StageStats } from "./Job.js"
-import { defaultMaxPayloadBytes, InvalidJob, JobNotFound, validateAll } from "./Job.js"
+import { defaultMaxPayloadBytes, jobFromDeadLetter, JobNotFound, validateAll } from "./Job.js"
 import * as JobsSql from "./JobsSql.js"
 import { Queue, type QueueOptions } from "./Queue.js"
 
@@ -248,18 +248,7 @@ export const make = (options: QueueOptions = {}) =>
           Effect.gen(function*() {
             const dl = yield* getDead(id)
             if (dl === null) return yield* new JobNotFound({ message: `dead letter ${id} not found` })
-            if (dl.resolutionStatus !== null) {
-              return yield* new InvalidJob({ field: "id", message: `dead letter ${id} is already ${dl.resolutionStatus}` })
-            }
-            const [created] = yield* enqueue([{
-              stage: dl.stage,
-              payload: dl.payload,
-              orgId: dl.orgId,
-              subjectId: dl.subjectId,
-              priority: dl.priority,
-              maxAttempts: dl.maxAttempts,
-              dedupeKey: dl.dedupeKey ?? undefined
-            }])
+            const [created] = yield* enqueue([yield* jobFromDeadLetter(dl)])
             yield* db.run((sql) => JobsSql.markDeadLetterRetried(sql, id, created!.id))
             return created!.id
           })
