@@ -1,53 +1,65 @@
 /**
- * `pgfiber`: the service and its operator commands. `npm start` runs `pgfiber start`.
+ * `pgfiber`: the service and its operator commands (`npm start` runs `pgfiber start`; `npx pgfiber …`).
  * SIGINT/SIGTERM interrupt the main fiber (NodeRuntime.runMain); closing the layers is the graceful shutdown.
+ * Every failure ends here as a one-line message on stderr and an exit code from cli/Failure.ts.
  */
-import { Command, Options } from "@effect/cli"
+import { Command } from "@effect/cli"
 import { NodeContext, NodeRuntime } from "@effect/platform-node"
-import { Console, Effect, Layer } from "effect"
-import * as App from "./App.js"
-import * as Db from "./layers/Db.js"
+import { Cause, Effect, Exit, Layer, Option } from "effect"
+import * as Calls from "./cli/Calls.js"
+import * as Failure from "./cli/Failure.js"
+import * as Jobs from "./cli/Jobs.js"
+import * as Keys from "./cli/Keys.js"
+import * as Service from "./cli/Service.js"
 import * as Logging from "./layers/Logging.js"
-import * as Migrations from "./queue/Migrations.js"
 
-const stagesOption = Options.text("stages").pipe(
-  Options.withDescription("Comma-separated stage names to run (default: all)"),
-  Options.withDefault("")
+const root = Command.make("pgfiber", {}, () => cli([process.argv[0]!, process.argv[1]!, "--help"])).pipe(
+  Command.withDescription("pgfiber: a Postgres job queue and event-driven worker runtime"),
+  Command.withSubcommands([
+    Service.start,
+    Service.worker,
+    Service.migrate,
+    Jobs.enqueue,
+    Jobs.jobs,
+    Jobs.dlq,
+    Jobs.stats,
+    Service.tick,
+    Keys.keys,
+    Calls.calls
+  ])
 )
 
-const parseList = (text: string) => text.split(",").map((s) => s.trim()).filter(Boolean)
+const cli: (argv: ReadonlyArray<string>) => Effect.Effect<void, unknown, NodeContext.NodeContext> = (argv) =>
+  Command.run(root, { name: "pgfiber", version: "0.1.0" })(argv)
 
-const runWorker = (stageList: string) =>
-  Effect.gen(function*() {
-    const selection = yield* App.selectStages(parseList(stageList))
-    yield* Effect.logInfo("pgfiber worker starting", { stages: selection.stages.map((s) => s.name) })
-    return yield* Layer.launch(App.layerWorker(selection).pipe(Layer.provide(App.layerQueue)))
+/** The exit code, after saying why on stderr (and in the log, for the service's own record). */
+const report = (cause: Cause.Cause<unknown>) =>
+  Option.match(Failure.fromCause(cause), {
+    onNone: () => Effect.succeed(Failure.ExitCode.ok),
+    onSome: ({ code, message }) =>
+      message === ""
+        ? Effect.succeed(code)
+        : Effect.sync(() => {
+          process.stderr.write(`pgfiber: ${message}\n`)
+          return code
+        })
   })
 
-const start = Command.make("start", { stages: stagesOption }, ({ stages }) => runWorker(stages)).pipe(
-  Command.withDescription("Run the service: migrate, then all stages (or --stages) until SIGINT/SIGTERM")
-)
-
-const worker = Command.make("worker", { stages: stagesOption }, ({ stages }) => runWorker(stages)).pipe(
-  Command.withDescription("Run stage workers only (no HTTP)")
-)
-
-const migrate = Command.make("migrate", {}, () =>
-  Migrations.migrate().pipe(
-    Effect.tap((r) =>
-      Console.log(r.applied.length > 0 ? `applied: ${r.applied.join(", ")}` : `up to date (migration ${r.current})`)
-    ),
-    Effect.provide(Db.layer)
-  )).pipe(Command.withDescription("Apply pending database migrations and exit"))
-
-const root = Command.make("pgfiber", { stages: stagesOption }, ({ stages }) => runWorker(stages)).pipe(
-  Command.withDescription("pgfiber: a Postgres job queue and event-driven worker runtime"),
-  Command.withSubcommands([start, worker, migrate])
-)
-
-const cli = Command.run(root, { name: "pgfiber", version: "0.1.0" })
-
-cli(process.argv).pipe(
+const program = cli(process.argv).pipe(
   Effect.provide(Layer.mergeAll(NodeContext.layer, Logging.layer)),
-  NodeRuntime.runMain({ disablePrettyLogger: true })
+  Effect.as(Failure.ExitCode.ok as number),
+  Effect.catchAllCause(report)
 )
+
+NodeRuntime.runMain(program, {
+  disablePrettyLogger: true,
+  disableErrorReporting: true,
+  teardown: (exit, onExit) =>
+    onExit(
+      Exit.isSuccess(exit) && typeof exit.value === "number"
+        ? exit.value
+        : Exit.isFailure(exit) && !Cause.isInterruptedOnly(exit.cause)
+        ? Failure.ExitCode.failure
+        : Failure.ExitCode.ok
+    )
+})

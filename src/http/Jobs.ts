@@ -4,10 +4,11 @@
  * clause here) is what keeps orgs apart: another org's job is not found.
  */
 import { HttpApiBuilder } from "@effect/platform"
-import { Config, Duration, Effect } from "effect"
+import { Config, Duration, Effect, Option } from "effect"
 import * as Db from "../layers/Db.js"
 import * as Queue from "../queue/Queue.js"
-import * as Stage from "../runtime/Stage.js"
+import type * as Stage from "../runtime/Stage.js"
+import * as Worker from "../runtime/Worker.js"
 import * as Submit from "../service/Submit.js"
 import * as Tick from "../service/Tick.js"
 import { Api, BadRequest, Conflict, CurrentOrg, NotFound, Unavailable } from "./Api.js"
@@ -89,12 +90,23 @@ export const deadLetterView = (dl: Queue.DeadLetter) => ({
 /** `PGFIBER_DEV_TICK=1` exposes `POST /api/jobs/tick` (seed 004); otherwise it answers 404. */
 export const devTickConfig = Config.boolean("PGFIBER_DEV_TICK").pipe(Config.withDefault(false))
 
-export const layer = <R>(options: { readonly devTick: boolean; readonly workerId: string }) =>
+export interface JobsOptions<R> {
+  readonly devTick: boolean
+  /** Names the dev tick's claims (`locked_by`) when no worker runs in this process. */
+  readonly workerId: string
+  /** The stages the dev tick may run here (their services provided as R); default: every known stage. */
+  readonly tickStages?: ReadonlyArray<Stage.Stage<any, any, R>> | undefined
+}
+
+export const layer = <R>(options: JobsOptions<R>) =>
   HttpApiBuilder.group(Api, "jobs", (handlers) =>
     Effect.gen(function*() {
       const db = yield* Db.Db
       const queue = yield* Queue.Queue
       const stages = yield* Submit.KnownStages
+      const worker = yield* Effect.serviceOption(Worker.WorkerInfo)
+      const tickWorkerId = `${Option.match(worker, { onNone: () => options.workerId, onSome: (w) => w.workerId })}:tick`
+      const tickStages = options.tickStages ?? (stages as ReadonlyArray<Stage.Stage<any, any, R>>)
       const context = yield* Effect.context<R>()
 
       /** Runs the effect as the request's org: a transaction under the tenant role, RLS on every row. */
@@ -120,7 +132,9 @@ export const layer = <R>(options: { readonly devTick: boolean; readonly workerId
                 dedupeKey: body.dedupeKey
               }).pipe(Effect.provideService(Queue.Queue, queue))
             )
-            yield* Effect.logInfo("job submitted", { stage: body.stage, jobId: result.id, deduped: result.deduped })
+            yield* Effect.logInfo("job submitted").pipe(
+              Effect.annotateLogs({ stage: body.stage, jobId: result.id, deduped: result.deduped, org: principal.orgId })
+            )
             return result
           }).pipe(
             Effect.catchTags({
@@ -173,7 +187,7 @@ export const layer = <R>(options: { readonly devTick: boolean; readonly workerId
         .handle("retryDeadLetter", ({ path }) =>
           asOrg(queue.deadLetters.retry(path.id)).pipe(
             Effect.map((jobId) => ({ id: path.id, jobId })),
-            Effect.tap((r) => Effect.logInfo("dead letter retried", r)),
+            Effect.tap((r) => Effect.logInfo("dead letter retried").pipe(Effect.annotateLogs({ deadLetterId: r.id, jobId: r.jobId }))),
             Effect.catchTags({
               JobNotFound: () => Effect.fail(notFound(`dead letter ${path.id}`)),
               InvalidJob: (e) => Effect.fail(new Conflict({ message: e.message })),
@@ -183,7 +197,7 @@ export const layer = <R>(options: { readonly devTick: boolean; readonly workerId
         .handle("resolveDeadLetter", ({ path, payload }) =>
           asOrg(queue.deadLetters.resolve(path.id, payload.notes)).pipe(
             Effect.as({ id: path.id, resolutionStatus: "resolved" as const }),
-            Effect.tap(() => Effect.logInfo("dead letter resolved", { id: path.id })),
+            Effect.tap(() => Effect.logInfo("dead letter resolved").pipe(Effect.annotateLogs({ deadLetterId: path.id }))),
             Effect.catchTags({
               JobNotFound: () => Effect.fail(notFound(`dead letter ${path.id}`)),
               DbError: dbFailure
@@ -196,8 +210,8 @@ export const layer = <R>(options: { readonly devTick: boolean; readonly workerId
             // only the key's org's jobs are claimed (RLS on the claim); handlers run as in a worker
             const result = yield* Tick.run({
               max: payload.max ?? 10,
-              stages: stages as ReadonlyArray<Stage.Stage<any, any, R>>,
-              workerId: `${options.workerId}:tick`,
+              stages: tickStages,
+              workerId: tickWorkerId,
               claimScope: (claim) => db.withOrg(principal.orgId, claim)
             }).pipe(Effect.provideService(Queue.Queue, queue), Effect.provide(context))
             const { stages: _perStage, ...counts } = result

@@ -21,6 +21,7 @@ import { NodeHttpServer, NodeHttpServerRequest } from "@effect/platform-node"
 import { Cause, Config, Effect, Exit, Layer, LogLevel, Option } from "effect"
 import type * as NodeHttp from "node:http"
 import { createServer } from "node:http"
+import type * as Stage from "../runtime/Stage.js"
 import { Api } from "./Api.js"
 import * as Auth from "./Auth.js"
 import * as Calls from "./Calls.js"
@@ -35,20 +36,23 @@ export interface ServerOptions {
   /** The same for `multipart/form-data` uploads (recordings to `POST /calls`), which stream to disk. */
   readonly maxUploadBytes: number
   readonly devTick: boolean
-  /** Names the dev tick's claims (`locked_by`). */
+  /** Names the dev tick's claims (`locked_by`) when no worker runs in this process. */
   readonly workerId: string
+  /** The stages the dev tick may run here; default: every known stage. */
+  readonly tickStages?: ReadonlyArray<Stage.Stage<any, any, any>> | undefined
 }
 
 export const config = Config.all({
   host: Config.string("HTTP_HOST").pipe(Config.withDefault("0.0.0.0")),
   port: Config.port("HTTP_PORT").pipe(Config.withDefault(8080)),
+  // validate before the default: a validation after `withDefault` loses the variable's name in the error
   maxBodyBytes: Config.integer("HTTP_MAX_BODY_BYTES").pipe(
-    Config.withDefault(1024 * 1024),
-    Config.validate({ message: "must be a whole number of bytes from 1024 to 1073741824", validation: (n) => n >= 1024 && n <= 1 << 30 })
+    Config.validate({ message: "must be a whole number of bytes from 1024 to 1073741824", validation: (n) => n >= 1024 && n <= 1 << 30 }),
+    Config.withDefault(1024 * 1024)
   ),
   maxUploadBytes: Config.integer("HTTP_MAX_UPLOAD_BYTES").pipe(
-    Config.withDefault(256 * 1024 * 1024),
-    Config.validate({ message: "must be a whole number of bytes from 1024 to 17179869184", validation: (n) => n >= 1024 && n <= 16 * 2 ** 30 })
+    Config.validate({ message: "must be a whole number of bytes from 1024 to 17179869184", validation: (n) => n >= 1024 && n <= 16 * 2 ** 30 }),
+    Config.withDefault(256 * 1024 * 1024)
   ),
   devTick: Jobs.devTickConfig
 })
@@ -147,7 +151,9 @@ export const accessLog = <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, 
   })
 
 /** The API's handlers and docs, without a listening socket (tests may serve it however they like). */
-export const layerApi = <R = never>(options: Pick<ServerOptions, "devTick" | "workerId" | "maxBodyBytes" | "maxUploadBytes">) =>
+export const layerApi = <R = never>(
+  options: Pick<ServerOptions, "devTick" | "workerId" | "tickStages" | "maxBodyBytes" | "maxUploadBytes">
+) =>
   Layer.mergeAll(
     // API-level, so it runs inside the router's error handling and its 400/413 is the response sent
     HttpApiBuilder.middleware(bodyLimit(options)),

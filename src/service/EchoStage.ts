@@ -21,12 +21,12 @@ export const stage = Stage.make({
   name,
   payload: Payload,
   concurrency: 4,
-  handler: (payload, job) =>
+  handler: (payload) =>
     Effect.gen(function*() {
       if (payload.sleepMs) yield* Effect.sleep(Duration.millis(payload.sleepMs))
       if (payload.fail === "permanent") return yield* new Permanent({ message: payload.message ?? "echo: asked to fail permanently" })
       if (payload.fail === "transient") return yield* new Transient({ message: payload.message ?? "echo: asked to fail transiently" })
-      yield* Effect.logInfo("echo", { message: payload.message ?? null, attempt: job.attempt })
+      yield* Effect.logInfo(`echo: ${payload.message ?? "(no message)"}`)
     })
 })
 

@@ -1,10 +1,11 @@
 /**
  * Shared pieces for the service tests: a tiny test stage, a real HTTP server on a free loopback port over a
- * fresh schema, and a fetch helper that speaks the API the way a client would.
+ * fresh schema, a fetch helper that speaks the API the way a client would, and the real CLI as a child process.
  */
 import { HttpServer } from "@effect/platform"
 import { Duration, Effect, Layer, Schema } from "effect"
 import { Permanent } from "../../src/JobError.js"
+import { spawn } from "node:child_process"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
@@ -17,6 +18,7 @@ import * as Worker from "../../src/runtime/Worker.js"
 import * as Server from "../../src/http/Server.js"
 import * as ApiKeys from "../../src/service/ApiKeys.js"
 import * as Submit from "../../src/service/Submit.js"
+import { databaseUrl, rawSql } from "../support/pg.js"
 
 /** `echo`: succeeds, or dead-letters when asked (`fail: true`). */
 export const echo = Stage.make({
@@ -143,3 +145,62 @@ export const parsePrometheus = (text: string) => {
   }
   return { samples, types }
 }
+
+// ---------------------------------------------------------------------------------------------
+// the real binary
+
+const repoRoot = Path.resolve(import.meta.dirname, "../..")
+
+export interface Run {
+  readonly code: number | null
+  readonly stdout: string
+  readonly stderr: string
+}
+
+/**
+ * Runs `pgfiber args…` (`node --import tsx src/main.ts`, what `npm run pgfiber` and `npx pgfiber` run) against
+ * the test database's `schema`, with the diagnostic echo stage on and JSON logs; resolves when it exits.
+ */
+export const pgfiber = (schema: string, args: ReadonlyArray<string>, env: Record<string, string> = {}) =>
+  Effect.promise(() =>
+    new Promise<Run>((resolve, reject) => {
+      const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts", ...args], {
+        cwd: repoRoot,
+        env: {
+          PATH: process.env.PATH ?? "",
+          HOME: process.env.HOME ?? "",
+          DATABASE_URL: databaseUrl(),
+          PGFIBER_SCHEMA: schema,
+          PGFIBER_ECHO_STAGE: "1",
+          LOG_FORMAT: "json",
+          ...env
+        },
+        stdio: ["ignore", "pipe", "pipe"]
+      })
+      let stdout = ""
+      let stderr = ""
+      child.stdout.on("data", (d) => (stdout += d))
+      child.stderr.on("data", (d) => (stderr += d))
+      const timer = setTimeout(() => child.kill("SIGKILL"), 30_000)
+      child.on("error", reject)
+      child.on("close", (code) => {
+        clearTimeout(timer)
+        resolve({ code, stdout, stderr })
+      })
+    })
+  )
+
+/** JSON log lines out of a run's stderr. */
+export const logLines = (run: Run): ReadonlyArray<any> =>
+  run.stderr.split("\n").filter((l) => l.startsWith("{")).map((l) => JSON.parse(l))
+
+/** A query as an operator would run it with psql, on the schema. */
+export const query = <T>(schema: string, text: string) =>
+  Effect.promise(async () => {
+    const sql = rawSql(schema)
+    try {
+      return (await sql.unsafe(text)) as unknown as Array<T>
+    } finally {
+      await sql.end()
+    }
+  })

@@ -1,0 +1,44 @@
+/** `calls add FILE --org ORG` (upload a recording and start the pipeline) and `calls show ID`. */
+import { Args, Command, Options } from "@effect/cli"
+import { Effect, Option } from "effect"
+import * as Storage from "../layers/Storage.js"
+import { Calls } from "../stages/calls/index.js"
+import { NotFound } from "./Failure.js"
+import { operator } from "./Jobs.js"
+import * as Output from "./Output.js"
+
+const add = Command.make(
+  "add",
+  {
+    file: Args.file({ name: "FILE", exists: "yes" }).pipe(Args.withDescription("The recording (any format ffmpeg reads)")),
+    org: Options.text("org").pipe(Options.withDescription("The org the call belongs to (required)"))
+  },
+  ({ file, org }) =>
+    operator(() =>
+      Effect.gen(function*() {
+        const id = yield* Calls.create({ orgId: org, file })
+        yield* Effect.logInfo("call created").pipe(Effect.annotateLogs({ callId: id, org }))
+        yield* Output.line(id)
+      }).pipe(Effect.provide(Storage.layerFromConfig))
+    )
+).pipe(Command.withDescription("Upload a recording to storage and start its pipeline; prints the call id"))
+
+const show = Command.make(
+  "show",
+  {
+    id: Args.text({ name: "id" }).pipe(Args.withDescription("The call's id")),
+    org: Options.text("org").pipe(Options.optional, Options.withDescription("Read as this org (row-level security)"))
+  },
+  ({ id, org }) =>
+    operator(() =>
+      Calls.get(id, { orgId: Option.getOrUndefined(org) }).pipe(
+        Effect.catchTag("CallNotFound", (e) => Effect.fail(new NotFound({ message: e.message }))),
+        Effect.flatMap(Output.json)
+      )
+    )
+).pipe(Command.withDescription("Print a call with its status, artifacts, transcript and analysis as JSON"))
+
+export const calls = Command.make("calls").pipe(
+  Command.withDescription("Recorded calls: add a recording, show a call"),
+  Command.withSubcommands([add, show])
+)

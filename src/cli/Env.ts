@@ -1,0 +1,60 @@
+/**
+ * What the commands run on: the stages this build knows (App.stages, plus `pgfiber.echo` when enabled), the
+ * Postgres layers (migrating first only where that is wanted), and the service layers built from them.
+ */
+import { Config, Effect, Layer } from "effect"
+import * as App from "../App.js"
+import * as Db from "../layers/Db.js"
+import * as PgQueue from "../queue/PgQueue.js"
+import type * as Stage from "../runtime/Stage.js"
+import * as ApiKeys from "../service/ApiKeys.js"
+import * as EchoStage from "../service/EchoStage.js"
+import * as Submit from "../service/Submit.js"
+
+export type KnownStage = Stage.Stage<any, any, App.StageRequirements>
+
+/** Every stage this process knows; enqueueing elsewhere is refused. */
+export const knownStages: Effect.Effect<ReadonlyArray<KnownStage>, import("effect/ConfigError").ConfigError> =
+  EchoStage.withEcho(App.stages)
+
+export const parseList = (text: string) => text.split(",").map((s) => s.trim()).filter(Boolean)
+
+/**
+ * What to run here (`--stages a,b`, or everything configured): App.selectStages, plus `pgfiber.echo` when it
+ * is enabled and wanted. Unknown names, and named stages whose pipeline is not configured, fail start-up.
+ */
+export const select = (known: ReadonlyArray<KnownStage>, stageList: string) =>
+  Effect.gen(function*() {
+    const names = parseList(stageList)
+    const echoKnown = known.some((s) => s.name === EchoStage.name)
+    const appNames = names.filter((n) => !(echoKnown && n === EchoStage.name))
+    const selection: App.Selection = names.length > 0 && appNames.length === 0
+      ? { stages: [], pipelines: [] }
+      : yield* App.selectStages(appNames)
+    const withEcho = echoKnown && (names.length === 0 || names.includes(EchoStage.name))
+    return withEcho ? { ...selection, stages: [...selection.stages, EchoStage.stage] } : selection
+  })
+
+/** The selected pipelines' outside services (storage, SpeechKit, …), for handlers run outside a worker pool. */
+export const stageServices = (selection: App.Selection): Layer.Layer<any, unknown> =>
+  Layer.mergeAll(Layer.empty, ...selection.pipelines.map((p) => p.layer))
+
+/** `start` and `worker` apply pending migrations first unless told not to (then run `pgfiber migrate` on deploy). */
+export const migrateOnStart = Config.boolean("PGFIBER_MIGRATE_ON_START").pipe(Config.withDefault(true))
+
+/**
+ * Postgres and the queue for operator commands: never migrates (an operator's `stats` from a newer build must
+ * not change a production schema), so a fresh database needs `pgfiber migrate` first.
+ */
+export const layerOps = (stages: ReadonlyArray<KnownStage>) =>
+  Layer.mergeAll(ApiKeys.layer, Layer.succeed(Submit.KnownStages, stages)).pipe(
+    Layer.provideMerge(PgQueue.layer({ knownStages: stages.map((s) => s.name) })),
+    Layer.provideMerge(Db.layer)
+  )
+
+/** Postgres and the queue for the long-running commands, migrated first when PGFIBER_MIGRATE_ON_START allows. */
+export const layerService = (stages: ReadonlyArray<KnownStage>, migrate: boolean) =>
+  Layer.mergeAll(ApiKeys.layer, Layer.succeed(Submit.KnownStages, stages)).pipe(
+    Layer.provideMerge(PgQueue.layer({ knownStages: stages.map((s) => s.name) })),
+    Layer.provideMerge(migrate ? App.layerDb : Db.layer)
+  )

@@ -1,0 +1,329 @@
+/**
+ * Operator commands on the queue: `enqueue`, `jobs list|show|cancel`, `dlq list|show|retry|resolve|purge`,
+ * `stats`. They act as the service's own role (every org), print results on stdout and logs on stderr.
+ */
+import { Args, Command, Options } from "@effect/cli"
+import { Duration, Effect, Option } from "effect"
+import type * as Db from "../layers/Db.js"
+import * as Queue from "../queue/Queue.js"
+import type * as ApiKeys from "../service/ApiKeys.js"
+import * as Submit from "../service/Submit.js"
+import * as Env from "./Env.js"
+import { Conflict, NotFound, UsageError } from "./Failure.js"
+import * as Output from "./Output.js"
+
+type OpsServices = Db.Db | Queue.Queue | ApiKeys.ApiKeys | Submit.KnownStages
+
+/** Runs an operator command on the ops layers (no migration), its logs on stderr. */
+export const operator = <A, E>(run: (stages: ReadonlyArray<Env.KnownStage>) => Effect.Effect<A, E, OpsServices>) =>
+  Output.logsToStderr(
+    Effect.gen(function*() {
+      const stages = yield* Env.knownStages
+      return yield* run(stages).pipe(Effect.provide(Env.layerOps(stages)))
+    })
+  )
+
+const jsonFlag = Options.boolean("json").pipe(Options.withDescription("Print JSON instead of a table"))
+const idArg = (what: string) => Args.text({ name: "id" }).pipe(Args.withDescription(`The ${what}'s id`))
+const optionalText = (name: string, description: string) =>
+  Options.text(name).pipe(Options.optional, Options.withDescription(description))
+const limitOption = Options.integer("limit").pipe(
+  Options.withDefault(50),
+  Options.withDescription("At most this many rows (1..10000)")
+)
+const afterOption = optionalText("after", "Only ids greater than this (keyset pagination)")
+
+const parseJson = (text: string) =>
+  Effect.try({
+    try: () => JSON.parse(text) as unknown,
+    catch: (e) => new UsageError({ message: `payload is not valid JSON: ${e instanceof Error ? e.message : String(e)}` })
+  })
+
+// ---------------------------------------------------------------------------------------------
+// enqueue
+
+export const enqueue = Command.make(
+  "enqueue",
+  {
+    stage: Args.text({ name: "stage" }).pipe(Args.withDescription("The stage to run the job")),
+    payload: Args.text({ name: "json" }).pipe(
+      Args.withDefault("{}"),
+      Args.withDescription("The payload as JSON, validated by the stage's Schema (default {})")
+    ),
+    org: optionalText("org", "The org the job belongs to (row-level security scopes it to that org's API keys)"),
+    subject: optionalText("subject", "The subject id (the call or document the job works on)"),
+    priority: optionalText("priority", "fast, normal, bulk, or 0..100 (lower runs first)"),
+    delay: Options.integer("delay-ms").pipe(Options.optional, Options.withDescription("Run no sooner than this many ms from now")),
+    maxAttempts: Options.integer("max-attempts").pipe(Options.optional, Options.withDescription("Attempts before dead-lettering")),
+    dedupeKey: optionalText("dedupe-key", "Unique among queued and running jobs: a duplicate returns the live job's id"),
+    json: jsonFlag
+  },
+  (o) =>
+    operator((stages) =>
+      Effect.gen(function*() {
+        const payload = yield* parseJson(o.payload)
+        const priority = Option.map(o.priority, (p) => (/^\d+$/.test(p) ? Number(p) : (p as Queue.Priority)))
+        const result = yield* Submit.submit(stages, {
+          stage: o.stage,
+          payload,
+          orgId: Option.getOrUndefined(o.org),
+          subjectId: Option.getOrUndefined(o.subject),
+          priority: Option.getOrUndefined(priority),
+          delay: Option.getOrUndefined(Option.map(o.delay, Duration.millis)),
+          maxAttempts: Option.getOrUndefined(o.maxAttempts),
+          dedupeKey: Option.getOrUndefined(o.dedupeKey)
+        })
+        if (o.json) return yield* Output.json(result)
+        if (result.deduped) yield* Output.note(`a live job with that dedupe key exists: ${result.id}`)
+        yield* Output.line(result.id)
+      })
+    )
+).pipe(Command.withDescription("Enqueue a job: pgfiber enqueue <stage> '<json>'; prints the job id"))
+
+// ---------------------------------------------------------------------------------------------
+// jobs
+
+const statusOption = Options.choice("status", ["queued", "running", "cancelled"]).pipe(
+  Options.optional,
+  Options.withDescription("Only jobs in this state")
+)
+
+const jobsList = Command.make(
+  "list",
+  { stage: optionalText("stage", "Only this stage's jobs"), status: statusOption, limit: limitOption, after: afterOption, json: jsonFlag },
+  (o) =>
+    operator(() =>
+      Effect.gen(function*() {
+        const queue = yield* Queue.Queue
+        const jobs = yield* queue.list({
+          stage: Option.getOrUndefined(o.stage),
+          status: Option.getOrUndefined(o.status),
+          limit: o.limit,
+          afterId: Option.getOrUndefined(o.after)
+        })
+        if (o.json) return yield* Output.json(jobs)
+        const now = Date.now()
+        yield* Output.line(Output.table(
+          [
+            { header: "ID", align: "right" },
+            { header: "STAGE" },
+            { header: "STATUS" },
+            { header: "ATTEMPTS", align: "right" },
+            { header: "DUE IN", align: "right" },
+            { header: "ORG" },
+            { header: "LAST ERROR" }
+          ],
+          jobs.map((j) => [
+            j.id,
+            j.stage,
+            j.status,
+            `${j.attempts}/${j.maxAttempts}`,
+            j.status === "queued" ? Output.age(j.availableAt.getTime() - now) : "",
+            j.orgId ?? "",
+            Output.truncate(j.lastError)
+          ])
+        ))
+      })
+    )
+).pipe(Command.withDescription("List live jobs (completed jobs leave the queue)"))
+
+const jobsShow = Command.make("show", { id: idArg("job") }, ({ id }) =>
+  operator(() =>
+    Effect.gen(function*() {
+      const queue = yield* Queue.Queue
+      const job = yield* queue.get(id)
+      if (job === null) return yield* new NotFound({ message: `job ${id} not found (completed jobs leave the queue; see dlq list)` })
+      yield* Output.json(job)
+    })
+  )).pipe(Command.withDescription("Print one job as JSON"))
+
+const jobsCancel = Command.make("cancel", { id: idArg("job") }, ({ id }) =>
+  operator(() =>
+    Effect.gen(function*() {
+      const queue = yield* Queue.Queue
+      const outcome = yield* queue.cancel(id)
+      if (outcome === "not-found") return yield* new NotFound({ message: `job ${id} not found` })
+      yield* Effect.logInfo("job cancelled").pipe(Effect.annotateLogs({ jobId: id, outcome }))
+      yield* Output.line(outcome)
+    })
+  )).pipe(Command.withDescription("Cancel a job: a queued one is removed, a running one stops at its next heartbeat"))
+
+export const jobs = Command.make("jobs").pipe(
+  Command.withDescription("Inspect and cancel jobs"),
+  Command.withSubcommands([jobsList, jobsShow, jobsCancel])
+)
+
+// ---------------------------------------------------------------------------------------------
+// dead letters
+
+const dlqList = Command.make(
+  "list",
+  {
+    stage: optionalText("stage", "Only this stage's dead letters"),
+    all: Options.boolean("all").pipe(Options.withDescription("Include resolved and retried ones")),
+    limit: limitOption,
+    after: afterOption,
+    json: jsonFlag
+  },
+  (o) =>
+    operator(() =>
+      Effect.gen(function*() {
+        const queue = yield* Queue.Queue
+        const list = yield* queue.deadLetters.list({
+          stage: Option.getOrUndefined(o.stage),
+          unresolvedOnly: !o.all,
+          limit: o.limit,
+          afterId: Option.getOrUndefined(o.after)
+        })
+        if (o.json) return yield* Output.json(list)
+        yield* Output.line(Output.table(
+          [
+            { header: "ID", align: "right" },
+            { header: "JOB", align: "right" },
+            { header: "STAGE" },
+            { header: "ORG" },
+            { header: "DEAD AT" },
+            { header: "ATTEMPTS", align: "right" },
+            { header: "RESOLUTION" },
+            { header: "REASON" }
+          ],
+          list.map((d) => [
+            d.id,
+            d.jobId,
+            d.stage,
+            d.orgId ?? "",
+            d.deadAt.toISOString().replace(/\.\d+Z$/, "Z"),
+            String(d.attempts),
+            d.resolutionStatus === "retried" ? `retried → ${d.retriedJobId}` : d.resolutionStatus ?? "",
+            Output.truncate(d.reason)
+          ])
+        ))
+      })
+    )
+).pipe(Command.withDescription("List dead letters (unresolved ones unless --all)"))
+
+const dlqShow = Command.make("show", { id: idArg("dead letter") }, ({ id }) =>
+  operator(() =>
+    Effect.gen(function*() {
+      const queue = yield* Queue.Queue
+      const dl = yield* queue.deadLetters.get(id)
+      if (dl === null) return yield* new NotFound({ message: `dead letter ${id} not found` })
+      yield* Output.json(dl)
+    })
+  )).pipe(Command.withDescription("Print one dead letter as JSON, with its whole error history"))
+
+const dlqRetry = Command.make("retry", { id: idArg("dead letter") }, ({ id }) =>
+  operator(() =>
+    Effect.gen(function*() {
+      const queue = yield* Queue.Queue
+      const jobId = yield* queue.deadLetters.retry(id).pipe(
+        Effect.catchTags({
+          JobNotFound: (e) => Effect.fail(new NotFound({ message: e.message })),
+          InvalidJob: (e) => Effect.fail(new Conflict({ message: e.message }))
+        })
+      )
+      yield* Effect.logInfo("dead letter retried").pipe(Effect.annotateLogs({ deadLetterId: id, jobId }))
+      yield* Output.line(jobId)
+    })
+  )).pipe(Command.withDescription("Enqueue a dead letter's payload again as a fresh job (attempts 0); prints the new job id"))
+
+const dlqResolve = Command.make(
+  "resolve",
+  { id: idArg("dead letter"), notes: optionalText("notes", "Why it needs no retry (kept with the dead letter)") },
+  ({ id, notes }) =>
+    operator(() =>
+      Effect.gen(function*() {
+        const queue = yield* Queue.Queue
+        yield* queue.deadLetters.resolve(id, Option.getOrUndefined(notes)).pipe(
+          Effect.catchTag("JobNotFound", (e) => Effect.fail(new NotFound({ message: e.message })))
+        )
+        yield* Effect.logInfo("dead letter resolved").pipe(Effect.annotateLogs({ deadLetterId: id }))
+        yield* Output.line("resolved")
+      })
+    )
+).pipe(Command.withDescription("Mark a dead letter handled without retrying it"))
+
+const dlqPurge = Command.make(
+  "purge",
+  {
+    olderThan: Options.text("older-than").pipe(
+      Options.optional,
+      Options.withDescription("Only dead letters older than this, e.g. \"30 days\", \"12 hours\" (default: all)")
+    ),
+    includeUnresolved: Options.boolean("include-unresolved").pipe(
+      Options.withDescription("Also delete unresolved dead letters (default: only resolved and retried ones)")
+    )
+  },
+  (o) =>
+    operator(() =>
+      Effect.gen(function*() {
+        const queue = yield* Queue.Queue
+        const olderThan = yield* Option.match(o.olderThan, {
+          onNone: () => Effect.succeed(undefined),
+          onSome: (text) =>
+            Option.match(Duration.decodeUnknown(text), {
+              onNone: () => Effect.fail(new UsageError({ message: `--older-than: "${text}" is not a duration (e.g. "30 days")` })),
+              onSome: Effect.succeed
+            })
+        })
+        const purged = yield* queue.deadLetters.purge({ olderThan, includeUnresolved: o.includeUnresolved })
+        yield* Effect.logInfo("dead letters purged").pipe(Effect.annotateLogs({ purged }))
+        yield* Output.line(String(purged))
+      })
+    )
+).pipe(Command.withDescription("Delete handled dead letters; prints how many"))
+
+export const dlq = Command.make("dlq").pipe(
+  Command.withDescription("The dead-letter workflow: list, show, retry, resolve, purge"),
+  Command.withSubcommands([dlqList, dlqShow, dlqRetry, dlqResolve, dlqPurge])
+)
+
+// ---------------------------------------------------------------------------------------------
+// stats
+
+export const stats = Command.make("stats", { json: jsonFlag }, ({ json }) =>
+  operator((stages) =>
+    Effect.gen(function*() {
+      const queue = yield* Queue.Queue
+      const rows = yield* queue.stats
+      const seen = new Set(rows.map((r) => r.stage))
+      const all: ReadonlyArray<Queue.StageStats> = [
+        ...rows,
+        ...stages.filter((s) => !seen.has(s.name)).map((s) => ({
+          stage: s.name,
+          ready: 0,
+          scheduled: 0,
+          running: 0,
+          cancelling: 0,
+          deadLetters: 0,
+          oldestReadyAgeMs: 0
+        }))
+      ].sort((a, b) => a.stage.localeCompare(b.stage))
+      if (json) return yield* Output.json(all)
+      const sum = (f: (s: Queue.StageStats) => number) => String(all.reduce((n, s) => n + f(s), 0))
+      const n = (v: number) => String(v)
+      yield* Output.line(Output.table(
+        [
+          { header: "STAGE" },
+          { header: "READY", align: "right" },
+          { header: "SCHEDULED", align: "right" },
+          { header: "RUNNING", align: "right" },
+          { header: "CANCELLING", align: "right" },
+          { header: "DEAD", align: "right" },
+          { header: "OLDEST READY", align: "right" }
+        ],
+        [
+          ...all.map((s) => [s.stage, n(s.ready), n(s.scheduled), n(s.running), n(s.cancelling), n(s.deadLetters), Output.age(s.oldestReadyAgeMs)]),
+          [
+            "total",
+            sum((s) => s.ready),
+            sum((s) => s.scheduled),
+            sum((s) => s.running),
+            sum((s) => s.cancelling),
+            sum((s) => s.deadLetters),
+            Output.age(Math.max(0, ...all.map((s) => s.oldestReadyAgeMs)))
+          ]
+        ]
+      ))
+    })
+  )).pipe(Command.withDescription("Queue depth per stage and state, the oldest ready job's age (lag), unresolved dead letters"))

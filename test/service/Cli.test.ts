@@ -1,0 +1,81 @@
+/**
+ * The real binary as a child process against a fresh schema: enqueue then `tick --max 1` runs exactly one
+ * job, the stats table, exit codes for bad input and for a bad configuration value. (CliDlq.test.ts has the
+ * dead-letter workflow and keys; each spawn costs ~2.5 s of module loading, so the two files share the work.)
+ */
+import { describe, expect, layer } from "@effect/vitest"
+import { Effect } from "effect"
+import * as Db from "../../src/layers/Db.js"
+import { layerDb } from "../support/pg.js"
+import { logLines, pgfiber, query } from "./support.js"
+
+describe("pgfiber CLI", () => {
+  layer(layerDb(), { excludeTestServices: true, timeout: 60_000 })((it) => {
+    it.effect("enqueue, then tick --max 1 processes exactly one job; stats prints the table", () =>
+      Effect.gen(function*() {
+        const { schema } = yield* Db.Db
+        const [first, second] = yield* Effect.all([
+          pgfiber(schema, ["enqueue", "pgfiber.echo", `{"message":"one"}`]),
+          pgfiber(schema, ["enqueue", "pgfiber.echo", `{"message":"two"}`, "--org", "acme"])
+        ], { concurrency: 2 })
+        expect(first.code).toBe(0)
+        expect(second.code).toBe(0)
+        // stdout is the id and nothing else (logs go to stderr)
+        expect(first.stdout).toMatch(/^\d+\n$/)
+        expect(second.stdout).toMatch(/^\d+\n$/)
+
+        const tick = yield* pgfiber(schema, ["tick", "--max", "1"])
+        expect(tick.code).toBe(0)
+        expect(tick.stdout).toBe("claimed 1: completed 1, retried 0, rescheduled 0, dead-lettered 0, released 0, fenced 0\n")
+        const left = yield* query<{ id: string }>(schema, "select id::text from jobs where stage = 'pgfiber.echo'")
+        expect(left.length).toBe(1)
+        // the job's log line carries stage, job id and attempt
+        const echoLine = logLines(tick).find((l) => typeof l.message === "string" && l.message.startsWith("echo: "))
+        expect(echoLine.annotations).toMatchObject({ stage: "pgfiber.echo", attempt: 1 })
+        expect([first.stdout.trim(), second.stdout.trim()]).toContain(echoLine.annotations.jobId)
+        expect(left[0]!.id).not.toBe(echoLine.annotations.jobId)
+
+        const stats = yield* pgfiber(schema, ["stats"])
+        expect(stats.code).toBe(0)
+        const lines = stats.stdout.trim().split("\n")
+        expect(lines[0]).toMatch(/^STAGE\s+READY\s+SCHEDULED\s+RUNNING\s+CANCELLING\s+DEAD\s+OLDEST READY$/)
+        expect(lines.find((l) => l.startsWith("pgfiber.echo"))).toMatch(/^pgfiber\.echo\s+1\s+0\s+0\s+0\s+0\s+\S+$/)
+        // every known stage has a row, busy or not, and a total closes the table
+        expect(lines.some((l) => l.startsWith("extract_audio "))).toBe(true)
+        expect(lines.at(-1)).toMatch(/^total\s+1\s+0\s+0\s+0\s+0\s+\S+$/)
+      }))
+
+    it.effect("bad input exits 2, a missing id 3, each with the reason on stderr; nothing is written", () =>
+      Effect.gen(function*() {
+        const { schema } = yield* Db.Db
+        // (an unknown stage is refused by the same Submit.prepare; the HTTP tests show that one)
+        const [schemaFail, badJson, missing, badArgs] = yield* Effect.all([
+          pgfiber(schema, ["enqueue", "pgfiber.echo", `{"sleepMs":"soon"}`]),
+          pgfiber(schema, ["enqueue", "pgfiber.echo", "{oops"]),
+          pgfiber(schema, ["jobs", "show", "999999999"]),
+          pgfiber(schema, ["tick", "--max", "lots"])
+        ], { concurrency: 2 })
+        expect(schemaFail.code).toBe(2)
+        expect(schemaFail.stderr).toContain("payload does not match the pgfiber.echo schema")
+        expect(badJson.code).toBe(2)
+        expect(badJson.stderr).toContain("not valid JSON")
+        expect(missing.code).toBe(3)
+        expect(missing.stderr).toContain("job 999999999 not found")
+        expect(badArgs.code).toBe(2)
+        expect((yield* query(schema, "select 1 from jobs where payload ? 'sleepMs'")).length).toBe(0)
+      }))
+
+    it.effect("a bad configuration value exits 78 naming the variable", () =>
+      Effect.gen(function*() {
+        const { schema } = yield* Db.Db
+        const [level, body] = yield* Effect.all([
+          pgfiber(schema, ["stats"], { LOG_LEVEL: "loud" }),
+          pgfiber(schema, ["start"], { HTTP_MAX_BODY_BYTES: "12" })
+        ], { concurrency: 2 })
+        expect(level.code).toBe(78)
+        expect(level.stderr).toContain("LOG_LEVEL")
+        expect(body.code).toBe(78)
+        expect(body.stderr).toContain("HTTP_MAX_BODY_BYTES")
+      }))
+  })
+})
