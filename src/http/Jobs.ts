@@ -212,7 +212,9 @@ export const layer = <R>(options: JobsOptions<R>) =>
               max: payload.max ?? 10,
               stages: tickStages,
               workerId: tickWorkerId,
-              claimScope: (claim) => db.withOrg(principal.orgId, claim)
+              claimScope: (claim) => db.withOrg(principal.orgId, claim),
+              // the reaper acts on every org's rows; a tenant's request does not run it
+              reap: false
             }).pipe(Effect.provideService(Queue.Queue, queue), Effect.provide(context))
             const { stages: _perStage, ...counts } = result
             return { ok: true as const, ...counts }

@@ -21,6 +21,11 @@ export interface TickOptions<S extends Stage.Any> {
    * Handlers and outcomes run outside it, as in a worker.
    */
   readonly claimScope?: <A, E, R>(claim: Effect.Effect<A, E, R>) => Effect.Effect<A, E | Queue.QueueError, R>
+  /**
+   * Requeue expired leases first (default true): where ticks are the only workers, nothing else runs the
+   * reaper, and a tick that died mid-job would otherwise hold its job forever.
+   */
+  readonly reap?: boolean | undefined
 }
 
 export interface TickResult {
@@ -191,6 +196,12 @@ export const run = <S extends Stage.Any>(
     const claimScope = options.claimScope ?? (<A, E, R>(e: Effect.Effect<A, E, R>) => e)
     const counts: Record<Outcome, number> = { completed: 0, retried: 0, rescheduled: 0, deadLettered: 0, released: 0, fenced: 0 }
     const perStage: Record<string, number> = {}
+    if (options.reap ?? true) {
+      const reaped = yield* queue.reapExpired
+      if (reaped.requeued + reaped.deadLettered > 0) {
+        yield* Effect.logInfo("reaper: expired leases").pipe(Effect.annotateLogs({ requeued: reaped.requeued, deadLettered: reaped.deadLettered }))
+      }
+    }
     let remaining = Math.max(0, Math.floor(options.max))
     let claimed = 0
     let progress = true

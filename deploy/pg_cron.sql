@@ -1,0 +1,72 @@
+-- Optional: pgfiber's housekeeping from pg_cron, inside the database (seed 002's cron.schedule pattern).
+--
+-- You do not need this when a `pgfiber start` or `pgfiber worker` runs somewhere: every worker runs the reaper
+-- itself. It is for deployments where nothing runs continuously (`pgfiber tick` from cron or a serverless
+-- function; each tick also reaps first) and for keeping the dead-letter table short.
+--
+-- Before running it: replace `pgfiber.` with your PGFIBER_SCHEMA followed by a dot, 'pgfiber_jobs' with
+-- '<schema>_jobs', and 'pgfiber.reaper.pgfiber' with 'pgfiber.reaper.<schema>'. Run as a role that owns the
+-- schema's tables (pg_cron runs each job as the user who scheduled it):
+--   psql "$DATABASE_URL" -v ON_ERROR_STOP=1 -f deploy/pg_cron.sql
+-- The reaper below is the one in src/queue/JobsSql.ts (tryReaperLock, removeExpiredCancelled,
+-- deadLetterExpired, requeueExpired), under the same advisory lock, so it never races a worker's reaper.
+
+create extension if not exists pg_cron;
+
+-- Every minute: jobs whose worker died (lease expired, no heartbeat) go back to the queue with the attempt
+-- spent, or to the dead letters when no attempt is left; cancelled jobs whose worker is gone are removed.
+select cron.schedule('pgfiber-reap-expired', '* * * * *', $reap$
+do $body$
+declare
+  woken record;
+begin
+  if not pg_try_advisory_xact_lock(hashtext('pgfiber.reaper.pgfiber')) then
+    return;  -- a worker is reaping right now
+  end if;
+
+  delete from pgfiber.jobs where id in (
+    select id from pgfiber.jobs where status = 'cancelled' and locked_until < now() for update skip locked);
+
+  with dead as (
+    delete from pgfiber.jobs where id in (
+      select id from pgfiber.jobs
+      where status = 'running' and locked_until < now() and attempts + 1 >= max_attempts
+      for update skip locked)
+    returning *
+  )
+  insert into pgfiber.dead_letters (job_id, stage, org_id, subject_id, payload, priority, attempts, max_attempts,
+                                    dedupe_key, reason, error_history, job_created_at)
+  select id, stage, org_id, subject_id, payload, priority, attempts + 1, max_attempts, dedupe_key,
+         'lease expired: the worker ' || coalesce(locked_by, '?') || ' stopped heartbeating (attempts exhausted)',
+         errors || jsonb_build_array(jsonb_build_object('attempt', attempts + 1, 'at', now(), 'tag', 'LeaseExpired',
+           'message', 'lease expired: the worker ' || coalesce(locked_by, '?') || ' stopped heartbeating')),
+         created_at
+  from dead;
+
+  for woken in
+    with expired as (
+      update pgfiber.jobs set status = 'queued', attempts = attempts + 1, available_at = now(),
+        last_error = 'lease expired: the worker ' || coalesce(locked_by, '?') || ' stopped heartbeating',
+        errors = errors || jsonb_build_array(jsonb_build_object('attempt', attempts + 1, 'at', now(), 'tag', 'LeaseExpired',
+          'message', 'lease expired: the worker ' || coalesce(locked_by, '?') || ' stopped heartbeating')),
+        locked_by = null, locked_until = null, updated_at = now()
+      where id in (select id from pgfiber.jobs where status = 'running' and locked_until < now() for update skip locked)
+      returning stage
+    )
+    select distinct stage from expired
+  loop
+    perform pg_notify('pgfiber_jobs', woken.stage);  -- wakes listening workers, as a worker's reaper does
+  end loop;
+end
+$body$;
+$reap$);
+
+-- Daily at 03:17: dead letters that were handled (retried or resolved) more than 30 days ago are deleted;
+-- unresolved ones stay until someone looks at them (`pgfiber dlq list`). Same as `pgfiber dlq purge --older-than "30 days"`.
+select cron.schedule('pgfiber-dead-letter-retention', '17 3 * * *', $purge$
+  delete from pgfiber.dead_letters
+  where resolution_status is not null and dead_at < now() - interval '30 days'
+$purge$);
+
+-- To see what ran:      select * from cron.job_run_details where command like '%pgfiber%' order by start_time desc limit 20;
+-- To stop:              select cron.unschedule('pgfiber-reap-expired'); select cron.unschedule('pgfiber-dead-letter-retention');

@@ -1,0 +1,56 @@
+/**
+ * deploy/pg_cron.sql's job bodies, run as pg_cron would run them (pg_cron itself is not in the embedded
+ * server): the reaper requeues an expired lease (and notifies), dead-letters one with no attempt left, leaves a
+ * live lease alone; the retention job deletes only old handled dead letters.
+ */
+import { describe, expect, layer } from "@effect/vitest"
+import { Effect } from "effect"
+import * as Fs from "node:fs"
+import * as Path from "node:path"
+import * as Db from "../../src/layers/Db.js"
+import { layerDb } from "../support/pg.js"
+import { query } from "./support.js"
+
+const script = Fs.readFileSync(Path.resolve(import.meta.dirname, "../../deploy/pg_cron.sql"), "utf8")
+
+/** The SQL between `$tag$ … $tag$` of a cron.schedule call, for the given schema. */
+const jobBody = (tag: string, schema: string) => {
+  const start = script.indexOf(`$${tag}$`) + tag.length + 2
+  const body = script.slice(start, script.indexOf(`$${tag}$`, start))
+  return body
+    .replaceAll("pgfiber.reaper.pgfiber", `pgfiber.reaper.${schema}`)
+    .replaceAll("'pgfiber_jobs'", `'${schema}_jobs'`)
+    .replaceAll("pgfiber.", `${schema}.`)
+}
+
+describe("deploy/pg_cron.sql", () => {
+  layer(layerDb(), { excludeTestServices: true })((it) => {
+    it.effect("the reaper job requeues expired leases and dead-letters exhausted ones; retention purges old handled letters", () =>
+      Effect.gen(function*() {
+        const { schema } = yield* Db.Db
+        yield* query(schema, `
+          insert into jobs (stage, status, attempts, max_attempts, locked_by, locked_until) values
+            ('cron', 'running', 0, 5, 'w1', now() - interval '1 minute'),
+            ('cron', 'running', 4, 5, 'w2', now() - interval '1 minute'),
+            ('cron', 'running', 0, 5, 'w3', now() + interval '1 minute')`)
+        yield* query(schema, jobBody("reap", schema))
+        const jobs = yield* query<{ locked_by: string | null; status: string; attempts: number; last_error: string | null }>(
+          schema,
+          "select locked_by, status, attempts, last_error from jobs where stage = 'cron' order by id"
+        )
+        expect(jobs.map((j) => [j.status, j.attempts])).toEqual([["queued", 1], ["running", 0]])
+        expect(jobs[0]!.last_error).toContain("lease expired: the worker w1")
+        const [dead] = yield* query<{ reason: string; attempts: number }>(schema, "select reason, attempts from dead_letters where stage = 'cron'")
+        expect(dead).toMatchObject({ attempts: 5 })
+        expect(dead!.reason).toContain("w2 stopped heartbeating (attempts exhausted)")
+
+        yield* query(schema, `
+          insert into dead_letters (job_id, stage, payload, priority, attempts, max_attempts, reason, job_created_at, dead_at, resolution_status)
+          values (1, 'cron', '{}', 50, 1, 1, 'old, handled', now(), now() - interval '40 days', 'resolved'),
+                 (2, 'cron', '{}', 50, 1, 1, 'old, open', now(), now() - interval '40 days', null)`)
+        yield* query(schema, jobBody("purge", schema))
+        const left = yield* query<{ reason: string }>(schema, "select reason from dead_letters where stage = 'cron' order by id")
+        expect(left.map((d) => d.reason)).toEqual([dead!.reason, "old, open"])
+      }))
+  })
+})
