@@ -1,0 +1,311 @@
+/**
+ * `npm run chaos`: jobs whose handlers record every execution; three worker processes; a random worker
+ * SIGKILLed every few seconds and replaced; the listeners' connections terminated with pg_terminate_backend;
+ * PostgreSQL itself restarted once mid-run. Then the books are checked:
+ *
+ * - lost: every enqueued job was completed exactly once (a row in chaos_completions, written by a trigger on
+ *   the jobs table's DELETE) and nothing is left in jobs or dead_letters;
+ * - stuck: no job is left queued, running or leased;
+ * - duplicates: executions beyond one per job, at most kills × concurrency (a SIGKILL loses at most the jobs
+ *   its pools held);
+ * - fenced: every completion was made by the lease holder. The trigger records the completing session's
+ *   application_name (each worker sets it to its worker id) next to the row's locked_by (the worker whose
+ *   claim produced the current lease), and the completing worker must have an execution of that attempt.
+ *   The DELETE only matches the current lease token, so a fenced-out worker (one whose lease was reaped and
+ *   re-claimed) can complete nothing; were the fence broken, its completion would show as deleted_by ≠
+ *   locked_by, or as a second completion of the job. The workers' pgfiber_jobs_fenced_total counters show how
+ *   often the fence refused a stale completion.
+ *
+ * Flags: --ci (2,000 jobs, ~30 s) · --json PATH (a vitest-style summary for .ci/run) · --jobs N · --seed N
+ */
+import { Effect, Redacted } from "effect"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import * as Db from "../src/layers/Db.js"
+import * as Migrations from "../src/queue/Migrations.js"
+import * as PgQueue from "../src/queue/PgQueue.js"
+import type { ChaosWorkerConfig } from "./chaosWorker.js"
+import { benchDir, type Cluster, connect, log, type Sql, sleep, spawnWorker, startCluster, type WorkerChild } from "./lib.js"
+
+const args = process.argv.slice(2)
+const option = (name: string) => {
+  const i = args.indexOf(`--${name}`)
+  return i >= 0 ? args[i + 1] : undefined
+}
+const ci = args.includes("--ci")
+const jsonPath = option("json")
+
+const settings = ci
+  ? { jobs: 2_000, workers: 3, concurrency: 10, sleepMinMs: 50, sleepMaxMs: 250, killEveryMs: [2_500, 4_000], listenerKillEveryMs: 5_000, deadlineMs: 100_000 }
+  : { jobs: 10_000, workers: 3, concurrency: 10, sleepMinMs: 20, sleepMaxMs: 220, killEveryMs: [2_500, 5_000], listenerKillEveryMs: 7_000, deadlineMs: 300_000 }
+const jobs = Number(option("jobs") ?? settings.jobs)
+const restartAtFraction = 0.4
+const restartDownMs = 1_500
+const schema = "pgfiber"
+const stage = "chaos"
+
+// a seeded generator, so a failing run can be repeated (`--seed`)
+let seed = Number(option("seed") ?? Date.now() % 1_000_000)
+const initialSeed = seed
+const random = () => {
+  seed = (seed * 1_103_515_245 + 12_345) % 2_147_483_648
+  return seed / 2_147_483_648
+}
+const between = (lo: number, hi: number) => lo + random() * (hi - lo)
+
+interface Tracked {
+  readonly id: string
+  readonly child: WorkerChild
+  metrics: { claimed: number; completed: number; fenced: number }
+  killed: boolean
+  readyAt: number | null
+}
+
+const setup = async (cluster: Cluster) => {
+  const url = await cluster.createDatabase("chaos")
+  await Effect.runPromise(
+    Effect.scoped(
+      Effect.gen(function*() {
+        const db = yield* Db.make({ url: Redacted.make(url), schema, poolMax: 4 })
+        yield* Migrations.migrate().pipe(Effect.provideService(Db.Db, db))
+        const queue = yield* PgQueue.make().pipe(Effect.provideService(Db.Db, db))
+        yield* db.run((sql) =>
+          sql.unsafe(`
+          create table chaos_executions (
+            id bigint generated always as identity primary key,
+            job_id bigint not null, worker text not null, attempt int not null,
+            at timestamptz not null default clock_timestamp());
+          create table chaos_completions (
+            id bigint generated always as identity primary key,
+            job_id bigint not null, deleted_by text not null, locked_by text, lease int not null,
+            attempts int not null, status text not null, at timestamptz not null default clock_timestamp());
+          create function chaos_record_completion() returns trigger language plpgsql as $$
+          begin
+            insert into chaos_completions (job_id, deleted_by, locked_by, lease, attempts, status)
+            values (old.id, current_setting('application_name'), old.locked_by, old.lease, old.attempts, old.status);
+            return null;
+          end $$;
+          create trigger chaos_record_completion after delete on jobs
+            for each row execute function chaos_record_completion();`)
+        )
+        for (let i = 0; i < jobs; i += 1000) {
+          const batch = Array.from({ length: Math.min(1000, jobs - i) }, (_, k) => ({
+            stage,
+            payload: { n: i + k },
+            maxAttempts: 100
+          }))
+          yield* queue.enqueue(batch)
+        }
+      })
+    )
+  )
+  return url
+}
+
+/** The monitor's queries ride out the restart: retried until the server answers. */
+const query = async <T>(sql: Sql, f: (sql: Sql) => Promise<T>): Promise<T> => {
+  for (let i = 0; ; i++) {
+    try {
+      return await f(sql)
+    } catch (e) {
+      if (i > 100) throw e
+      await sleep(200)
+    }
+  }
+}
+
+const main = async () => {
+  const started = Date.now()
+  log(`chaos${ci ? " (CI size)" : ""}: ${jobs} jobs, ${settings.workers} workers × concurrency ${settings.concurrency}, handlers ${settings.sleepMinMs}–${settings.sleepMaxMs} ms, seed ${initialSeed}`)
+  const dataDir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "pgfiber-chaos-pg-"))
+  const cluster = await startCluster({ dataDir, flags: ["-c", "max_connections=100"] })
+  const url = await setup(cluster)
+  log(`postgres ${cluster.version} on port ${cluster.port}; ${jobs} jobs enqueued`)
+  const monitor = connect(url, { max: 1, schema, app: "chaos-monitor" })
+
+  const workers: Array<Tracked> = []
+  let spawned = 0
+  const spawn = () => {
+    const id = `chaos-w${++spawned}`
+    const child = spawnWorker("chaosWorker.ts", {
+      url, schema, workerId: id, stage, concurrency: settings.concurrency, sleepMinMs: settings.sleepMinMs, sleepMaxMs: settings.sleepMaxMs
+    } satisfies ChaosWorkerConfig)
+    const tracked: Tracked = { id, child, metrics: { claimed: 0, completed: 0, fenced: 0 }, killed: false, readyAt: null }
+    child.onMessage((m) => {
+      if (m.t === "ready") tracked.readyAt = Date.now()
+      if (m.t === "metrics") tracked.metrics = { claimed: m.claimed, completed: m.completed, fenced: m.fenced }
+    })
+    workers.push(tracked)
+    return tracked
+  }
+  for (let i = 0; i < settings.workers; i++) spawn()
+
+  const events = { kills: 0, listenerTerminations: 0, listenerRounds: 0, restarts: 0 }
+  const timeline: Array<string> = []
+  const note = (what: string) => {
+    const line = `+${((Date.now() - started) / 1000).toFixed(1)} s ${what}`
+    timeline.push(line)
+    log(`  ${line}`)
+  }
+  let nextKillAt = Date.now() + between(settings.killEveryMs[0]!, settings.killEveryMs[1]!)
+  let nextListenerKillAt = Date.now() + settings.listenerKillEveryMs
+  let restarted = false
+  let restartedAt = 0
+  let remaining = jobs
+  let timedOut = false
+  const deadline = started + settings.deadlineMs
+
+  while (true) {
+    await sleep(100)
+    remaining = Number((await query(monitor, (s) => s<Array<{ n: string }>>`select count(*)::text as n from jobs`))[0]!.n)
+    if (remaining === 0) break
+    if (Date.now() > deadline) {
+      timedOut = true
+      break
+    }
+    const now = Date.now()
+    // kill only workers that are up and have had a moment to take jobs; stop near the end (a kill costs a lease)
+    // and not within 3 s of the restart: each fault is checked on its own, not a kill landing on a stalled pool
+    if (now >= nextKillAt && remaining > jobs * 0.05 && now - restartedAt > 3_000) {
+      const alive = workers.filter((w) => !w.killed && w.readyAt !== null && now - w.readyAt > 1_000)
+      const victim = alive[Math.floor(random() * alive.length)]
+      if (victim) {
+        victim.killed = true
+        await victim.child.kill()
+        events.kills++
+        const fresh = spawn()
+        note(`SIGKILL ${victim.id} (had completed ${victim.metrics.completed}); started ${fresh.id}; ${remaining} left`)
+        nextKillAt = now + between(settings.killEveryMs[0]!, settings.killEveryMs[1]!)
+      }
+    }
+    if (now >= nextListenerKillAt) {
+      const rows = await query(monitor, (s) => s<Array<{ terminated: boolean }>>`
+        select pg_terminate_backend(pid) as terminated from pg_stat_activity
+        where datname = current_database() and query ilike 'listen%' and pid <> pg_backend_pid()`)
+      events.listenerRounds++
+      events.listenerTerminations += rows.filter((r) => r.terminated).length
+      note(`pg_terminate_backend on ${rows.length} listener connection(s)`)
+      nextListenerKillAt = now + settings.listenerKillEveryMs
+    }
+    if (!restarted && remaining <= jobs * (1 - restartAtFraction)) {
+      restarted = true
+      note(`restarting PostgreSQL (${restartDownMs} ms down)`)
+      await cluster.restart(restartDownMs)
+      restartedAt = Date.now()
+      events.restarts++
+      note("PostgreSQL is back")
+    }
+  }
+  note(timedOut ? `deadline reached with ${remaining} job(s) left` : "all jobs gone from the queue; stopping workers")
+  const drainedAfterS = (Date.now() - started) / 1000
+  await Promise.all(workers.filter((w) => !w.killed).map((w) => w.child.stop(15_000)))
+
+  // ---- the books ------------------------------------------------------------------------------------------
+  const one = async <T>(q: (s: Sql) => Promise<Array<T>>) => (await query(monitor, q))[0]!
+  const n = (x: { n: string }) => Number(x.n)
+  const left = await one((s) => s<Array<{ queued: string; running: string; leased: string; total: string }>>`
+    select count(*) filter (where status = 'queued')::text as queued,
+           count(*) filter (where status = 'running')::text as running,
+           count(*) filter (where locked_until is not null)::text as leased,
+           count(*)::text as total from jobs`)
+  const deadLetters = n(await one((s) => s<Array<{ n: string }>>`select count(*)::text as n from dead_letters`))
+  const completedJobs = n(await one((s) => s<Array<{ n: string }>>`select count(distinct job_id)::text as n from chaos_completions`))
+  const completions = n(await one((s) => s<Array<{ n: string }>>`select count(*)::text as n from chaos_completions`))
+  const executions = n(await one((s) => s<Array<{ n: string }>>`select count(*)::text as n from chaos_executions`))
+  const executedJobs = n(await one((s) => s<Array<{ n: string }>>`select count(distinct job_id)::text as n from chaos_executions`))
+  const notByHolder = n(await one((s) => s<Array<{ n: string }>>`
+    select count(*)::text as n from chaos_completions
+    where locked_by is distinct from deleted_by or status <> 'running'`))
+  const withoutExecution = n(await one((s) => s<Array<{ n: string }>>`
+    select count(*)::text as n from chaos_completions c
+    where not exists (select 1 from chaos_executions e
+                      where e.job_id = c.job_id and e.worker = c.deleted_by and e.attempt = c.attempts + 1)`))
+  const maxExecutions = n(await one((s) => s<Array<{ n: string }>>`
+    select coalesce(max(k), 0)::text as n from (select count(*) as k from chaos_executions group by job_id) x`))
+  // a duplicate is an execution that is not the completing one; charge it to the worker that ran it
+  const byWorker = await query(monitor, (s) => s<Array<{ worker: string; n: string }>>`
+    select e.worker, count(*)::text as n from chaos_executions e
+    join chaos_completions c on c.job_id = e.job_id
+    where not (e.worker = c.deleted_by and e.attempt = c.attempts + 1)
+    group by e.worker`)
+  const killedIds = new Set(workers.filter((w) => w.killed).map((w) => w.id))
+  const duplicatesFromKills = byWorker.filter((r) => killedIds.has(r.worker)).reduce((a, r) => a + Number(r.n), 0)
+  const duplicatesFromLive = byWorker.filter((r) => !killedIds.has(r.worker)).reduce((a, r) => a + Number(r.n), 0)
+  const maxFromOneKill = byWorker.filter((r) => killedIds.has(r.worker)).reduce((a, r) => Math.max(a, Number(r.n)), 0)
+  const fencedRefusals = workers.reduce((sum, w) => sum + w.metrics.fenced, 0)
+  const duplicates = executions - executedJobs
+  const duplicateBudget = events.kills * settings.concurrency
+
+  const checks = [
+    { name: "no job lost: every enqueued job completed", ok: completedJobs === jobs && deadLetters === 0, detail: `${completedJobs}/${jobs} completed, ${deadLetters} dead-lettered` },
+    { name: "no job stuck: nothing queued, running or leased", ok: Number(left.total) === 0, detail: `${left.queued} queued, ${left.running} running, ${left.leased} leased` },
+    { name: "each job completed exactly once", ok: completions === completedJobs, detail: `${completions} completions of ${completedJobs} jobs` },
+    { name: `duplicate executions ≤ kills × concurrency (${duplicateBudget})`, ok: duplicates <= duplicateBudget, detail: `${duplicates} duplicate(s), at most ${maxExecutions} runs of one job` },
+    { name: "no completion by a fenced-out worker (deleted_by = lease holder)", ok: notByHolder === 0, detail: `${notByHolder} completion(s) not by the lease holder` },
+    { name: "every completion matches an execution of that attempt by that worker", ok: withoutExecution === 0, detail: `${withoutExecution} without one` },
+    { name: "the chaos happened (kills, listener terminations, a restart)", ok: events.kills > 0 && events.listenerTerminations > 0 && events.restarts === 1, detail: `${events.kills} kills, ${events.listenerTerminations} listener terminations, ${events.restarts} restart` },
+    { name: "finished before the deadline", ok: !timedOut, detail: `drained after ${drainedAfterS.toFixed(1)} s (deadline ${settings.deadlineMs / 1000} s)` }
+  ]
+  const passed = checks.filter((c) => c.ok).length
+  const failed = checks.length - passed
+  const summary = {
+    numPassedTests: passed,
+    numFailedTests: failed,
+    numTotalTests: checks.length,
+    success: failed === 0,
+    ci,
+    seed: initialSeed,
+    jobs,
+    workers: settings.workers,
+    concurrency: settings.concurrency,
+    handlerMs: [settings.sleepMinMs, settings.sleepMaxMs],
+    postgres: cluster.version,
+    elapsedSeconds: Math.round((Date.now() - started) / 100) / 10,
+    drainedAfterSeconds: Math.round(drainedAfterS * 10) / 10,
+    events,
+    executions,
+    duplicates,
+    duplicateBudget,
+    maxExecutionsOfOneJob: maxExecutions,
+    duplicatesFromKilledWorkers: duplicatesFromKills,
+    duplicatesFromLiveWorkers: duplicatesFromLive,
+    maxDuplicatesFromOneKill: maxFromOneKill,
+    completions,
+    deadLetters,
+    left: { queued: Number(left.queued), running: Number(left.running), leased: Number(left.leased) },
+    completionsNotByLeaseHolder: notByHolder,
+    completionsWithoutMatchingExecution: withoutExecution,
+    fencedRefusalsReported: fencedRefusals,
+    perWorker: workers.map((w) => ({ id: w.id, killed: w.killed, ...w.metrics })),
+    checks,
+    timeline
+  }
+  await monitor.end({ timeout: 5 }).catch(() => undefined)
+  await Promise.all(workers.map((w) => w.child.kill()))
+  await cluster.close()
+
+  const lines = [
+    "",
+    `chaos ${summary.success ? "PASSED" : "FAILED"}${ci ? " (CI size)" : ""}: ${jobs} jobs, ${events.kills} SIGKILLs, ${events.listenerTerminations} listener terminations, ${events.restarts} PostgreSQL restart, ${summary.elapsedSeconds} s`,
+    ...checks.map((c) => `  ${c.ok ? "✓" : "✗"} ${c.name}: ${c.detail}`),
+    `  executions ${executions}, duplicates ${duplicates} (budget ${duplicateBudget}): ${duplicatesFromKills} from killed workers (at most ${maxFromOneKill} from one kill), ${duplicatesFromLive} from live ones; stale completions refused by the fence ${fencedRefusals}`,
+    ""
+  ]
+  process.stdout.write(lines.join("\n"))
+  const out = jsonPath ?? (ci ? undefined : Path.join(benchDir, "results", "chaos-latest.json"))
+  if (out) {
+    Fs.mkdirSync(Path.dirname(Path.resolve(out)), { recursive: true })
+    Fs.writeFileSync(out, JSON.stringify(summary, null, 2) + "\n")
+  }
+  process.exitCode = summary.success ? 0 : 1
+}
+
+await main().catch((e) => {
+  log(`chaos: the run itself failed: ${e instanceof Error ? e.stack : String(e)}`)
+  if (jsonPath) {
+    Fs.mkdirSync(Path.dirname(Path.resolve(jsonPath)), { recursive: true })
+    Fs.writeFileSync(jsonPath, JSON.stringify({ numPassedTests: 0, numFailedTests: 1, success: false, error: String(e) }, null, 2) + "\n")
+  }
+  process.exit(1)
+})

@@ -1,0 +1,299 @@
+/**
+ * What the benchmark and the chaos run share: one embedded PostgreSQL with pg_stat_statements, a fresh
+ * database per subject and run, worker child processes spoken to over IPC, a clock every process agrees on,
+ * and the statistics (median, percentiles) the tables are made of.
+ */
+import { Effect, Exit, Redacted, Scope } from "effect"
+import * as Child from "node:child_process"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import { fileURLToPath } from "node:url"
+import postgres from "postgres"
+import * as EmbeddedPg from "../src/layers/EmbeddedPg.js"
+
+export const benchDir = Path.dirname(fileURLToPath(import.meta.url))
+export const repoDir = Path.resolve(benchDir, "..")
+
+/** CLOCK_MONOTONIC in ns: the same clock in every process on the machine, so a parent and a child can subtract. */
+export const nowNs = (): number => Number(process.hrtime.bigint())
+export const msSince = (startNs: number) => (nowNs() - startNs) / 1e6
+
+export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
+
+export const median = (xs: ReadonlyArray<number>): number => {
+  const finite = xs.filter((x) => Number.isFinite(x))
+  if (finite.length === 0) return Number.NaN
+  const s = [...finite].sort((a, b) => a - b)
+  const mid = Math.floor(s.length / 2)
+  return s.length % 2 === 1 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2
+}
+
+/** Nearest-rank percentile (p in 0..100). */
+export const percentile = (xs: ReadonlyArray<number>, p: number): number => {
+  if (xs.length === 0) return Number.NaN
+  const s = [...xs].sort((a, b) => a - b)
+  const rank = Math.max(1, Math.ceil((p / 100) * s.length))
+  return s[Math.min(rank, s.length) - 1]!
+}
+
+export const log = (...parts: ReadonlyArray<unknown>) => {
+  const stamp = new Date().toISOString().slice(11, 19)
+  process.stderr.write(`[${stamp}] ${parts.map(String).join(" ")}\n`)
+}
+
+export type Sql = postgres.Sql<{}>
+
+export const connect = (url: string, options: { max?: number; schema?: string; app?: string } = {}): Sql =>
+  postgres(url, {
+    max: options.max ?? 2,
+    onnotice: () => undefined,
+    idle_timeout: 0,
+    connect_timeout: 10,
+    connection: {
+      application_name: options.app ?? "bench-harness",
+      ...(options.schema ? { search_path: options.schema } : {})
+    }
+  })
+
+export const withDatabase = (url: string, database: string) => {
+  const u = new URL(url)
+  u.pathname = `/${database}`
+  return u.toString()
+}
+
+export interface Cluster {
+  readonly url: string
+  readonly port: number
+  readonly dataDir: string
+  readonly admin: Sql
+  readonly version: string
+  readonly settings: Record<string, string>
+  readonly createDatabase: (name: string) => Promise<string>
+  readonly dropDatabase: (name: string) => Promise<void>
+  /** Stops and starts the server on the same port and data (the chaos run's restart). */
+  readonly restart: (downMs: number) => Promise<void>
+  readonly close: () => Promise<void>
+}
+
+/** Boots one embedded PostgreSQL for the whole run; `persistent` keeps data across `restart`. */
+export const startCluster = async (options: {
+  readonly flags?: ReadonlyArray<string>
+  readonly dataDir?: string
+}): Promise<Cluster> => {
+  const scope = Effect.runSync(Scope.make())
+  // a named data folder (not the package's temporary mode) so `stop` does not delete it and restart works
+  const dataDir = options.dataDir ?? Fs.mkdtempSync(Path.join(Os.tmpdir(), "pgfiber-bench-pg-"))
+  Fs.rmSync(dataDir, { recursive: true, force: true })
+  const server = await Effect.runPromise(
+    Scope.extend(EmbeddedPg.start({ dataDir, port: 0, postgresFlags: options.flags ?? [] }), scope)
+  )
+  const url = Redacted.value(server.url)
+  const admin = connect(url, { max: 2 })
+  const [{ version }] = await admin<Array<{ version: string }>>`select current_setting('server_version') as version`
+  const names = ["shared_buffers", "max_connections", "fsync", "synchronous_commit", "wal_level", "max_wal_size",
+    "checkpoint_timeout", "autovacuum", "work_mem", "shared_preload_libraries"]
+  const rows = await admin<Array<{ name: string; setting: string }>>`
+    select name, current_setting(name) as setting from pg_settings where name in ${admin(names)}`
+  const settings = Object.fromEntries(rows.map((r) => [r.name, r.setting]))
+  if ((options.flags ?? []).join(" ").includes("pg_stat_statements")) await admin`create extension if not exists pg_stat_statements`
+  return {
+    url,
+    port: server.port,
+    dataDir,
+    admin,
+    version: version!,
+    settings,
+    createDatabase: async (name) => {
+      await admin.unsafe(`drop database if exists ${name} with (force)`)
+      await admin.unsafe(`create database ${name}`)
+      const dbUrl = withDatabase(url, name)
+      if ((options.flags ?? []).join(" ").includes("pg_stat_statements")) {
+        const sql = connect(dbUrl, { max: 1 })
+        await sql`create extension if not exists pg_stat_statements`
+        await sql.end({ timeout: 5 })
+      }
+      return dbUrl
+    },
+    dropDatabase: async (name) => {
+      await admin.unsafe(`drop database if exists ${name} with (force)`).catch(() => undefined)
+    },
+    restart: async (downMs) => {
+      await Effect.runPromise(server.stop)
+      await sleep(downMs)
+      await Effect.runPromise(server.start)
+    },
+    close: async () => {
+      await admin.end({ timeout: 5 }).catch(() => undefined)
+      await Effect.runPromise(Scope.close(scope, Exit.void))
+      Fs.rmSync(dataDir, { recursive: true, force: true })
+    }
+  }
+}
+
+/** Statements a database received since the last reset, from pg_stat_statements (top-level only). */
+export const statementCount = async (admin: Sql, database: string) => {
+  const [row] = await admin<Array<{ calls: string | null }>>`
+    select sum(s.calls) as calls from pg_stat_statements s join pg_database d on d.oid = s.dbid
+    where d.datname = ${database}`
+  return Number(row?.calls ?? 0)
+}
+
+export const statementsByQuery = async (admin: Sql, database: string, limit = 12) =>
+  admin<Array<{ calls: string; total_ms: number; mean_ms: number; query: string }>>`
+    select s.calls::text, s.total_exec_time::float8 as total_ms, s.mean_exec_time::float8 as mean_ms,
+           left(regexp_replace(s.query, '\\s+', ' ', 'g'), 160) as query
+    from pg_stat_statements s join pg_database d on d.oid = s.dbid
+    where d.datname = ${database}
+    order by s.total_exec_time desc limit ${limit}`
+
+export const resetStatements = (admin: Sql) => admin`select pg_stat_statements_reset()`
+
+export const openConnections = async (admin: Sql, database: string) => {
+  const [row] = await admin<Array<{ n: string }>>`
+    select count(*)::text as n from pg_stat_activity where datname = ${database} and backend_type = 'client backend'`
+  return Number(row?.n ?? 0)
+}
+
+// ---- worker child processes --------------------------------------------------------------------------------
+
+export type ChildMessage =
+  | { readonly t: "starting"; readonly at: number }
+  | { readonly t: "ready"; readonly at: number }
+  | { readonly t: "start"; readonly seq: number; readonly at: number }
+  | { readonly t: "drained"; readonly at: number; readonly handled: number }
+  | { readonly t: "metrics"; readonly fenced: number; readonly completed: number; readonly claimed: number }
+  | { readonly t: "error"; readonly message: string }
+
+export interface WorkerChild {
+  readonly pid: number
+  readonly spawnedAt: number
+  readonly messages: Array<ChildMessage>
+  /** Resolves with the first message of this kind (the ones already received count). */
+  readonly waitFor: <T extends ChildMessage["t"]>(t: T, timeoutMs: number) => Promise<Extract<ChildMessage, { t: T }> | null>
+  readonly onMessage: (f: (m: ChildMessage) => void) => void
+  readonly exited: Promise<number | null>
+  readonly stderrTail: () => string
+  /** SIGTERM, then SIGKILL after `graceMs`. */
+  readonly stop: (graceMs?: number) => Promise<number | null>
+  readonly kill: () => Promise<number | null>
+}
+
+/** Runs `bench/<script>` in its own Node process (as a deployment would), speaking JSON over IPC. */
+export const spawnWorker = (script: string, config: unknown, options: { readonly execArgv?: ReadonlyArray<string> } = {}): WorkerChild => {
+  const spawnedAt = nowNs()
+  const child = Child.spawn(process.execPath, [...(options.execArgv ?? []), "--import", "tsx", Path.join(benchDir, script), JSON.stringify(config)], {
+    cwd: repoDir,
+    // BENCH_CHILD_LOG=path keeps the workers' stdout (their logs) for debugging
+    stdio: ["ignore", process.env.BENCH_CHILD_LOG ? Fs.openSync(process.env.BENCH_CHILD_LOG, "a") : "ignore", "pipe", "ipc"],
+    env: { ...process.env, NODE_ENV: "production" }
+  })
+  const messages: Array<ChildMessage> = []
+  const listeners: Array<(m: ChildMessage) => void> = []
+  let tail = ""
+  child.stderr!.on("data", (chunk: Buffer) => {
+    tail = (tail + chunk.toString("utf8")).slice(-4000)
+  })
+  child.on("message", (m: ChildMessage) => {
+    messages.push(m)
+    for (const l of listeners) l(m)
+  })
+  const exited = new Promise<number | null>((resolve) => child.on("exit", (code, signal) => resolve(code ?? (signal ? -1 : null))))
+  let done = false
+  void exited.then(() => (done = true))
+  const waitFor = <T extends ChildMessage["t"]>(t: T, timeoutMs: number) =>
+    new Promise<Extract<ChildMessage, { t: T }> | null>((resolve) => {
+      const found = messages.find((m) => m.t === t)
+      if (found) return resolve(found as Extract<ChildMessage, { t: T }>)
+      const timer = setTimeout(() => resolve(null), timeoutMs)
+      listeners.push((m) => {
+        if (m.t === t) {
+          clearTimeout(timer)
+          resolve(m as Extract<ChildMessage, { t: T }>)
+        }
+      })
+      void exited.then(() => {
+        clearTimeout(timer)
+        resolve((messages.find((m) => m.t === t) as Extract<ChildMessage, { t: T }>) ?? null)
+      })
+    })
+  const stop = async (graceMs = 10_000) => {
+    if (done) return exited
+    child.kill("SIGTERM")
+    const timer = setTimeout(() => child.kill("SIGKILL"), graceMs)
+    const code = await exited
+    clearTimeout(timer)
+    return code
+  }
+  const kill = async () => {
+    if (!done) child.kill("SIGKILL")
+    return exited
+  }
+  return {
+    pid: child.pid!,
+    spawnedAt,
+    messages,
+    waitFor,
+    onMessage: (f) => listeners.push(f),
+    exited,
+    stderrTail: () => tail,
+    stop,
+    kill
+  }
+}
+
+/** Resident set now and at its peak (VmHWM), in MiB, read from outside so the worker pays nothing. */
+export const rssOf = (pid: number): { rssMiB: number; peakMiB: number } | null => {
+  try {
+    const status = Fs.readFileSync(`/proc/${pid}/status`, "utf8")
+    const kb = (key: string) => Number(new RegExp(`^${key}:\\s+(\\d+) kB`, "m").exec(status)?.[1] ?? Number.NaN)
+    return { rssMiB: kb("VmRSS") / 1024, peakMiB: kb("VmHWM") / 1024 }
+  } catch {
+    return null
+  }
+}
+
+/** CPU time (user + system) a process has used so far, in ms, from /proc (10 ms resolution). */
+export const cpuMsOf = (pid: number): number | null => {
+  try {
+    const stat = Fs.readFileSync(`/proc/${pid}/stat`, "utf8")
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+    // after the command: state is field 3, utime 14 and stime 15 (1-based, counting pid and comm)
+    return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100
+  } catch {
+    return null
+  }
+}
+
+/** In a child: send a message to the parent (a no-op when run by hand). */
+export const tell = (m: ChildMessage) => {
+  if (process.send) process.send(m)
+}
+
+export interface MachineInfo {
+  readonly cpu: string
+  readonly cores: number
+  readonly ramGiB: number
+  readonly os: string
+  readonly node: string
+  readonly postgres: string
+  readonly loadAverageAtStart: ReadonlyArray<number>
+}
+
+export const machineInfo = (postgresVersion: string): MachineInfo => ({
+  cpu: Os.cpus()[0]?.model ?? "unknown",
+  cores: Os.cpus().length,
+  ramGiB: Math.round((Os.totalmem() / 2 ** 30) * 10) / 10,
+  os: `${Os.type()} ${Os.release()} ${Os.arch()}`,
+  node: process.version,
+  postgres: postgresVersion,
+  loadAverageAtStart: Os.loadavg().map((x) => Math.round(x * 100) / 100)
+})
+
+export const packageVersion = (name: string): string => {
+  try {
+    return JSON.parse(Fs.readFileSync(Path.join(repoDir, "node_modules", name, "package.json"), "utf8")).version
+  } catch {
+    return "?"
+  }
+}

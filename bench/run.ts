@@ -1,0 +1,332 @@
+/**
+ * `npm run bench`: one embedded PostgreSQL, every subject on a fresh database per run, the same workloads
+ * interleaved (A B C D, A B C D, …), medians of the runs. Writes bench/results/latest.{json,md}.
+ *
+ * Flags: --runs N (3) · --quick (1 run, small sizes: a smoke test) · --only bulk,latency,idle,backlog,raw
+ *        --subjects pgfiber,graphile,graphile-batched,pgboss · --profile (CPU-profile the pgfiber bulk worker)
+ *        --out DIR (bench/results)
+ */
+import * as Fs from "node:fs"
+import * as Path from "node:path"
+import { benchDir, log, machineInfo, median, msSince, nowNs, packageVersion, startCluster } from "./lib.js"
+import * as Graphile from "./subjects/graphile.js"
+import * as PgBoss from "./subjects/pgboss.js"
+import * as Pgfiber from "./subjects/pgfiber.js"
+import type { Subject } from "./subjects/types.js"
+import * as W from "./workloads.js"
+
+const args = process.argv.slice(2)
+const flag = (name: string) => args.includes(`--${name}`)
+const option = (name: string) => {
+  const i = args.indexOf(`--${name}`)
+  return i >= 0 ? args[i + 1] : undefined
+}
+
+const quick = flag("quick")
+const runs = Number(option("runs") ?? (quick ? 1 : 3))
+const only = new Set((option("only") ?? "bulk,latency,idle,backlog,raw").split(","))
+const outDir = Path.resolve(option("out") ?? Path.join(benchDir, "results"))
+const sizes = {
+  bulkJobs: quick ? 5_000 : 20_000,
+  batchSize: 1_000,
+  latencyJobs: quick ? 50 : 200,
+  spacingMs: 20,
+  idleWindowMs: quick ? 10_000 : 30_000,
+  idleWarmMs: 3_000,
+  backlogSmall: 10_000,
+  backlogLarge: quick ? 100_000 : 1_000_000,
+  backlogWindowMs: 10_000,
+  rawJobs: 20_000
+}
+
+const allSubjects: ReadonlyArray<Subject> = [Pgfiber.subject, Graphile.defaults, Graphile.batched, PgBoss.subject]
+const wanted = option("subjects")?.split(",")
+const subjects = wanted ? allSubjects.filter((s) => wanted.includes(s.key)) : allSubjects
+
+type Runs<T> = Record<string, Array<T | { error: string }>>
+const ok = <T>(xs: ReadonlyArray<T | { error: string }> | undefined): Array<T> =>
+  (xs ?? []).filter((x): x is T => !(typeof x === "object" && x !== null && "error" in x))
+
+const attempt = async <T>(what: string, f: () => Promise<T>): Promise<T | { error: string }> => {
+  const t0 = nowNs()
+  try {
+    const r = await f()
+    log(`  ${what}: done in ${(msSince(t0) / 1000).toFixed(1)} s`)
+    return r
+  } catch (e) {
+    log(`  ${what}: FAILED: ${e instanceof Error ? e.message : String(e)}`)
+    return { error: e instanceof Error ? e.message : String(e) }
+  }
+}
+
+const main = async () => {
+  const started = nowNs()
+  log(`bench: ${runs} run(s), subjects ${subjects.map((s) => s.key).join(", ")}, workloads ${[...only].join(", ")}`)
+  const cluster = await startCluster({
+    flags: [
+      "-c", "shared_preload_libraries=pg_stat_statements",
+      "-c", "pg_stat_statements.track=top",
+      "-c", "max_connections=200",
+      "-c", "shared_buffers=512MB"
+    ]
+  })
+  log(`postgres ${cluster.version} on port ${cluster.port}`)
+  const machine = machineInfo(cluster.version)
+  const bulk: Runs<W.BulkResult> = {}
+  const latency: Runs<W.LatencyResult> = {}
+  const idle: Runs<W.IdleResult> = {}
+  const backlog: { small: Array<W.BacklogResult | { error: string }>; large: Array<W.BacklogResult | { error: string }> } = { small: [], large: [] }
+  const raw: Array<W.RawResult | { error: string }> = []
+  const push = <T>(into: Runs<T>, key: string, value: T | { error: string }) => (into[key] ??= []).push(value)
+  try {
+    if (only.has("bulk")) {
+      log(`== bulk: enqueue ${sizes.bulkJobs} in batches of ${sizes.batchSize}, then one worker (concurrency ${W.concurrency}) drains`)
+      for (let run = 1; run <= runs; run++) {
+        for (const s of subjects) {
+          const execArgv = flag("profile") && s.key === "pgfiber" && run === 1
+            ? ["--cpu-prof", "--cpu-prof-dir", Path.join(outDir, "profiles")]
+            : undefined
+          const r = await attempt(`bulk ${s.key} run ${run}`, () =>
+            W.bulk(cluster, s, run, { jobs: sizes.bulkJobs, batchSize: sizes.batchSize, ...(execArgv ? { execArgv } : {}) }))
+          if (!("error" in r)) {
+            log(`    enqueue ${Math.round(r.enqueuePerSec)} jobs/s · drain ${Math.round(r.drainPerSec)} jobs/s${r.capped ? ` (cut off at ${r.completed} done)` : ""} · ${r.statementsPerJob.toFixed(2)} statements/job · worker CPU ${r.workerCpuMsPer1kJobs.toFixed(0)} ms per 1k jobs`)
+          }
+          push(bulk, s.key, r)
+        }
+      }
+    }
+    if (only.has("latency")) {
+      log(`== latency: ${sizes.latencyJobs} single enqueues ${sizes.spacingMs} ms apart to an idle worker`)
+      for (let run = 1; run <= runs; run++) {
+        for (const s of subjects) {
+          const r = await attempt(`latency ${s.key} run ${run}`, () =>
+            W.latency(cluster, s, run, { jobs: sizes.latencyJobs, spacingMs: sizes.spacingMs }))
+          if (!("error" in r)) log(`    p50 ${r.p50Ms.toFixed(2)} · p95 ${r.p95Ms.toFixed(2)} · p99 ${r.p99Ms.toFixed(2)} ms${r.missing ? ` · ${r.missing} missing` : ""}`)
+          push(latency, s.key, r)
+        }
+      }
+    }
+    if (only.has("idle")) {
+      log(`== idle: every subject's worker idles side by side for ${sizes.idleWindowMs / 1000} s`)
+      for (let run = 1; run <= runs; run++) {
+        const r = await attempt(`idle run ${run}`, () =>
+          W.idle(cluster, subjects, run, { windowMs: sizes.idleWindowMs, warmMs: sizes.idleWarmMs }))
+        for (const s of subjects) {
+          const all = r as Record<string, W.IdleResult | { error: string }>
+          const one: W.IdleResult | { error: string } = typeof all.error === "string" ? { error: all.error } : all[s.key] ?? { error: "missing" }
+          if (!("error" in one)) log(`    ${s.key}: ${one.statementsPer10s.toFixed(1)} statements/10 s · ${one.connections} connections · ${one.rssMiB?.toFixed(0)} MiB`)
+          push(idle, s.key, one)
+        }
+      }
+    }
+    if (only.has("backlog") && subjects.some((s) => s.key === "pgfiber")) {
+      log(`== backlog: pgfiber drain rate, ${sizes.backlogSmall} vs ${sizes.backlogLarge} queued`)
+      const dbs = await W.prepareBacklog(cluster, sizes.backlogLarge)
+      for (let run = 1; run <= runs; run++) {
+        const small = await attempt(`backlog ${sizes.backlogSmall} run ${run}`, () =>
+          W.backlog(cluster, Pgfiber.subject, dbs.small, sizes.backlogSmall, null))
+        if (!("error" in small)) log(`    ${Math.round(small.perSec)} jobs/s`)
+        backlog.small.push(small)
+        const large = await attempt(`backlog ${sizes.backlogLarge} run ${run}`, () =>
+          W.backlog(cluster, Pgfiber.subject, dbs.large, sizes.backlogLarge, sizes.backlogWindowMs))
+        if (!("error" in large)) log(`    ${Math.round(large.perSec)} jobs/s (${large.completed} in ${(large.windowMs / 1000).toFixed(1)} s)`)
+        backlog.large.push(large)
+      }
+      await cluster.dropDatabase(dbs.small.name)
+      await cluster.dropDatabase(dbs.large.name)
+    }
+    if (only.has("raw")) {
+      log(`== raw SQL ceiling: ${sizes.rawJobs} jobs, pgfiber's statements without the runtime`)
+      for (let run = 1; run <= runs; run++) {
+        const r = await attempt(`raw run ${run}`, () => W.raw(cluster, run, { jobs: sizes.rawJobs }))
+        if (!("error" in r)) {
+          log(`    enqueue ${Math.round(r.enqueuePerSec)} · unbatched ${Math.round(r.unbatchedPerSec)} · batched×10 ${Math.round(r.batched10PerSec)} · batched×100 ${Math.round(r.batched100PerSec)} jobs/s`)
+        }
+        raw.push(r)
+      }
+    }
+  } finally {
+    await cluster.close()
+  }
+  const elapsedS = msSince(started) / 1000
+  const results = {
+    generatedAt: new Date().toISOString(),
+    elapsedSeconds: Math.round(elapsedS),
+    runs,
+    quick,
+    sizes,
+    machine,
+    postgresSettings: cluster.settings,
+    versions: {
+      pgfiber: packageVersion("../"),
+      effect: packageVersion("effect"),
+      postgresJs: packageVersion("postgres"),
+      graphileWorker: packageVersion("graphile-worker"),
+      pgBoss: packageVersion("pg-boss")
+    },
+    subjects: subjects.map((s) => ({ key: s.key, label: s.label, notes: s.notes })),
+    summary: summarize(subjects, bulk, latency, idle, backlog, raw),
+    bulk,
+    latency,
+    idle,
+    backlog,
+    raw
+  }
+  Fs.mkdirSync(outDir, { recursive: true })
+  const markdown = render(results)
+  Fs.writeFileSync(Path.join(outDir, "latest.json"), JSON.stringify(results, null, 2) + "\n")
+  Fs.writeFileSync(Path.join(outDir, "latest.md"), markdown)
+  process.stdout.write(markdown)
+  log(`bench: finished in ${elapsedS.toFixed(0)} s; wrote ${Path.relative(process.cwd(), outDir)}/latest.{json,md}`)
+}
+
+// ---- summary ------------------------------------------------------------------------------------------------
+
+interface SubjectSummary {
+  enqueuePerSec: number
+  drainPerSec: number
+  drainCapped: boolean
+  drainFromSpawnPerSec: number
+  statementsPerJob: number
+  workerCpuMsPer1kJobs: number
+  p50Ms: number
+  p95Ms: number
+  p99Ms: number
+  idleStatementsPer10s: number
+  idleConnections: number
+  rssIdleMiB: number
+  rssPeakMiB: number
+}
+
+const summarize = (
+  subjects: ReadonlyArray<Subject>,
+  bulk: Runs<W.BulkResult>,
+  latency: Runs<W.LatencyResult>,
+  idle: Runs<W.IdleResult>,
+  backlog: { small: Array<W.BacklogResult | { error: string }>; large: Array<W.BacklogResult | { error: string }> },
+  raw: Array<W.RawResult | { error: string }>
+) => {
+  const per: Record<string, SubjectSummary> = {}
+  for (const s of subjects) {
+    const b = ok(bulk[s.key])
+    const l = ok(latency[s.key])
+    const i = ok(idle[s.key])
+    per[s.key] = {
+      enqueuePerSec: median(b.map((r) => r.enqueuePerSec)),
+      drainPerSec: median(b.map((r) => r.drainPerSec)),
+      drainCapped: b.some((r) => r.capped),
+      drainFromSpawnPerSec: median(b.map((r) => r.drainFromSpawnPerSec)),
+      statementsPerJob: median(b.map((r) => r.statementsPerJob)),
+      workerCpuMsPer1kJobs: median(b.map((r) => r.workerCpuMsPer1kJobs)),
+      p50Ms: median(l.map((r) => r.p50Ms)),
+      p95Ms: median(l.map((r) => r.p95Ms)),
+      p99Ms: median(l.map((r) => r.p99Ms)),
+      idleStatementsPer10s: median(i.map((r) => r.statementsPer10s)),
+      idleConnections: median(i.map((r) => r.connections)),
+      rssIdleMiB: median(i.map((r) => r.rssMiB ?? Number.NaN)),
+      rssPeakMiB: median(b.map((r) => r.rssPeakMiB ?? Number.NaN))
+    }
+  }
+  const rawOk = ok(raw)
+  const small = median(ok(backlog.small).map((r) => r.perSec))
+  const large = median(ok(backlog.large).map((r) => r.perSec))
+  return {
+    subjects: per,
+    backlog: { smallPerSec: small, largePerSec: large, largeVsSmall: large / small },
+    raw: {
+      enqueuePerSec: median(rawOk.map((r) => r.enqueuePerSec)),
+      unbatchedPerSec: median(rawOk.map((r) => r.unbatchedPerSec)),
+      batched10PerSec: median(rawOk.map((r) => r.batched10PerSec)),
+      batched100PerSec: median(rawOk.map((r) => r.batched100PerSec))
+    }
+  }
+}
+
+// ---- markdown -----------------------------------------------------------------------------------------------
+
+const n0 = (x: number) => (Number.isFinite(x) ? Math.round(x).toLocaleString("en-US") : "–")
+const n1 = (x: number) => (Number.isFinite(x) ? x.toFixed(1) : "–")
+const n2 = (x: number) => (Number.isFinite(x) ? x.toFixed(2) : "–")
+const ratio = (a: number, b: number) => (Number.isFinite(a) && Number.isFinite(b) && b > 0 ? `${(a / b).toFixed(1)}×` : "–")
+const pct = (a: number, b: number) => (Number.isFinite(a) && Number.isFinite(b) && b > 0 ? `${Math.round((a / b) * 100)} %` : "–")
+
+const render = (r: {
+  generatedAt: string
+  elapsedSeconds: number
+  runs: number
+  quick: boolean
+  sizes: typeof sizes
+  machine: ReturnType<typeof machineInfo>
+  postgresSettings: Record<string, string>
+  versions: Record<string, string>
+  subjects: ReadonlyArray<{ key: string; label: string; notes: string }>
+  summary: ReturnType<typeof summarize>
+}) => {
+  const S = r.summary.subjects
+  const keys = r.subjects.map((s) => s.key)
+  const row = (label: string, f: (s: SubjectSummary) => string) =>
+    `| ${label} | ${keys.map((k) => (S[k] ? f(S[k]!) : "–")).join(" | ")} |`
+  const m = r.machine
+  const pf = S.pgfiber
+  const lines: Array<string> = []
+  lines.push(`Measured ${r.generatedAt.slice(0, 16).replace("T", " ")} UTC on ${m.cpu}, ${m.cores} cores, ${m.ramGiB} GiB RAM, ${m.os};`)
+  lines.push(`Node ${m.node}, PostgreSQL ${m.postgres} (embedded, one server for all subjects, a fresh database per subject and run;`)
+  lines.push(`shared_buffers ${r.postgresSettings.shared_buffers ?? "?"}, fsync ${r.postgresSettings.fsync ?? "?"}, synchronous_commit ${r.postgresSettings.synchronous_commit ?? "?"}).`)
+  lines.push(`graphile-worker ${r.versions.graphileWorker}, pg-boss ${r.versions.pgBoss}. Medians of ${r.runs} interleaved run(s)${r.quick ? " (--quick: reduced sizes)" : ""}; the whole run took ${Math.round(r.elapsedSeconds / 60 * 10) / 10} min.`)
+  lines.push("")
+  lines.push(`| | ${r.subjects.map((s) => s.label).join(" | ")} |`)
+  lines.push(`| --- | ${keys.map(() => "---:").join(" | ")} |`)
+  lines.push(row(`bulk enqueue, jobs/s (${n0(r.sizes.bulkJobs)} in batches of ${n0(r.sizes.batchSize)})`, (s) => n0(s.enqueuePerSec)))
+  lines.push(row(`bulk drain, jobs/s (concurrency 10, start-up included)`, (s) => `${n0(s.drainPerSec)}${s.drainCapped ? " ¹" : ""}`))
+  lines.push(row(`statements per job while draining`, (s) => n2(s.statementsPerJob)))
+  lines.push(row(`worker CPU while draining, ms per 1,000 jobs`, (s) => n0(s.workerCpuMsPer1kJobs)))
+  lines.push(row(`wake-up latency p50 / p95 / p99, ms`, (s) => `${n2(s.p50Ms)} / ${n2(s.p95Ms)} / ${n2(s.p99Ms)}`))
+  lines.push(row(`idle: statements per 10 s`, (s) => n1(s.idleStatementsPer10s)))
+  lines.push(row(`idle: open connections`, (s) => n0(s.idleConnections)))
+  lines.push(row(`worker RSS idle / peak while draining, MiB`, (s) => `${n0(s.rssIdleMiB)} / ${n0(s.rssPeakMiB)}`))
+  if (pf) {
+    lines.push(row(`pgfiber's drain rate is this × the subject's`, (s) => (s === pf ? "1×" : ratio(pf.drainPerSec, s.drainPerSec))))
+    lines.push(row(`pgfiber's p50 wake-up is this × faster`, (s) => (s === pf ? "1×" : ratio(s.p50Ms, pf.p50Ms))))
+  }
+  lines.push("")
+  if (keys.includes("pgboss")) {
+    lines.push(`¹ cut off after ${(PgBoss.subject.drainCapMs / 1000)} s: pg-boss 10 waits its polling interval between fetches even with a backlog, so a drain at batchSize 10 runs at about 10 jobs per 0.5 s.`)
+    lines.push("")
+  }
+  const b = r.summary.backlog
+  if (Number.isFinite(b.smallPerSec)) {
+    lines.push(`| pgfiber backlog | ${n0(r.sizes.backlogSmall)} queued | ${n0(r.sizes.backlogLarge)} queued | large ÷ small |`)
+    lines.push(`| --- | ---: | ---: | ---: |`)
+    lines.push(`| drain, jobs/s | ${n0(b.smallPerSec)} | ${n0(b.largePerSec)} | ${pct(b.largePerSec, b.smallPerSec)} |`)
+    lines.push("")
+  }
+  const raw = r.summary.raw
+  if (Number.isFinite(raw.unbatchedPerSec)) {
+    lines.push(`| raw SQL ceiling (pgfiber's own statements, no runtime) | jobs/s | pgfiber as a fraction |`)
+    lines.push(`| --- | ---: | ---: |`)
+    lines.push(`| enqueue: insert … from unnest, 1,000 per statement | ${n0(raw.enqueuePerSec)} | ${pf ? pct(pf.enqueuePerSec, raw.enqueuePerSec) : "–"} |`)
+    lines.push(`| claim 1 + complete 1, 10 connections (unbatched) | ${n0(raw.unbatchedPerSec)} | ${pf ? pct(pf.drainPerSec, raw.unbatchedPerSec) : "–"} |`)
+    lines.push(`| claim 10 + complete 10, 1 connection (pgfiber's batch shape) | ${n0(raw.batched10PerSec)} | ${pf ? pct(pf.drainPerSec, raw.batched10PerSec) : "–"} |`)
+    lines.push(`| claim 100 + complete 100, 2 connections (batched) | ${n0(raw.batched100PerSec)} | ${pf ? pct(pf.drainPerSec, raw.batched100PerSec) : "–"} |`)
+    lines.push("")
+  }
+  if (pf) {
+    const g = S.graphile
+    const t = (label: string, measured: string, met: boolean | null) =>
+      measured.startsWith("–") ? `| ${label} | not measured | – |` : `| ${label} | ${measured} | ${met === null ? "–" : met ? "met" : "**missed**"} |`
+    lines.push(`| target | measured | |`)
+    lines.push(`| --- | --- | --- |`)
+    lines.push(t("bulk drain ≥ 12,000 jobs/s", `${n0(pf.drainPerSec)} jobs/s`, pf.drainPerSec >= 12_000))
+    lines.push(t("bulk drain ≥ 7× graphile-worker (defaults)", g ? ratio(pf.drainPerSec, g.drainPerSec) : "–", g ? pf.drainPerSec >= 7 * g.drainPerSec : null))
+    lines.push(t("wake-up p50 ≤ 1.5 ms", `${n2(pf.p50Ms)} ms`, pf.p50Ms <= 1.5))
+    lines.push(t("wake-up p99 ≤ 5 ms", `${n2(pf.p99Ms)} ms`, pf.p99Ms <= 5))
+    lines.push(t("batched enqueue ≥ 40,000 jobs/s", `${n0(pf.enqueuePerSec)} jobs/s`, pf.enqueuePerSec >= 40_000))
+    lines.push(t("≤ 1 statement per 10 s per idle process", n1(pf.idleStatementsPer10s), pf.idleStatementsPer10s <= 1))
+    lines.push(t("drain at 1M backlog within 20 % of 10k", Number.isFinite(b.largeVsSmall) ? pct(b.largePerSec, b.smallPerSec) : "–",
+      Number.isFinite(b.largeVsSmall) ? b.largeVsSmall >= 0.8 : null))
+    lines.push("")
+  }
+  return lines.join("\n") + "\n"
+}
+
+await main()

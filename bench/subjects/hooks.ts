@@ -1,0 +1,17 @@
+/**
+ * The handler every subject's worker runs, and how it reports to the harness: `start` per job in the latency
+ * workload (handler-start time on the shared monotonic clock), `drained` once in the bulk workload.
+ */
+import { nowNs, tell } from "../lib.js"
+import type { WorkerConfig } from "./types.js"
+
+export const makeHandler = (config: WorkerConfig) => {
+  let handled = 0
+  return (seq: number): void => {
+    if (config.mode === "latency") tell({ t: "start", seq, at: nowNs() })
+    handled++
+    if (config.mode === "bulk" && handled === config.expect) tell({ t: "drained", at: nowNs(), handled })
+  }
+}
+
+export const readConfig = (): WorkerConfig => JSON.parse(process.argv[2] ?? "{}") as WorkerConfig

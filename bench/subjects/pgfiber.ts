@@ -1,0 +1,49 @@
+/**
+ * pgfiber as a subject: enqueue through `Queue.enqueue` (one INSERT … SELECT FROM unnest per batch), run by
+ * `pgfiberWorker.ts`: `Worker.layer` with one stage at concurrency 10, launched under `NodeRuntime.runMain`.
+ */
+import { Effect, Layer, ManagedRuntime, Redacted } from "effect"
+import * as Db from "../../src/layers/Db.js"
+import * as Migrations from "../../src/queue/Migrations.js"
+import * as PgQueue from "../../src/queue/PgQueue.js"
+import * as Queue from "../../src/queue/Queue.js"
+import { connect } from "../lib.js"
+import { type Producer, queueName, type Subject } from "./types.js"
+
+export const schema = "pgfiber"
+
+const runtimeFor = (url: string) =>
+  ManagedRuntime.make(PgQueue.layer().pipe(Layer.provideMerge(Db.layerWith({ url: Redacted.make(url), schema, poolMax: 4 }))))
+
+export const subject: Subject = {
+  key: "pgfiber",
+  label: "pgfiber",
+  variant: "default",
+  workerScript: "subjects/pgfiberWorker.ts",
+  notes: "concurrency 10; LISTEN/NOTIFY wake-ups; claims sized to free capacity; completions group-committed",
+  drainCapMs: 60_000,
+  install: async (url) => {
+    const runtime = runtimeFor(url)
+    try {
+      await runtime.runPromise(Migrations.migrate())
+    } finally {
+      await runtime.dispose()
+    }
+  },
+  producer: async (url): Promise<Producer> => {
+    const runtime = runtimeFor(url)
+    const sql = connect(url, { max: 1, schema })
+    const enqueue = (seqs: ReadonlyArray<number>) =>
+      runtime.runPromise(Effect.flatMap(Queue.Queue, (q) => q.enqueue(seqs.map((seq) => ({ stage: queueName, payload: { seq } })))))
+    await runtime.runPromise(Effect.void)
+    return {
+      enqueueBatch: async (seqs) => void (await enqueue(seqs)),
+      enqueueOne: async (seq) => void (await enqueue([seq])),
+      pending: async () => Number((await sql<Array<{ n: string }>>`select count(*)::text as n from jobs`)[0]!.n),
+      close: async () => {
+        await sql.end({ timeout: 5 })
+        await runtime.dispose()
+      }
+    }
+  }
+}

@@ -1,0 +1,37 @@
+/**
+ * A pgfiber worker process, as deployed: `Worker.layer([stage])` on `PgQueue` and `Db`, launched with
+ * `Layer.launch` under `NodeRuntime.runMain` (SIGTERM drains and exits 0).
+ */
+import { NodeRuntime } from "@effect/platform-node"
+import { Effect, Layer, Redacted, Schema } from "effect"
+import * as Db from "../../src/layers/Db.js"
+import * as PgQueue from "../../src/queue/PgQueue.js"
+import * as Stage from "../../src/runtime/Stage.js"
+import * as Worker from "../../src/runtime/Worker.js"
+import { nowNs, tell } from "../lib.js"
+import { makeHandler, readConfig } from "./hooks.js"
+import { schema } from "./pgfiber.js"
+import { queueName } from "./types.js"
+
+const config = readConfig()
+const onJob = makeHandler(config)
+
+const bench = Stage.make({
+  name: queueName,
+  payload: Schema.Struct({ seq: Schema.Number }),
+  concurrency: config.concurrency,
+  handler: ({ seq }) => Effect.sync(() => onJob(seq))
+})
+
+const reportReady = Layer.effectDiscard(
+  Effect.flatMap(Worker.WorkerInfo, () => Effect.sync(() => tell({ t: "ready", at: nowNs() })))
+)
+
+tell({ t: "starting", at: nowNs() })
+Layer.launch(
+  reportReady.pipe(
+    Layer.provide(Worker.layer([bench], { ...Worker.defaults(), workerId: `bench-${process.pid}` })),
+    Layer.provide(PgQueue.layer({ knownStages: [queueName] })),
+    Layer.provide(Db.layerWith({ url: Redacted.make(config.url), schema, poolMax: 10 }))
+  )
+).pipe(NodeRuntime.runMain)

@@ -1,0 +1,43 @@
+/**
+ * A subject of the benchmark: a job queue, seen from the producer side (in the harness process) and run as a
+ * worker in its own process. The same workloads drive every subject; only these adapters differ.
+ */
+export type WorkloadMode = "bulk" | "latency" | "idle"
+
+/** What the harness passes to a worker process (as JSON on its command line). */
+export interface WorkerConfig {
+  readonly subject: string
+  readonly variant: string
+  readonly url: string
+  readonly mode: WorkloadMode
+  /** bulk: report `drained` when this many handlers have run. */
+  readonly expect: number
+  readonly concurrency: number
+}
+
+export interface Producer {
+  /** One enqueue call with all of `seqs` (the queue's batch API). */
+  readonly enqueueBatch: (seqs: ReadonlyArray<number>) => Promise<void>
+  /** One enqueue call with one job; resolves when the queue's own call returns (committed). */
+  readonly enqueueOne: (seq: number) => Promise<void>
+  /** Jobs not yet completed (queued, running, or completed but not yet recorded). */
+  readonly pending: () => Promise<number>
+  readonly close: () => Promise<void>
+}
+
+export interface Subject {
+  /** Stable id used in result keys and file names. */
+  readonly key: string
+  readonly label: string
+  /** The worker process's entry file, relative to bench/. */
+  readonly workerScript: string
+  readonly variant: string
+  readonly notes: string
+  /** Creates the queue's schema in a fresh database. */
+  readonly install: (url: string) => Promise<void>
+  readonly producer: (url: string) => Promise<Producer>
+  /** Drains that cannot finish in this time are cut off and their rate reported as measured so far. */
+  readonly drainCapMs: number
+}
+
+export const queueName = "bench"

@@ -1,0 +1,403 @@
+/**
+ * The workloads, each measured once per call on a fresh database: bulk (enqueue + drain), latency (enqueue →
+ * handler start), idle (statements and connections of idle workers), backlog (pgfiber drain at 10k vs 1M
+ * queued) and the raw-SQL ceiling. `run.ts` interleaves the calls and takes medians.
+ */
+import { Effect, Redacted } from "effect"
+import * as Db from "../src/layers/Db.js"
+import * as Migrations from "../src/queue/Migrations.js"
+import * as JobsSql from "../src/queue/JobsSql.js"
+import {
+  type Cluster, connect, cpuMsOf, log, msSince, nowNs, openConnections, percentile, resetStatements, rssOf, sleep,
+  spawnWorker, statementCount, statementsByQuery, type WorkerChild
+} from "./lib.js"
+import type { Subject, WorkerConfig } from "./subjects/types.js"
+import { queueName } from "./subjects/types.js"
+
+export const concurrency = 10
+
+const dbName = (workload: string, key: string, run: number) => `bench_${workload}_${key.replace(/[^a-z0-9]/g, "_")}_${run}`
+
+const startWorker = (subject: Subject, url: string, mode: WorkerConfig["mode"], expect: number, execArgv?: ReadonlyArray<string>) =>
+  spawnWorker(subject.workerScript, {
+    subject: subject.key,
+    variant: subject.variant,
+    url,
+    mode,
+    expect,
+    concurrency
+  } satisfies WorkerConfig, execArgv ? { execArgv } : {})
+
+const stopWorker = async (worker: WorkerChild) => {
+  const code = await worker.stop(10_000)
+  return code
+}
+
+const requireMessage = async <T extends "starting" | "ready">(worker: WorkerChild, t: T, timeoutMs: number) => {
+  const m = await worker.waitFor(t, timeoutMs)
+  if (m === null) throw new Error(`worker sent no "${t}" within ${timeoutMs} ms; stderr:\n${worker.stderrTail()}`)
+  return m
+}
+
+// ---- bulk ---------------------------------------------------------------------------------------------------
+
+export interface BulkResult {
+  readonly jobs: number
+  readonly batchSize: number
+  readonly enqueueMs: number
+  readonly enqueuePerSec: number
+  /** From the worker's start (modules loaded) to the last completion recorded in the database. */
+  readonly drainMs: number
+  readonly drainPerSec: number
+  /** The same, counted from spawning the Node process (module loading included). */
+  readonly drainFromSpawnPerSec: number
+  readonly moduleLoadMs: number
+  readonly completed: number
+  readonly capped: boolean
+  readonly statementsPerJob: number
+  /** The worker process's CPU time (user + system) during the drain, per 1,000 jobs. */
+  readonly workerCpuMsPer1kJobs: number
+  readonly rssPeakMiB: number | null
+  readonly topStatements: ReadonlyArray<{ calls: string; total_ms: number; mean_ms: number; query: string }>
+}
+
+export const bulk = async (
+  cluster: Cluster, subject: Subject, run: number, options: { jobs: number; batchSize: number; execArgv?: ReadonlyArray<string> }
+): Promise<BulkResult> => {
+  const name = dbName("bulk", subject.key, run)
+  const url = await cluster.createDatabase(name)
+  try {
+    await subject.install(url)
+    const producer = await subject.producer(url)
+    try {
+      const t0 = nowNs()
+      for (let i = 0; i < options.jobs; i += options.batchSize) {
+        await producer.enqueueBatch(Array.from({ length: Math.min(options.batchSize, options.jobs - i) }, (_, k) => i + k))
+      }
+      const enqueueMs = msSince(t0)
+      await resetStatements(cluster.admin)
+      const worker = startWorker(subject, url, "bulk", options.jobs, options.execArgv)
+      try {
+        const starting = await requireMessage(worker, "starting", 30_000)
+        const cpuAtStart = cpuMsOf(worker.pid)
+        const drained = await worker.waitFor("drained", subject.drainCapMs)
+        let endNs: number
+        let completed: number
+        if (drained !== null) {
+          // handlers have all run; the drain ends when the last completion is committed
+          while ((await producer.pending()) > 0) await sleep(2)
+          endNs = nowNs()
+          completed = options.jobs
+        } else {
+          endNs = nowNs()
+          completed = options.jobs - (await producer.pending())
+        }
+        const rss = rssOf(worker.pid)
+        const cpuAtEnd = cpuMsOf(worker.pid)
+        const statements = await statementCount(cluster.admin, name)
+        const topStatements = await statementsByQuery(cluster.admin, name, 6)
+        const drainMs = (endNs - starting.at) / 1e6
+        return {
+          jobs: options.jobs,
+          batchSize: options.batchSize,
+          enqueueMs,
+          enqueuePerSec: options.jobs / (enqueueMs / 1000),
+          drainMs,
+          drainPerSec: completed / (drainMs / 1000),
+          drainFromSpawnPerSec: completed / ((endNs - worker.spawnedAt) / 1e9),
+          moduleLoadMs: (starting.at - worker.spawnedAt) / 1e6,
+          completed,
+          capped: drained === null,
+          statementsPerJob: completed > 0 ? statements / completed : Number.NaN,
+          workerCpuMsPer1kJobs: cpuAtStart !== null && cpuAtEnd !== null && completed > 0
+            ? ((cpuAtEnd - cpuAtStart) / completed) * 1000
+            : Number.NaN,
+          rssPeakMiB: rss?.peakMiB ?? null,
+          topStatements
+        }
+      } finally {
+        await stopWorker(worker)
+      }
+    } finally {
+      await producer.close()
+    }
+  } finally {
+    await cluster.dropDatabase(name)
+  }
+}
+
+// ---- latency ------------------------------------------------------------------------------------------------
+
+export interface LatencyResult {
+  readonly jobs: number
+  readonly spacingMs: number
+  readonly p50Ms: number
+  readonly p95Ms: number
+  readonly p99Ms: number
+  readonly maxMs: number
+  readonly missing: number
+  readonly samplesMs: ReadonlyArray<number>
+}
+
+export const latency = async (
+  cluster: Cluster, subject: Subject, run: number, options: { jobs: number; spacingMs: number }
+): Promise<LatencyResult> => {
+  const name = dbName("latency", subject.key, run)
+  const url = await cluster.createDatabase(name)
+  try {
+    await subject.install(url)
+    const producer = await subject.producer(url)
+    try {
+      // warm the producer's connections so the first sample measures the queue, not a TCP handshake
+      await producer.pending()
+      const worker = startWorker(subject, url, "latency", options.jobs)
+      try {
+        await requireMessage(worker, "ready", 30_000)
+        await sleep(1500) // idle: start-up catch-up claims are over
+        const returned = new Map<number, number>()
+        const started = new Map<number, number>()
+        worker.onMessage((m) => {
+          if (m.t === "start" && !started.has(m.seq)) started.set(m.seq, m.at)
+        })
+        for (const m of worker.messages) if (m.t === "start" && !started.has(m.seq)) started.set(m.seq, m.at)
+        const t0 = nowNs()
+        for (let seq = 0; seq < options.jobs; seq++) {
+          await producer.enqueueOne(seq)
+          returned.set(seq, nowNs())
+          const nextAt = t0 + (seq + 1) * options.spacingMs * 1e6
+          const wait = (nextAt - nowNs()) / 1e6
+          if (wait > 0) await sleep(wait)
+        }
+        const deadline = nowNs() + 5_000 * 1e6
+        while (started.size < options.jobs && nowNs() < deadline) await sleep(20)
+        const samples: Array<number> = []
+        for (const [seq, at] of returned) {
+          const s = started.get(seq)
+          if (s !== undefined) samples.push((s - at) / 1e6)
+        }
+        return {
+          jobs: options.jobs,
+          spacingMs: options.spacingMs,
+          p50Ms: percentile(samples, 50),
+          p95Ms: percentile(samples, 95),
+          p99Ms: percentile(samples, 99),
+          maxMs: Math.max(...samples),
+          missing: options.jobs - samples.length,
+          samplesMs: samples.map((x) => Math.round(x * 1000) / 1000)
+        }
+      } finally {
+        await stopWorker(worker)
+      }
+    } finally {
+      await producer.close()
+    }
+  } finally {
+    await cluster.dropDatabase(name)
+  }
+}
+
+// ---- idle ---------------------------------------------------------------------------------------------------
+
+export interface IdleResult {
+  readonly windowMs: number
+  readonly statements: number
+  readonly statementsPer10s: number
+  readonly connections: number
+  readonly rssMiB: number | null
+  readonly statementsSeen: ReadonlyArray<{ calls: string; query: string }>
+}
+
+/** Every subject's worker idles at once, each in its own database; pg_stat_statements tells them apart. */
+export const idle = async (
+  cluster: Cluster, subjects: ReadonlyArray<Subject>, run: number, options: { windowMs: number; warmMs: number }
+): Promise<Record<string, IdleResult | { error: string }>> => {
+  const prepared = await Promise.all(subjects.map(async (subject) => {
+    const name = dbName("idle", subject.key, run)
+    const url = await cluster.createDatabase(name)
+    await subject.install(url)
+    return { subject, name, url }
+  }))
+  const workers = prepared.map((p) => ({ ...p, worker: startWorker(p.subject, p.url, "idle", 0) }))
+  try {
+    for (const w of workers) await requireMessage(w.worker, "ready", 30_000)
+    await sleep(options.warmMs)
+    await resetStatements(cluster.admin)
+    await sleep(options.windowMs)
+    const out: Record<string, IdleResult | { error: string }> = {}
+    for (const w of workers) {
+      const statements = await statementCount(cluster.admin, w.name)
+      const seen = await statementsByQuery(cluster.admin, w.name, 8)
+      out[w.subject.key] = {
+        windowMs: options.windowMs,
+        statements,
+        statementsPer10s: statements / (options.windowMs / 10_000),
+        connections: await openConnections(cluster.admin, w.name),
+        rssMiB: rssOf(w.worker.pid)?.rssMiB ?? null,
+        statementsSeen: seen.map((s) => ({ calls: s.calls, query: s.query }))
+      }
+    }
+    return out
+  } finally {
+    await Promise.all(workers.map((w) => stopWorker(w.worker)))
+    for (const p of prepared) await cluster.dropDatabase(p.name)
+  }
+}
+
+// ---- backlog (pgfiber) --------------------------------------------------------------------------------------
+
+const pgfiberSchema = "pgfiber"
+
+const migratePgfiber = (url: string) =>
+  Effect.runPromise(
+    Effect.scoped(
+      Effect.flatMap(Db.make({ url: Redacted.make(url), schema: pgfiberSchema, poolMax: 2 }), (db) =>
+        Migrations.migrate().pipe(Effect.provideService(Db.Db, db)))
+    )
+  )
+
+/** Server-side generated jobs for the bench stage, `chunk` rows per statement. */
+const fillJobs = async (url: string, count: number, chunk = 100_000) => {
+  const sql = connect(url, { max: 1, schema: pgfiberSchema })
+  try {
+    for (let done = 0; done < count; done += chunk) {
+      const n = Math.min(chunk, count - done)
+      await sql`insert into jobs (stage, payload) select ${queueName}, jsonb_build_object('seq', g) from generate_series(1, ${n}::int) g`
+    }
+  } finally {
+    await sql.end({ timeout: 5 })
+  }
+}
+
+export interface BacklogResult {
+  readonly queued: number
+  readonly windowMs: number
+  readonly completed: number
+  readonly perSec: number
+  readonly topStatements: ReadonlyArray<{ calls: string; total_ms: number; mean_ms: number; query: string }>
+}
+
+export interface BacklogDbs {
+  readonly small: { name: string; url: string }
+  readonly large: { name: string; url: string }
+}
+
+export const prepareBacklog = async (cluster: Cluster, large: number): Promise<BacklogDbs> => {
+  const small = { name: "bench_backlog_small", url: await cluster.createDatabase("bench_backlog_small") }
+  const big = { name: "bench_backlog_large", url: await cluster.createDatabase("bench_backlog_large") }
+  await migratePgfiber(small.url)
+  await migratePgfiber(big.url)
+  const t0 = nowNs()
+  await fillJobs(big.url, large)
+  log(`  backlog: ${large.toLocaleString("en-US")} jobs queued in ${(msSince(t0) / 1000).toFixed(1)} s`)
+  const sql = connect(big.url, { max: 1, schema: pgfiberSchema })
+  await sql`vacuum analyze jobs`
+  await sql.end({ timeout: 5 })
+  return { small, large: big }
+}
+
+const countJobs = async (url: string) => {
+  const sql = connect(url, { max: 1, schema: pgfiberSchema })
+  try {
+    return Number((await sql<Array<{ n: string }>>`select count(*)::text as n from jobs`)[0]!.n)
+  } finally {
+    await sql.end({ timeout: 5 })
+  }
+}
+
+/**
+ * Drain rate with `queued` jobs waiting. Small: the whole backlog, from worker start to the last completion.
+ * Large: the jobs completed in `windowMs` from worker start (the table is topped up to `queued` first).
+ */
+export const backlog = async (
+  cluster: Cluster, subject: Subject, db: { name: string; url: string }, queued: number, windowMs: number | null
+): Promise<BacklogResult> => {
+  const present = await countJobs(db.url)
+  if (present < queued) await fillJobs(db.url, queued - present)
+  await resetStatements(cluster.admin)
+  const sql = connect(db.url, { max: 1, schema: pgfiberSchema })
+  const worker = startWorker(subject, db.url, "bulk", windowMs === null ? queued : Number.MAX_SAFE_INTEGER)
+  try {
+    const starting = await requireMessage(worker, "starting", 30_000)
+    let completed: number
+    let endNs: number
+    if (windowMs === null) {
+      const drained = await worker.waitFor("drained", 120_000)
+      if (drained === null) throw new Error("backlog drain did not finish in 120 s")
+      while (Number((await sql<Array<{ n: string }>>`select count(*)::text as n from jobs`)[0]!.n) > 0) await sleep(2)
+      endNs = nowNs()
+      completed = queued
+    } else {
+      const waitMs = windowMs - (nowNs() - starting.at) / 1e6
+      if (waitMs > 0) await sleep(waitMs)
+      endNs = nowNs()
+      // the count's snapshot is taken when it starts, i.e. at endNs
+      completed = queued - Number((await sql<Array<{ n: string }>>`select count(*)::text as n from jobs`)[0]!.n)
+    }
+    const ms = (endNs - starting.at) / 1e6
+    return {
+      queued,
+      windowMs: ms,
+      completed,
+      perSec: completed / (ms / 1000),
+      topStatements: await statementsByQuery(cluster.admin, db.name, 6)
+    }
+  } finally {
+    await stopWorker(worker)
+    await sql.end({ timeout: 5 })
+  }
+}
+
+// ---- raw SQL ceiling ----------------------------------------------------------------------------------------
+
+export interface RawResult {
+  /** Bare `insert … select from unnest($payloads)` in batches of 1,000, one connection. */
+  readonly enqueuePerSec: number
+  /** pgfiber's claim and complete statements, one job per claim, on `concurrency` connections. */
+  readonly unbatchedPerSec: number
+  /** The same, claiming up to 10 and completing them in one statement, on one connection (pgfiber's shape). */
+  readonly batched10PerSec: number
+  /** Claims and completes of 100 at a time on 2 connections: what this Postgres does with the table. */
+  readonly batched100PerSec: number
+}
+
+export const raw = async (cluster: Cluster, run: number, options: { jobs: number }): Promise<RawResult> => {
+  const name = `bench_raw_${run}`
+  const url = await cluster.createDatabase(name)
+  await migratePgfiber(url)
+  const sql = connect(url, { max: concurrency, schema: pgfiberSchema })
+  try {
+    const enqueue = async () => {
+      const t0 = nowNs()
+      for (let i = 0; i < options.jobs; i += 1000) {
+        const payloads = Array.from({ length: Math.min(1000, options.jobs - i) }, (_, k) => JSON.stringify({ seq: i + k }))
+        await sql`insert into jobs (stage, payload) select ${queueName}, p::jsonb from unnest(${payloads}::text[]) as p`
+      }
+      return options.jobs / (msSince(t0) / 1000)
+    }
+    const drain = async (connections: number, batch: number) => {
+      let done = 0
+      const t0 = nowNs()
+      await Promise.all(Array.from({ length: connections }, async (_, c) => {
+        for (;;) {
+          const rows = await JobsSql.claimReady(sql, queueName, batch, `raw-${c}`, 10_000)
+          if (rows.length === 0) return
+          const ids = rows.map((r) => String(r.id))
+          const leases = rows.map((r) => Number(r.lease))
+          const deleted = await JobsSql.deleteCompleted(sql, ids, leases)
+          done += deleted.length
+        }
+      }))
+      return done / (msSince(t0) / 1000)
+    }
+    const enqueuePerSec = await enqueue()
+    const unbatchedPerSec = await drain(concurrency, 1)
+    await enqueue()
+    const batched10PerSec = await drain(1, 10)
+    await enqueue()
+    const batched100PerSec = await drain(2, 100)
+    return { enqueuePerSec, unbatchedPerSec, batched10PerSec, batched100PerSec }
+  } finally {
+    await sql.end({ timeout: 5 })
+    await cluster.dropDatabase(name)
+  }
+}
