@@ -124,7 +124,9 @@ export const start = (options: EmbeddedPgOptions): Effect.Effect<EmbeddedPgServe
       user: "postgres",
       password,
       authMethod: "password",
-      persistent: !temporary,
+      // we remove a temporary folder ourselves on release: the library would delete it on every stop, so a
+      // fault test could not start the same server again
+      persistent: true,
       // postgres refuses to run as root; the package then runs it as a created `postgres` system user
       createPostgresUser: isRoot,
       postgresFlags: ["-c", "listen_addresses=127.0.0.1", ...(options.postgresFlags ?? [])],

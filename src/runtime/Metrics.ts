@@ -22,5 +22,13 @@ export const duration = Metric.histogram(
   "Handler run time"
 )
 
-export const forStage = <T extends Metric.Metric<any, any, any>>(metric: T, stage: string): T =>
-  Metric.tagged(metric, "stage", stage) as T
+const tagged = new WeakMap<object, Map<string, unknown>>()
+
+/** The metric tagged with the stage; memoised, since it is asked for on every job. */
+export const forStage = <T extends Metric.Metric<any, any, any>>(metric: T, stage: string): T => {
+  let byStage = tagged.get(metric)
+  if (!byStage) tagged.set(metric, (byStage = new Map()))
+  let m = byStage.get(stage) as T | undefined
+  if (!m) byStage.set(stage, (m = Metric.tagged(metric, "stage", stage) as T))
+  return m
+}

@@ -1,15 +1,14 @@
 /**
  * StagePool: one stage's supervised pool. It claims in batches sized to its free capacity when the Waker says
- * there is work, runs each job in its own fiber with the lease heartbeated, and maps the job's Exit to the
- * queue: success → complete (group-committed), typed failure → the stage's RetryPolicy, defect or timeout →
- * transient, interruption → release. A failing handler never takes the pool down; a lost database pauses
- * claiming until it is back. Closing the pool's scope is shutdown: stop claiming, drain within the grace
- * period, interrupt and release the rest.
+ * there is work, runs each job in its own fiber (through JobRun, which maps the job's Exit to the queue) with
+ * the leases heartbeated, and group-commits plain completions. A failing handler never takes the pool down;
+ * a lost database pauses claiming until it is back. Closing the pool's scope is shutdown: stop claiming,
+ * drain within the grace period, interrupt and release the rest.
  */
-import { Cause, Deferred, Duration, Effect, Exit, Fiber, FiberSet, Metric, Option, Queue as Q, Schedule, Scope } from "effect"
+import { Deferred, Duration, Effect, Fiber, FiberSet, Metric, Option, Queue as Q, Schedule, Scope } from "effect"
+import * as JobRun from "./JobRun.js"
 import * as Metrics from "./Metrics.js"
-import * as RetryPolicy from "./RetryPolicy.js"
-import * as Stage from "./Stage.js"
+import type * as Stage from "./Stage.js"
 import * as Waker from "./Waker.js"
 import type { Job, Lease } from "../queue/Job.js"
 import * as Queue from "../queue/Queue.js"
@@ -34,37 +33,11 @@ export interface PoolHealth {
   readonly lastClaimAt: Date | null
 }
 
-/** Outcomes keep trying through a database blip; past this the lease will have expired and the reaper owns the job. */
-const settleRetry = Schedule.exponential("100 millis").pipe(
+/** A failed group commit keeps trying through a database blip; past this the leases have expired. */
+const completeRetry = Schedule.exponential("100 millis").pipe(
   Schedule.union(Schedule.spaced("5 seconds")),
   Schedule.upTo("2 minutes")
 )
-
-const failureOf = (cause: Cause.Cause<unknown>): RetryPolicy.Failure => {
-  const failure = Cause.failureOption(cause)
-  if (Option.isSome(failure)) {
-    const e = failure.value as { _tag?: string; message?: string }
-    switch (e?._tag) {
-      case "Transient":
-        return { _tag: "Transient", message: e.message ?? "transient failure" }
-      case "Permanent":
-        return { _tag: "Permanent", message: e.message ?? "permanent failure" }
-      case "RateLimited":
-        return { _tag: "RateLimited", error: e as never }
-      case "NotReady":
-        return { _tag: "NotReady", error: e as never }
-      case "HandlerTimeout":
-        return { _tag: "Defect", message: e.message ?? "handler timed out" }
-    }
-    return { _tag: "Defect", message: `unexpected failure: ${String(e?.message ?? e)}` }
-  }
-  return { _tag: "Defect", message: `defect: ${Cause.pretty(cause).split("\n").slice(0, 6).join("\n")}` }
-}
-
-class HandlerTimeout {
-  readonly _tag = "HandlerTimeout"
-  constructor(readonly message: string) {}
-}
 
 export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) =>
   Effect.gen(function*() {
@@ -72,18 +45,8 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
     const waker = yield* Waker.Waker
     const concurrency = Math.max(1, options.concurrency ?? stage.concurrency)
     const claimOptions = { workerId: options.workerId, leaseFor: stage.leaseFor }
-    const tag = <T extends Metric.Metric<any, any, any>>(m: T) => Metrics.forStage(m, stage.name)
-    const metric = {
-      claimed: tag(Metrics.claimed),
-      completed: tag(Metrics.completed),
-      retried: tag(Metrics.retried),
-      rescheduled: tag(Metrics.rescheduled),
-      deadLettered: tag(Metrics.deadLettered),
-      released: tag(Metrics.released),
-      fenced: tag(Metrics.fenced),
-      duration: tag(Metrics.duration)
-    }
-    const count = (m: Metric.Metric.Counter<number>, n = 1) => Metric.incrementBy(m, n)
+    const claimedMetric = Metrics.forStage(Metrics.claimed, stage.name)
+    const releasedMetric = Metrics.forStage(Metrics.released, stage.name)
 
     // every job this pool holds a lease on: running (fiber set) or buffered (claimed ahead, not started yet)
     const inFlight = new Map<string, { lease: Lease; fiber: Fiber.RuntimeFiber<void> | undefined; settling?: boolean }>()
@@ -121,7 +84,7 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
       const leases = batch.map((c) => c.lease)
       const ok = yield* queue.completeMany(leases).pipe(
         Effect.tapError((e) => Effect.logWarning("completing a batch failed; retrying", e.message)),
-        Effect.retry(settleRetry),
+        Effect.retry(completeRetry),
         Effect.orElseSucceed(() => null)
       )
       const held = new Set(ok ?? [])
@@ -129,84 +92,11 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
     }).pipe(Effect.forever)
     yield* Effect.forkScoped(completer)
 
-    const settle = <X>(what: string, effect: Effect.Effect<X, Queue.QueueError | Queue.InvalidJob>) =>
-      effect.pipe(
-        Effect.tapError((e) => Effect.logWarning(`${what} failed; retrying`, e.message)),
-        Effect.retry({ schedule: settleRetry, while: (e) => e._tag === "DbError" })
-      )
-
-    const onFenced = Effect.zipRight(
-      count(metric.fenced),
-      Effect.logWarning("lease lost before the outcome was recorded (expired or cancelled); another worker owns the job")
-    )
-
-    const settleFailure = (job: Job, lease: Lease, failure: RetryPolicy.Failure) =>
-      Effect.gen(function*() {
-        const decision = yield* RetryPolicy.decide(stage.policy, failure, job.attempts + 1, job.polls)
-        const message = failure._tag === "RateLimited" || failure._tag === "NotReady" ? failure.error.message : failure.message
-        const errorTag = failure._tag
-        switch (decision._tag) {
-          case "Retry": {
-            const outcome = yield* settle("retry", queue.retry(lease, decision.delay, { tag: errorTag, message }))
-            if (outcome === "retried") {
-              yield* count(metric.retried)
-              yield* waker.rearm
-              yield* Effect.logInfo(`retrying in ${Duration.format(decision.delay)}: ${message}`)
-            } else if (outcome === "dead-lettered") {
-              yield* count(metric.deadLettered)
-              yield* Effect.logWarning(`dead-lettered, attempts exhausted: ${message}`)
-            } else yield* onFenced
-            return
-          }
-          case "Reschedule": {
-            const ok = yield* settle("reschedule", queue.reschedule(lease, decision.delay))
-            if (ok) yield* Effect.zipRight(count(metric.rescheduled), waker.rearm)
-            else yield* onFenced
-            return
-          }
-          case "DeadLetter": {
-            const ok = yield* settle("dead-letter", queue.deadLetter(lease, { tag: errorTag, message: decision.reason }))
-            if (ok) {
-              yield* count(metric.deadLettered)
-              yield* Effect.logWarning(`dead-lettered: ${decision.reason}`)
-            } else yield* onFenced
-          }
-        }
-      })
-
-    const complete = (lease: Lease, completion: Stage.Completion | void) =>
-      Effect.gen(function*() {
-        if (completion && completion.followUps.length > 0) {
-          const ok = yield* settle("complete", queue.complete(lease, completion.followUps)).pipe(
-            Effect.catchTag("InvalidJob", (e) =>
-              settle("dead-letter", queue.deadLetter(lease, { tag: "InvalidFollowUp", message: `follow-up rejected: ${e.message}` })).pipe(
-                Effect.zipRight(Effect.logError(`dead-lettered: the handler produced an invalid follow-up: ${e.message}`)),
-                Effect.as(null)
-              ))
-          )
-          if (ok === null) return
-          if (ok) yield* count(metric.completed)
-          else yield* onFenced
-          return
-        }
-        const done = yield* Deferred.make<boolean>()
-        yield* Q.offer(completions, { lease, done })
-        if (yield* Deferred.await(done)) yield* count(metric.completed)
-        else yield* onFenced
-      })
+    const completeOne = (lease: Lease) =>
+      Effect.flatMap(Deferred.make<boolean>(), (done) =>
+        Q.offer(completions, { lease, done }).pipe(Effect.zipRight(Deferred.await(done))))
 
     const runJob = (job: Job) => {
-      const lease: Lease = { id: job.id, lease: job.lease }
-      const info: Stage.JobInfo = {
-        id: job.id,
-        stage: job.stage,
-        attempt: job.attempts + 1,
-        maxAttempts: job.maxAttempts,
-        polls: job.polls,
-        orgId: job.orgId,
-        subjectId: job.subjectId,
-        createdAt: job.createdAt
-      }
       let slotHeld = true
       // the handler is done: its slot goes to the next job while the outcome is being recorded (pipelining)
       const freeSlot = Effect.sync(() => {
@@ -218,38 +108,7 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
         if (entry) entry.settling = true
         if (!stopping && (moreWork || buffered.length > 0)) poke()
       })
-      return Effect.uninterruptibleMask((restore) =>
-        Effect.gen(function*() {
-          const payload = yield* Effect.either(Stage.decodePayload(stage, job.payload))
-          if (payload._tag === "Left") {
-            yield* freeSlot
-            return yield* settleFailure(job, lease, { _tag: "Permanent", message: payload.left })
-          }
-          const started = Date.now()
-          const exit = yield* Effect.exit(
-            restore(
-              stage.handler(payload.right, info).pipe(
-                Effect.timeoutFail({
-                  duration: stage.timeout,
-                  onTimeout: () => new HandlerTimeout(`handler timed out after ${Duration.format(stage.timeout)}`)
-                })
-              )
-            )
-          )
-          yield* Metric.update(metric.duration, (Date.now() - started) / 1000)
-          yield* freeSlot
-          if (Exit.isSuccess(exit)) return yield* complete(lease, exit.value)
-          if (Cause.isInterruptedOnly(exit.cause)) {
-            const released = yield* settle("release", queue.release([lease])).pipe(Effect.orElseSucceed(() => []))
-            if (released.length > 0) yield* count(metric.released)
-            return yield* Effect.logInfo("interrupted; job released")
-          }
-          const failure = failureOf(exit.cause)
-          if (failure._tag === "Defect") yield* Effect.logError(`handler failed: ${failure.message}`, exit.cause)
-          yield* settleFailure(job, lease, failure)
-        })
-      ).pipe(
-        Effect.catchAllCause((cause) => Effect.logError("could not record the job's outcome; the reaper will requeue it", cause)),
+      return JobRun.execute(stage, job, { completeOne, onHandlerDone: freeSlot, onRequeued: waker.rearm }).pipe(
         Effect.ensuring(
           Effect.sync(() => {
             inFlight.delete(job.id)
@@ -258,8 +117,7 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
             if (!stopping && (moreWork || buffered.length > 0)) poke()
           })
         ),
-        Effect.annotateLogs({ stage: stage.name, jobId: job.id, attempt: job.attempts + 1 }),
-        Effect.withSpan(`stage.${stage.name}`, { attributes: { jobId: job.id, attempt: job.attempts + 1 } })
+        Effect.asVoid
       )
     }
 
@@ -296,10 +154,10 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
         )
         paused = false
         lastClaimAt = new Date()
-        if (jobs.length > 0) yield* count(metric.claimed, jobs.length)
+        if (jobs.length > 0) yield* Metric.incrementBy(claimedMetric, jobs.length)
         if (stopping) {
           // shutdown began while the claim was in flight: hand them straight back
-          yield* settle("release", queue.release(jobs)).pipe(Effect.ignore)
+          yield* queue.release(jobs).pipe(Effect.ignore)
           break
         }
         for (const job of jobs) {
@@ -354,8 +212,11 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
         const notStarted = buffered.splice(0).map((job) => inFlight.get(job.id)?.lease).filter((l): l is Lease => l !== undefined)
         if (notStarted.length > 0) {
           notStarted.forEach((l) => inFlight.delete(l.id))
-          const released = yield* settle("release", queue.release(notStarted)).pipe(Effect.orElseSucceed(() => []))
-          yield* count(metric.released, released.length)
+          const released = yield* queue.release(notStarted).pipe(
+            Effect.retry({ schedule: completeRetry, while: (e) => e.unavailable }),
+            Effect.orElseSucceed(() => [])
+          )
+          yield* Metric.incrementBy(releasedMetric, released.length)
         }
         const busy = inFlight.size
         if (busy > 0) {
