@@ -168,13 +168,14 @@ export const make = (options: DbOptions) =>
 /** DATABASE_URL when set; otherwise an embedded PostgreSQL server kept under `.data/postgres`. */
 export const config = Config.all({
   url: Config.option(Config.redacted("DATABASE_URL")),
+  // validate before the default, so an error names the variable
   schema: Config.string("PGFIBER_SCHEMA").pipe(
-    Config.withDefault("pgfiber"),
-    Config.validate({ message: "must be a lower-case identifier (a-z, 0-9, _)", validation: validSchemaName })
+    Config.validate({ message: "must be a lower-case identifier (a-z, 0-9, _)", validation: validSchemaName }),
+    Config.withDefault("pgfiber")
   ),
   poolMax: Config.integer("DB_POOL_MAX").pipe(
-    Config.withDefault(10),
-    Config.validate({ message: "must be between 1 and 1000", validation: (n) => n >= 1 && n <= 1000 })
+    Config.validate({ message: "must be between 1 and 1000", validation: (n) => n >= 1 && n <= 1000 }),
+    Config.withDefault(10)
   )
 })
 

@@ -38,8 +38,8 @@ export const config = Config.all({
     Config.map((dir) => Path.resolve(dir, "postgres"))
   ),
   port: Config.integer("EMBEDDED_PG_PORT").pipe(
-    Config.withDefault(0),
-    Config.validate({ message: "must be a port number (0 picks a free one)", validation: (p) => p >= 0 && p < 65536 })
+    Config.validate({ message: "must be a port number (0 picks a free one)", validation: (p) => p >= 0 && p < 65536 }),
+    Config.withDefault(0)
   )
 })
 

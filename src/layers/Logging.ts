@@ -21,14 +21,14 @@ export const redactSecrets = (value: unknown, depth = 0): unknown => {
 export const config = Config.all({
   format: Config.literal("json", "pretty", "logfmt")("LOG_FORMAT").pipe(Config.withDefault("json" as const)),
   level: Config.string("LOG_LEVEL").pipe(
-    Config.withDefault("info"),
     Config.mapOrFail((text) => {
       const wanted = text.trim().toLowerCase()
       const level = LogLevel.allLevels.find((l) => l._tag.toLowerCase() === wanted || l.label.toLowerCase() === wanted)
       return level
         ? Either.right(level)
-        : Either.left(ConfigError.InvalidData(["LOG_LEVEL"], `"${text}" is not a log level (trace, debug, info, warn, error, fatal, none)`))
-    })
+        : Either.left(ConfigError.InvalidData([], `"${text}" is not a log level (trace, debug, info, warn, error, fatal, none)`))
+    }),
+    Config.withDefault(LogLevel.Info)
   )
 })
 

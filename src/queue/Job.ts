@@ -2,7 +2,7 @@
  * The job model: what a producer hands the queue (`NewJob`), what a worker claims (`Job`), what lands in the
  * dead-letter table (`DeadLetter`), and the validation every implementation applies before writing anything.
  */
-import { Data, Duration, Either, Schema } from "effect"
+import { Data, Duration, Effect, Either, Metric, Schema } from "effect"
 
 /** Named priorities; lower runs first (pg-boss's convention, seed 001). Any integer 0..100 is allowed too. */
 export const namedPriorities = { fast: 10, normal: 50, bulk: 90 } as const
@@ -329,5 +329,19 @@ export const jobFromDeadLetter = (dl: DeadLetter): Either.Either<NewJob, Invalid
       maxAttempts: dl.maxAttempts,
       dedupeKey: dl.dedupeKey ?? undefined
     })
+
+/** Jobs written by this process (deduplicated ones not counted), tagged by stage: both queues count here. */
+export const enqueuedTotal = Metric.counter("pgfiber_jobs_enqueued_total", {
+  description: "Jobs written by this process",
+  incremental: true
+})
+
+export const countEnqueued = (jobs: ReadonlyArray<ValidJob>, results: ReadonlyArray<EnqueueResult>) => {
+  const byStage = new Map<string, number>()
+  results.forEach((r, i) => {
+    if (!r.deduped) byStage.set(jobs[i]!.stage, (byStage.get(jobs[i]!.stage) ?? 0) + 1)
+  })
+  return Effect.forEach(byStage, ([stage, n]) => Metric.incrementBy(Metric.tagged(enqueuedTotal, "stage", stage), n), { discard: true })
+}
 
 export const JobIdSchema = Schema.String.pipe(Schema.pattern(/^\d{1,19}$/))

@@ -6,7 +6,7 @@
  */
 import { Clock, Duration, Effect, Either, Exit, FiberRef, Layer, Option } from "effect"
 import type { DeadLetter, EnqueueResult, ErrorEntry, Job, Lease, NewJob, StageStats, ValidJob } from "./Job.js"
-import { defaultMaxPayloadBytes, errorEntry, jobFromDeadLetter, JobNotFound, validateAll } from "./Job.js"
+import { countEnqueued, defaultMaxPayloadBytes, errorEntry, jobFromDeadLetter, JobNotFound, validateAll } from "./Job.js"
 import { Queue, type QueueOptions, type Wakeups } from "./Queue.js"
 
 type MutableJob = { -readonly [K in keyof Job]: Job[K] }
@@ -106,7 +106,9 @@ export const make = (options: QueueOptions = {}) =>
 
     const enqueue = (newJobs: ReadonlyArray<NewJob>) => {
       const valid = validateAll(newJobs, validation)
-      return Either.isLeft(valid) ? Effect.fail(valid.left) : enqueueValid(valid.right)
+      return Either.isLeft(valid)
+        ? Effect.fail(valid.left)
+        : Effect.tap(enqueueValid(valid.right), (results) => countEnqueued(valid.right, results))
     }
 
     const transaction = <A, E, R>(effect: Effect.Effect<A, E, R>) =>

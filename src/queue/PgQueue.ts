@@ -5,7 +5,7 @@
 import { Duration, Effect, Either, Layer } from "effect"
 import * as Db from "../layers/Db.js"
 import type { DeadLetter, ErrorEntry, Job, JobStatus, StageStats } from "./Job.js"
-import { defaultMaxPayloadBytes, jobFromDeadLetter, JobNotFound, validateAll } from "./Job.js"
+import { countEnqueued, defaultMaxPayloadBytes, jobFromDeadLetter, JobNotFound, validateAll } from "./Job.js"
 import * as JobsSql from "./JobsSql.js"
 import { Queue, type QueueOptions } from "./Queue.js"
 
@@ -93,7 +93,9 @@ export const make = (options: QueueOptions = {}) =>
     const enqueue = Effect.fn("Queue.enqueue")(function*(jobs: ReadonlyArray<import("./Job.js").NewJob>) {
       const valid = validateAll(jobs, validation)
       if (Either.isLeft(valid)) return yield* valid.left
-      return yield* enqueueValid(valid.right)
+      const results = yield* enqueueValid(valid.right)
+      yield* countEnqueued(valid.right, results)
+      return results
     })
 
     const claim = Effect.fn("Queue.claim")(function*(
@@ -143,7 +145,7 @@ export const make = (options: QueueOptions = {}) =>
         Effect.gen(function*() {
           const done = yield* db.run((sql) => JobsSql.deleteCompleted(sql, [lease.id], [lease.lease]))
           if (done.length === 0) return false
-          yield* enqueueValid(valid.right)
+          yield* countEnqueued(valid.right, yield* enqueueValid(valid.right))
           return true
         })
       )

@@ -3,10 +3,12 @@
  * text; tests and `stats` read them through `Metric.value`.
  */
 import { Metric, MetricBoundaries } from "effect"
+import { enqueuedTotal } from "../queue/Job.js"
 
 const counter = (name: string, description: string) => Metric.counter(name, { description, incremental: true })
 
-export const enqueued = counter("pgfiber_jobs_enqueued_total", "Jobs written by this process")
+/** Counted by the queue itself, so follow-ups and every producer are included. */
+export const enqueued = enqueuedTotal
 export const claimed = counter("pgfiber_jobs_claimed_total", "Jobs leased by this process")
 export const completed = counter("pgfiber_jobs_completed_total", "Jobs completed")
 export const retried = counter("pgfiber_jobs_retried_total", "Failed runs put back with a backoff")

@@ -32,14 +32,13 @@ export const defaultWorkerId = () => `${Os.hostname()}:${process.pid}:${Math.ran
 
 const positiveMillis = (name: string, fallback: number) =>
   Config.integer(name).pipe(
-    Config.withDefault(fallback),
     Config.validate({ message: "must be a positive number of milliseconds", validation: (n) => n > 0 }),
+    Config.withDefault(fallback),
     Config.map(Duration.millis)
   )
 
 /** `PGFIBER_CONCURRENCY=extract_audio=2,analyze=8` overrides stages' own concurrency. */
 const concurrencyOverrides = Config.string("PGFIBER_CONCURRENCY").pipe(
-  Config.withDefault(""),
   Config.mapOrFail((text) => {
     const out: Record<string, number> = {}
     for (const part of text.split(",").map((p) => p.trim()).filter(Boolean)) {
@@ -47,13 +46,14 @@ const concurrencyOverrides = Config.string("PGFIBER_CONCURRENCY").pipe(
       const n = Number(value)
       if (!name || !Number.isInteger(n) || n < 1 || n > 10_000) {
         return Either.left(
-          ConfigError.InvalidData(["PGFIBER_CONCURRENCY"], `"${part}" is not stage=N with N a whole number from 1 to 10000`)
+          ConfigError.InvalidData([], `"${part}" is not stage=N with N a whole number from 1 to 10000`)
         )
       }
       out[name.trim()] = n
     }
     return Either.right(out)
-  })
+  }),
+  Config.withDefault({} as Record<string, number>)
 )
 
 export const config: Config.Config<WorkerOptions> = Config.all({

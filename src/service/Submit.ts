@@ -3,9 +3,8 @@
  * must decode with that stage's Schema (and is stored as the Schema encodes it), the stage's defaults apply.
  * Shared by `POST /jobs` and `pgfiber enqueue`, so both refuse exactly the same input with the same message.
  */
-import { Context, Duration, Effect, Metric, ParseResult, Schema } from "effect"
+import { Context, Duration, Effect, ParseResult, Schema } from "effect"
 import * as Queue from "../queue/Queue.js"
-import * as Metrics from "../runtime/Metrics.js"
 import * as Stage from "../runtime/Stage.js"
 
 /** The stages this process can enqueue to (and, for a worker, run). */
@@ -52,11 +51,9 @@ export const prepare = (stages: ReadonlyArray<Stage.Any>, request: SubmitRequest
     return yield* Stage.job(stage, decoded, options)
   })
 
-/** Validates and enqueues (joining the caller's transaction, e.g. `Db.withOrg`); counts `enqueued` per stage. */
+/** Validates and enqueues (joining the caller's transaction, e.g. `Db.withOrg`). */
 export const submit = (stages: ReadonlyArray<Stage.Any>, request: SubmitRequest) =>
   Effect.gen(function*() {
     const job = yield* prepare(stages, request)
-    const result = yield* Queue.enqueueOne(job)
-    if (!result.deduped) yield* Metric.increment(Metrics.forStage(Metrics.enqueued, job.stage))
-    return result
+    return yield* Queue.enqueueOne(job)
   }).pipe(Effect.withSpan("Submit.submit", { attributes: { stage: request.stage } }))
