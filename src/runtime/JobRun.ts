@@ -21,7 +21,7 @@ class HandlerTimeout extends Data.TaggedError("HandlerTimeout")<{ readonly messa
 export interface Hooks {
   /** Records a plain success; a pool group-commits here. Default: `queue.complete` on its own. */
   readonly completeOne?: (lease: Lease) => Effect.Effect<boolean, Queue.QueueError>
-  /** The handler has returned: its concurrency slot can go to the next job while the outcome is recorded. */
+  /** The handler has returned; its outcome is about to be recorded. */
   readonly onHandlerDone?: Effect.Effect<void>
   /** Raced with the handler; fails with LeaseLost when the lease is gone (tick's own heartbeat). */
   readonly leaseWatch?: Effect.Effect<never, LeaseLost>

@@ -52,8 +52,6 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
     const inFlight = new Map<string, { lease: Lease; fiber: Fiber.RuntimeFiber<void> | undefined; settling?: boolean }>()
     const buffered: Array<Job> = []
     let running = 0
-    // handlers finished, outcomes not yet committed: bounded so a slow database pushes back on claiming
-    let settling = 0
     // the last claim came back full: there is a backlog, so claim a batch ahead to keep every slot busy
     let backlog = false
     let stopping = false
@@ -97,23 +95,17 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
         Q.offer(completions, { lease, done }).pipe(Effect.zipRight(Deferred.await(done))))
 
     const runJob = (job: Job) => {
-      let slotHeld = true
-      // the handler is done: its slot goes to the next job while the outcome is being recorded (pipelining)
-      const freeSlot = Effect.sync(() => {
-        if (!slotHeld) return
-        slotHeld = false
-        running--
-        settling++
+      // a job keeps its slot until its outcome is recorded, so a crash repeats at most `concurrency` finished
+      // handlers; the heartbeat leaves it alone once the handler is done (its lease may just have been released)
+      const handlerDone = Effect.sync(() => {
         const entry = inFlight.get(job.id)
         if (entry) entry.settling = true
-        if (!stopping && (moreWork || buffered.length > 0)) poke()
       })
-      return JobRun.execute(stage, job, { completeOne, onHandlerDone: freeSlot, onRequeued: waker.rearm }).pipe(
+      return JobRun.execute(stage, job, { completeOne, onHandlerDone: handlerDone, onRequeued: waker.rearm }).pipe(
         Effect.ensuring(
           Effect.sync(() => {
             inFlight.delete(job.id)
-            if (slotHeld) running--
-            else settling--
+            running--
             if (!stopping && (moreWork || buffered.length > 0)) poke()
           })
         ),
@@ -122,7 +114,7 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
     }
 
     const startBuffered = Effect.gen(function*() {
-      while (!stopping && running < concurrency && settling < concurrency * 4 && buffered.length > 0) {
+      while (!stopping && running < concurrency && buffered.length > 0) {
         const job = buffered.shift()!
         const entry = inFlight.get(job.id)
         if (!entry) continue // its lease was lost while it waited
@@ -140,7 +132,7 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
         const limit = backlog ? concurrency * 2 : concurrency
         const want = limit - running - buffered.length
         // under a backlog, wait for half a batch of room rather than claiming one job at a time
-        if (want <= 0 || settling >= concurrency * 4 || (backlog && buffered.length > 0 && want < Math.ceil(concurrency / 2))) break
+        if (want <= 0 || (backlog && buffered.length > 0 && want < Math.ceil(concurrency / 2))) break
         moreWork = false
         const jobs = yield* queue.claim(stage.name, want, claimOptions).pipe(
           Effect.tapError((e) =>
