@@ -27,6 +27,11 @@ export interface Hooks {
   readonly leaseWatch?: Effect.Effect<never, LeaseLost>
   /** The job went back to the queue for later (retry or poll): a pool re-arms its timer. */
   readonly onRequeued?: Effect.Effect<void>
+  /**
+   * The caller enforces the stage's timeout itself (a pool's watchdog interrupts overdue handlers) and says
+   * here whether an interruption was that timeout. Without it, each run gets its own timer.
+   */
+  readonly timedOut?: () => boolean
 }
 
 /** Outcomes keep trying through a database blip; past this the lease will have expired and the reaper owns the job. */
@@ -89,6 +94,7 @@ export const execute = <A, I, R>(stage: Stage.Stage<A, I, R>, job: Job, hooks: H
     const queue = yield* Queue.Queue
     const lease: Lease = { id: job.id, lease: job.lease }
     const handlerDone = hooks.onHandlerDone ?? Effect.void
+    const timeoutMessage = `handler timed out after ${Duration.format(stage.timeout)}`
     const requeued = hooks.onRequeued ?? Effect.void
 
     const recordFailure = (failure: RetryPolicy.Failure) =>
@@ -149,17 +155,21 @@ export const execute = <A, I, R>(stage: Stage.Stage<A, I, R>, job: Job, hooks: H
           return yield* recordFailure({ _tag: "Permanent", message: payload.left })
         }
         const started = Date.now()
-        const handler = stage.handler(payload.right, jobInfo(job)).pipe(
-          Effect.timeoutFail({
-            duration: stage.timeout,
-            onTimeout: () => new HandlerTimeout({ message: `handler timed out after ${Duration.format(stage.timeout)}` })
-          })
-        )
+        const run = stage.handler(payload.right, jobInfo(job))
+        const handler = hooks.timedOut
+          ? run
+          : run.pipe(Effect.timeoutFail({ duration: stage.timeout, onTimeout: () => new HandlerTimeout({ message: timeoutMessage }) }))
         const exit = yield* Effect.exit(restore(hooks.leaseWatch ? Effect.raceFirst(handler, hooks.leaseWatch) : handler))
         yield* Metric.update(Metrics.forStage(Metrics.duration, stage.name), (Date.now() - started) / 1000)
         yield* handlerDone
         if (Exit.isSuccess(exit)) return yield* recordSuccess(exit.value as Stage.Completion | void)
-        if (Cause.isInterruptedOnly(exit.cause)) return yield* release("interrupted; job released")
+        if (Cause.isInterruptedOnly(exit.cause)) {
+          if (hooks.timedOut?.()) {
+            yield* Effect.logError(`handler failed: ${timeoutMessage}`)
+            return yield* recordFailure({ _tag: "Defect", message: timeoutMessage })
+          }
+          return yield* release("interrupted; job released")
+        }
         const failure = Cause.failureOption(exit.cause)
         if (Option.isSome(failure) && (failure.value as { _tag?: string })?._tag === "LeaseLost") {
           return yield* release("lease lost (cancelled or expired); job stopped")
@@ -182,5 +192,6 @@ export const execute = <A, I, R>(stage: Stage.Stage<A, I, R>, job: Job, hooks: H
     return outcome
   }).pipe(
     Effect.annotateLogs({ stage: stage.name, jobId: job.id, attempt: job.attempts + 1 }),
-    Effect.withSpan(`stage.${stage.name}`, { attributes: { jobId: job.id, attempt: job.attempts + 1 } })
+    // no stack capture: it costs more than a no-op job itself
+    Effect.withSpan(`stage.${stage.name}`, { attributes: { jobId: job.id, attempt: job.attempts + 1 }, captureStackTrace: false })
   )

@@ -5,7 +5,7 @@
  * a lost database pauses claiming until it is back. Closing the pool's scope is shutdown: stop claiming,
  * drain within the grace period, interrupt and release the rest.
  */
-import { Deferred, Duration, Effect, Fiber, FiberSet, Metric, Option, Queue as Q, Schedule, Scope } from "effect"
+import { Clock, Deferred, Duration, Effect, Fiber, FiberSet, Metric, Option, Queue as Q, Schedule, Scope } from "effect"
 import * as JobRun from "./JobRun.js"
 import * as Metrics from "./Metrics.js"
 import type * as Stage from "./Stage.js"
@@ -49,7 +49,13 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
     const releasedMetric = Metrics.forStage(Metrics.released, stage.name)
 
     // every job this pool holds a lease on: running (fiber set) or buffered (claimed ahead, not started yet)
-    const inFlight = new Map<string, { lease: Lease; fiber: Fiber.RuntimeFiber<void> | undefined; settling?: boolean }>()
+    const inFlight = new Map<string, {
+      lease: Lease
+      fiber: Fiber.RuntimeFiber<void> | undefined
+      startedAt?: number
+      settling?: boolean
+      timedOut?: boolean
+    }>()
     const buffered: Array<Job> = []
     let running = 0
     // the last claim came back full: there is a backlog, so claim a batch ahead to keep every slot busy
@@ -101,7 +107,8 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
         const entry = inFlight.get(job.id)
         if (entry) entry.settling = true
       })
-      return JobRun.execute(stage, job, { completeOne, onHandlerDone: handlerDone, onRequeued: waker.rearm }).pipe(
+      const timedOut = () => inFlight.get(job.id)?.timedOut === true
+      return JobRun.execute(stage, job, { completeOne, onHandlerDone: handlerDone, onRequeued: waker.rearm, timedOut }).pipe(
         Effect.ensuring(
           Effect.sync(() => {
             inFlight.delete(job.id)
@@ -119,6 +126,7 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
         const entry = inFlight.get(job.id)
         if (!entry) continue // its lease was lost while it waited
         running++
+        entry.startedAt = yield* Clock.currentTimeMillis
         entry.fiber = yield* FiberSet.run(fibers, runJob(job))
       }
     })
@@ -195,6 +203,20 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
       Effect.forever
     )
     yield* Effect.forkScoped(heartbeat)
+
+    // the stage's timeout, for every running handler from one loop rather than a timer per job
+    const timeoutMs = Duration.toMillis(stage.timeout)
+    const watchdog = Effect.gen(function*() {
+      yield* Effect.sleep(Duration.millis(Math.min(1000, Math.max(10, timeoutMs / 4))))
+      const now = yield* Clock.currentTimeMillis
+      for (const entry of inFlight.values()) {
+        if (entry.fiber && !entry.settling && !entry.timedOut && entry.startedAt !== undefined && now - entry.startedAt >= timeoutMs) {
+          entry.timedOut = true
+          yield* Fiber.interruptFork(entry.fiber)
+        }
+      }
+    }).pipe(Effect.forever)
+    yield* Effect.forkScoped(watchdog)
 
     // shutdown: registered last, so it runs first when the scope closes
     yield* Effect.addFinalizer(() =>

@@ -157,6 +157,31 @@ describe("runtime on the in-memory queue", () => {
       yield* Scope.close(scope, Exit.void)
     }))
 
+  it.effect("a handler past the stage's timeout is interrupted and retried as a transient failure", () =>
+    Effect.gen(function*() {
+      let interrupted = 0
+      const stage = Stage.make({
+        name: "slowpoke",
+        payload: Schema.Struct({}),
+        timeout: "2 seconds",
+        policy: RetryPolicy.make({ Transient: RetryPolicy.exponential({ base: "1 minute", cap: "1 hour", jitter: false }) }),
+        handler: () => Effect.never.pipe(Effect.onInterrupt(() => Effect.sync(() => interrupted++)))
+      })
+      const { queue, scope } = yield* startWorker([stage])
+      const [{ id }] = (yield* queue.enqueue([{ stage: "slowpoke" }])) as [Queue.EnqueueResult]
+      yield* settle
+      yield* TestClock.adjust("1 second")
+      yield* settle
+      expect((yield* queue.get(id))!.status).toBe("running")
+      yield* TestClock.adjust("2 seconds")
+      yield* settle
+      const job = (yield* queue.get(id))!
+      expect(interrupted).toBe(1)
+      expect([job.status, job.attempts]).toEqual(["queued", 1])
+      expect(job.errors[0]!.message).toBe("handler timed out after 2s")
+      yield* Scope.close(scope, Exit.void)
+    }))
+
   it.effect("never runs more handlers at once than the stage's concurrency, even while claiming ahead", () =>
     Effect.gen(function*() {
       let running = 0
