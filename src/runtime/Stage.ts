@@ -43,6 +43,12 @@ export interface StageOptions<A, I, R> {
   /** Defaults for jobs enqueued through this stage. */
   readonly maxAttempts?: number
   readonly priority?: Job.Priority
+  /**
+   * Finished jobs whose outcome may still be on its way to the database while their slot already runs the
+   * next job. 0 (the default) means a crash repeats at most `concurrency` finished handlers; raising it
+   * lifts throughput for very short jobs, and a crash may then repeat up to `concurrency + settleAhead`.
+   */
+  readonly settleAhead?: number
 }
 
 export interface Stage<A, I, R> {
@@ -55,6 +61,7 @@ export interface Stage<A, I, R> {
   readonly policy: RetryPolicy.RetryPolicy
   readonly maxAttempts: number
   readonly priority: Job.Priority
+  readonly settleAhead: number
 }
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -73,7 +80,8 @@ export const make = <A, I, R>(options: StageOptions<A, I, R>): Stage<A, I, R> =>
   timeout: options.timeout ? Duration.decode(options.timeout) : Duration.minutes(15),
   policy: options.policy ?? RetryPolicy.defaultPolicy,
   maxAttempts: options.maxAttempts ?? 5,
-  priority: options.priority ?? "normal"
+  priority: options.priority ?? "normal",
+  settleAhead: Math.max(0, Math.floor(options.settleAhead ?? 0))
 })
 
 export type EnqueueOptions = Omit<Job.NewJob, "stage" | "payload">

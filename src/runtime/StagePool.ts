@@ -58,6 +58,8 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
     }>()
     const buffered: Array<Job> = []
     let running = 0
+    // handlers finished, outcomes not yet recorded, whose slots were handed on (at most stage.settleAhead)
+    let settlingFreed = 0
     // the last claim came back full: there is a backlog, so claim a batch ahead to keep every slot busy
     let backlog = false
     let stopping = false
@@ -102,17 +104,26 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
 
     const runJob = (job: Job) => {
       // a job keeps its slot until its outcome is recorded, so a crash repeats at most `concurrency` finished
-      // handlers; the heartbeat leaves it alone once the handler is done (its lease may just have been released)
+      // handlers (plus the stage's settleAhead, when it allows handing the slot on early); the heartbeat
+      // leaves a finished job alone (its lease may just have been released)
+      let slotHeld = true
       const handlerDone = Effect.sync(() => {
         const entry = inFlight.get(job.id)
         if (entry) entry.settling = true
+        if (settlingFreed < stage.settleAhead) {
+          slotHeld = false
+          running--
+          settlingFreed++
+          if (!stopping && (moreWork || buffered.length > 0)) poke()
+        }
       })
       const timedOut = () => inFlight.get(job.id)?.timedOut === true
       return JobRun.execute(stage, job, { completeOne, onHandlerDone: handlerDone, onRequeued: waker.rearm, timedOut }).pipe(
         Effect.ensuring(
           Effect.sync(() => {
             inFlight.delete(job.id)
-            running--
+            if (slotHeld) running--
+            else settlingFreed--
             if (!stopping && (moreWork || buffered.length > 0)) poke()
           })
         ),
@@ -137,10 +148,11 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
       yield* Q.take(signal)
       yield* startBuffered
       while (!stopping && moreWork) {
-        const limit = backlog ? concurrency * 2 : concurrency
+        const ahead = concurrency + stage.settleAhead
+        const limit = backlog ? concurrency + ahead : concurrency
         const want = limit - running - buffered.length
-        // under a backlog, wait for half a batch of room rather than claiming one job at a time
-        if (want <= 0 || (backlog && buffered.length > 0 && want < Math.ceil(concurrency / 2))) break
+        // under a backlog, refill the jobs in hand only once they run low: fewer, larger claims
+        if (want <= 0 || (backlog && buffered.length > Math.floor(ahead / 2))) break
         moreWork = false
         const jobs = yield* queue.claim(stage.name, want, claimOptions).pipe(
           Effect.tapError((e) =>

@@ -182,15 +182,17 @@ describe("runtime on the in-memory queue", () => {
       yield* Scope.close(scope, Exit.void)
     }))
 
-  it.effect("never runs more handlers at once than the stage's concurrency, even while claiming ahead", () =>
+  for (const settleAhead of [0, 5]) {
+  it.effect(`never runs more handlers at once than the stage's concurrency, even while claiming ahead (settleAhead ${settleAhead})`, () =>
     Effect.gen(function*() {
       let running = 0
       let peak = 0
       let done = 0
       const stage = Stage.make({
-        name: "bounded",
+        name: `bounded_${settleAhead}`,
         payload: Schema.Struct({ n: Schema.Number }),
         concurrency: 3,
+        settleAhead,
         handler: () =>
           Effect.gen(function*() {
             running++
@@ -201,7 +203,7 @@ describe("runtime on the in-memory queue", () => {
           })
       })
       const { queue, scope } = yield* startWorker([stage])
-      yield* queue.enqueue(Array.from({ length: 40 }, (_, n) => ({ stage: "bounded", payload: { n } })))
+      yield* queue.enqueue(Array.from({ length: 40 }, (_, n) => ({ stage: `bounded_${settleAhead}`, payload: { n } })))
       for (let i = 0; i < 30 && done < 40; i++) {
         yield* settle
         yield* TestClock.adjust("10 millis")
@@ -209,9 +211,11 @@ describe("runtime on the in-memory queue", () => {
       yield* settle
       expect(done).toBe(40)
       expect(peak).toBe(3)
-      expect(yield* queue.list({ stage: "bounded" })).toEqual([])
+      expect(yield* queue.list({ stage: `bounded_${settleAhead}` })).toEqual([])
       yield* Scope.close(scope, Exit.void)
     }))
+
+  }
 
   it.effect("shutdown drains in-flight jobs within the grace period and releases the rest", () =>
     Effect.gen(function*() {
