@@ -2,11 +2,12 @@
  * `npm run bench`: one embedded PostgreSQL, every subject on a fresh database per run, the same workloads
  * interleaved (A B C D, A B C D, …), medians of the runs. Writes bench/results/latest.{json,md}.
  *
- * Flags: --runs N (3) · --quick (1 run, small sizes: a smoke test) · --only bulk,latency,idle,backlog,raw
+ * Flags: --runs N (3) · --quick (1 run, small sizes: a smoke test) · --only bulk,latency,idle,backlog,raw · --render
  *        --subjects pgfiber,graphile,graphile-batched,pgboss · --profile (CPU-profile the pgfiber bulk worker)
  *        --out DIR (bench/results)
  */
 import * as Fs from "node:fs"
+import * as Os from "node:os"
 import * as Path from "node:path"
 import { benchDir, log, machineInfo, median, msSince, nowNs, packageVersion, startCluster } from "./lib.js"
 import * as Graphile from "./subjects/graphile.js"
@@ -26,6 +27,8 @@ const quick = flag("quick")
 const runs = Number(option("runs") ?? (quick ? 1 : 3))
 const only = new Set((option("only") ?? "bulk,latency,idle,backlog,raw").split(","))
 const outDir = Path.resolve(option("out") ?? Path.join(benchDir, "results"))
+// CPU profiles are large and machine-specific: kept out of the repository (.data is ignored)
+const profileDir = Path.join(benchDir, "..", ".data", "bench-profiles")
 const sizes = {
   bulkJobs: quick ? 5_000 : 20_000,
   batchSize: 1_000,
@@ -47,16 +50,28 @@ type Runs<T> = Record<string, Array<T | { error: string }>>
 const ok = <T>(xs: ReadonlyArray<T | { error: string }> | undefined): Array<T> =>
   (xs ?? []).filter((x): x is T => !(typeof x === "object" && x !== null && "error" in x))
 
+/** The 1-minute load average when each measurement started: this machine is shared, and it shows. */
+const loads: Array<number> = []
+
 const attempt = async <T>(what: string, f: () => Promise<T>): Promise<T | { error: string }> => {
   const t0 = nowNs()
+  const load1 = Os.loadavg()[0]!
+  loads.push(load1)
   try {
     const r = await f()
-    log(`  ${what}: done in ${(msSince(t0) / 1000).toFixed(1)} s`)
+    log(`  ${what}: done in ${(msSince(t0) / 1000).toFixed(1)} s (load average ${load1.toFixed(1)} at start)`)
+    if (typeof r === "object" && r !== null && !Array.isArray(r)) Object.assign(r, { load1AtStart: Math.round(load1 * 100) / 100 })
     return r
   } catch (e) {
     log(`  ${what}: FAILED: ${e instanceof Error ? e.message : String(e)}`)
     return { error: e instanceof Error ? e.message : String(e) }
   }
+}
+
+/** `--render`: rewrite latest.md from latest.json (after a change to the table's layout), without running. */
+const renderOnly = () => {
+  const results = JSON.parse(Fs.readFileSync(Path.join(outDir, "latest.json"), "utf8"))
+  Fs.writeFileSync(Path.join(outDir, "latest.md"), render(results))
 }
 
 const main = async () => {
@@ -78,13 +93,21 @@ const main = async () => {
   const backlog: { small: Array<W.BacklogResult | { error: string }>; large: Array<W.BacklogResult | { error: string }> } = { small: [], large: [] }
   const raw: Array<W.RawResult | { error: string }> = []
   const push = <T>(into: Runs<T>, key: string, value: T | { error: string }) => (into[key] ??= []).push(value)
+  const rawRound = async (run: number) => {
+    const r = await attempt(`raw SQL ceiling run ${run} (${sizes.rawJobs} jobs, pgfiber's statements without the runtime)`, () =>
+      W.raw(cluster, run, { jobs: sizes.rawJobs }))
+    if (!("error" in r)) {
+      log(`    enqueue ${Math.round(r.enqueuePerSec)} · unbatched ${Math.round(r.unbatchedPerSec)} · batched×10 ${Math.round(r.batched10PerSec)} · batched×100 ${Math.round(r.batched100PerSec)} jobs/s`)
+    }
+    raw.push(r)
+  }
   try {
     if (only.has("bulk")) {
       log(`== bulk: enqueue ${sizes.bulkJobs} in batches of ${sizes.batchSize}, then one worker (concurrency ${W.concurrency}) drains`)
       for (let run = 1; run <= runs; run++) {
         for (const s of subjects) {
           const execArgv = flag("profile") && s.key === "pgfiber" && run === 1
-            ? ["--cpu-prof", "--cpu-prof-dir", Path.join(outDir, "profiles")]
+            ? ["--cpu-prof", "--cpu-prof-dir", profileDir]
             : undefined
           const r = await attempt(`bulk ${s.key} run ${run}`, () =>
             W.bulk(cluster, s, run, { jobs: sizes.bulkJobs, batchSize: sizes.batchSize, ...(execArgv ? { execArgv } : {}) }))
@@ -93,7 +116,11 @@ const main = async () => {
           }
           push(bulk, s.key, r)
         }
+        // the raw ceiling joins each round, so it is measured under the same conditions as the subjects
+        if (only.has("raw")) await rawRound(run)
       }
+    } else if (only.has("raw")) {
+      for (let run = 1; run <= runs; run++) await rawRound(run)
     }
     if (only.has("latency")) {
       log(`== latency: ${sizes.latencyJobs} single enqueues ${sizes.spacingMs} ms apart to an idle worker`)
@@ -135,16 +162,6 @@ const main = async () => {
       await cluster.dropDatabase(dbs.small.name)
       await cluster.dropDatabase(dbs.large.name)
     }
-    if (only.has("raw")) {
-      log(`== raw SQL ceiling: ${sizes.rawJobs} jobs, pgfiber's statements without the runtime`)
-      for (let run = 1; run <= runs; run++) {
-        const r = await attempt(`raw run ${run}`, () => W.raw(cluster, run, { jobs: sizes.rawJobs }))
-        if (!("error" in r)) {
-          log(`    enqueue ${Math.round(r.enqueuePerSec)} · unbatched ${Math.round(r.unbatchedPerSec)} · batched×10 ${Math.round(r.batched10PerSec)} · batched×100 ${Math.round(r.batched100PerSec)} jobs/s`)
-        }
-        raw.push(r)
-      }
-    }
   } finally {
     await cluster.close()
   }
@@ -155,7 +172,7 @@ const main = async () => {
     runs,
     quick,
     sizes,
-    machine,
+    machine: { ...machine, loadAverageAtEnd: Os.loadavg().map((x) => Math.round(x * 100) / 100), medianLoadDuringMeasurements: Math.round(median(loads) * 100) / 100 },
     postgresSettings: cluster.settings,
     versions: {
       pgfiber: packageVersion("../"),
@@ -178,6 +195,7 @@ const main = async () => {
   Fs.writeFileSync(Path.join(outDir, "latest.md"), markdown)
   process.stdout.write(markdown)
   log(`bench: finished in ${elapsedS.toFixed(0)} s; wrote ${Path.relative(process.cwd(), outDir)}/latest.{json,md}`)
+  if (flag("profile")) log(`CPU profile of the pgfiber worker's first bulk run: ${Path.relative(process.cwd(), profileDir)}/`)
 }
 
 // ---- summary ------------------------------------------------------------------------------------------------
@@ -256,7 +274,7 @@ const render = (r: {
   runs: number
   quick: boolean
   sizes: typeof sizes
-  machine: ReturnType<typeof machineInfo>
+  machine: ReturnType<typeof machineInfo> & { medianLoadDuringMeasurements: number }
   postgresSettings: Record<string, string>
   versions: Record<string, string>
   subjects: ReadonlyArray<{ key: string; label: string; notes: string }>
@@ -273,20 +291,21 @@ const render = (r: {
   lines.push(`Node ${m.node}, PostgreSQL ${m.postgres} (embedded, one server for all subjects, a fresh database per subject and run;`)
   lines.push(`shared_buffers ${r.postgresSettings.shared_buffers ?? "?"}, fsync ${r.postgresSettings.fsync ?? "?"}, synchronous_commit ${r.postgresSettings.synchronous_commit ?? "?"}).`)
   lines.push(`graphile-worker ${r.versions.graphileWorker}, pg-boss ${r.versions.pgBoss}. Medians of ${r.runs} interleaved run(s)${r.quick ? " (--quick: reduced sizes)" : ""}; the whole run took ${Math.round(r.elapsedSeconds / 60 * 10) / 10} min.`)
+  lines.push(`The machine is shared with other work: the median 1-minute load average when a measurement started was ${r.machine.medianLoadDuringMeasurements} on ${m.cores} cores.`)
   lines.push("")
   lines.push(`| | ${r.subjects.map((s) => s.label).join(" | ")} |`)
   lines.push(`| --- | ${keys.map(() => "---:").join(" | ")} |`)
   lines.push(row(`bulk enqueue, jobs/s (${n0(r.sizes.bulkJobs)} in batches of ${n0(r.sizes.batchSize)})`, (s) => n0(s.enqueuePerSec)))
   lines.push(row(`bulk drain, jobs/s (concurrency 10, start-up included)`, (s) => `${n0(s.drainPerSec)}${s.drainCapped ? " ¹" : ""}`))
-  lines.push(row(`statements per job while draining`, (s) => n2(s.statementsPerJob)))
+  lines.push(row(`statements per job while draining`, (s) => (s.statementsPerJob < 0.1 ? s.statementsPerJob.toFixed(4) : n2(s.statementsPerJob))))
   lines.push(row(`worker CPU while draining, ms per 1,000 jobs`, (s) => n0(s.workerCpuMsPer1kJobs)))
   lines.push(row(`wake-up latency p50 / p95 / p99, ms`, (s) => `${n2(s.p50Ms)} / ${n2(s.p95Ms)} / ${n2(s.p99Ms)}`))
   lines.push(row(`idle: statements per 10 s`, (s) => n1(s.idleStatementsPer10s)))
   lines.push(row(`idle: open connections`, (s) => n0(s.idleConnections)))
-  lines.push(row(`worker RSS idle / peak while draining, MiB`, (s) => `${n0(s.rssIdleMiB)} / ${n0(s.rssPeakMiB)}`))
+  lines.push(row(`worker RSS idle / peak while draining, MiB (every worker runs under tsx)`, (s) => `${n0(s.rssIdleMiB)} / ${n0(s.rssPeakMiB)}`))
   if (pf) {
-    lines.push(row(`pgfiber's drain rate is this × the subject's`, (s) => (s === pf ? "1×" : ratio(pf.drainPerSec, s.drainPerSec))))
-    lines.push(row(`pgfiber's p50 wake-up is this × faster`, (s) => (s === pf ? "1×" : ratio(s.p50Ms, pf.p50Ms))))
+    lines.push(row(`ratio: pgfiber's drain ÷ the subject's`, (s) => (s === pf ? "1×" : ratio(pf.drainPerSec, s.drainPerSec))))
+    lines.push(row(`ratio: the subject's p50 wake-up ÷ pgfiber's (> 1: pgfiber wakes sooner)`, (s) => (s === pf ? "1×" : ratio(s.p50Ms, pf.p50Ms))))
   }
   lines.push("")
   if (keys.includes("pgboss")) {
@@ -329,4 +348,5 @@ const render = (r: {
   return lines.join("\n") + "\n"
 }
 
-await main()
+if (flag("render")) renderOnly()
+else await main()
