@@ -115,11 +115,18 @@ const query = async <T>(sql: Sql, f: (sql: Sql) => Promise<T>): Promise<T> => {
   }
 }
 
+/** Whatever happens, the workers and the server this run started are stopped before the process exits. */
+const cleanups: Array<() => Promise<unknown>> = []
+const cleanUp = async () => {
+  for (const f of cleanups.splice(0).reverse()) await f().catch(() => undefined)
+}
+
 const main = async () => {
   const started = Date.now()
   log(`chaos${ci ? " (CI size)" : ""}: ${jobs} jobs, ${settings.workers} workers × concurrency ${settings.concurrency}, handlers ${settings.sleepMinMs}–${settings.sleepMaxMs} ms, seed ${initialSeed}`)
   const dataDir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "pgfiber-chaos-pg-"))
   const cluster = await startCluster({ dataDir, flags: ["-c", "max_connections=100"] })
+  cleanups.push(() => cluster.close())
   const url = await setup(cluster)
   log(`postgres ${cluster.version} on port ${cluster.port}; ${jobs} jobs enqueued`)
   const monitor = connect(url, { max: 1, schema, app: "chaos-monitor" })
@@ -139,6 +146,7 @@ const main = async () => {
     workers.push(tracked)
     return tracked
   }
+  cleanups.push(() => Promise.all(workers.map((w) => w.child.kill())))
   for (let i = 0; i < settings.workers; i++) spawn()
 
   const events = { kills: 0, listenerTerminations: 0, listenerRounds: 0, restarts: 0 }
@@ -282,8 +290,7 @@ const main = async () => {
     timeline
   }
   await monitor.end({ timeout: 5 }).catch(() => undefined)
-  await Promise.all(workers.map((w) => w.child.kill()))
-  await cluster.close()
+  await cleanUp()
 
   const lines = [
     "",
@@ -301,8 +308,9 @@ const main = async () => {
   process.exitCode = summary.success ? 0 : 1
 }
 
-await main().catch((e) => {
+await main().catch(async (e) => {
   log(`chaos: the run itself failed: ${e instanceof Error ? e.stack : String(e)}`)
+  await cleanUp()
   if (jsonPath) {
     Fs.mkdirSync(Path.dirname(Path.resolve(jsonPath)), { recursive: true })
     Fs.writeFileSync(jsonPath, JSON.stringify({ numPassedTests: 0, numFailedTests: 1, success: false, error: String(e) }, null, 2) + "\n")

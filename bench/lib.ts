@@ -179,6 +179,10 @@ export interface WorkerChild {
   readonly kill: () => Promise<number | null>
 }
 
+// worker processes die with the harness, however it ends (an interrupted run must not leave workers behind)
+const liveChildren = new Set<Child.ChildProcess>()
+process.on("exit", () => liveChildren.forEach((c) => c.kill("SIGKILL")))
+
 /** Runs `bench/<script>` in its own Node process (as a deployment would), speaking JSON over IPC. */
 export const spawnWorker = (script: string, config: unknown, options: { readonly execArgv?: ReadonlyArray<string> } = {}): WorkerChild => {
   const spawnedAt = nowNs()
@@ -188,6 +192,8 @@ export const spawnWorker = (script: string, config: unknown, options: { readonly
     stdio: ["ignore", process.env.BENCH_CHILD_LOG ? Fs.openSync(process.env.BENCH_CHILD_LOG, "a") : "ignore", "pipe", "ipc"],
     env: { ...process.env, NODE_ENV: "production" }
   })
+  liveChildren.add(child)
+  child.on("exit", () => liveChildren.delete(child))
   const messages: Array<ChildMessage> = []
   const listeners: Array<(m: ChildMessage) => void> = []
   let tail = ""
