@@ -105,9 +105,11 @@ export const make = (options: Partial<WakerOptions> = {}) =>
       yield* Q.take(rearmRequests)
       const next = yield* queue.nextWake([...pools.keys()])
       if (next.leaseExpiresInMs === 0) {
-        yield* reap
-        // the reaped jobs are queued now (and NOTIFYed); look again for what remains
-        yield* Effect.sleep(opts.minTimerSpacing)
+        const reaped = yield* reap
+        // the reaped jobs are queued now (and NOTIFYed); look again for what remains. Nothing reaped means
+        // another process holds the reaper lock or the row is locked: give it a second rather than spin
+        const acted = reaped.ran && reaped.requeued + reaped.deadLettered + reaped.removedCancelled > 0
+        yield* Effect.sleep(acted ? opts.minTimerSpacing : Duration.seconds(1))
         yield* rearm
         return
       }

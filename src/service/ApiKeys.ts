@@ -73,9 +73,11 @@ const listKeys = (sql: Db.Sql, orgId: string | null) =>
     select id, org_id, prefix, name, created_at, revoked_at from api_keys
     where (${orgId}::text is null or org_id = ${orgId}::text) order by id`
 
-/** Revokes by id (digits) or prefix (hex). Locking: the one key row. */
+/**
+ * Revokes by prefix (12 hex characters, which may happen to be all digits) or by id. Locking: the one key row.
+ */
 const revokeKey = (sql: Db.Sql, idOrPrefix: string) =>
-  /^\d{1,19}$/.test(idOrPrefix)
+  !/^[0-9a-f]{12}$/.test(idOrPrefix) && /^\d{1,19}$/.test(idOrPrefix)
     ? sql<Array<{ id: string }>>`update api_keys set revoked_at = now() where id = ${idOrPrefix} and revoked_at is null returning id`
     : sql<Array<{ id: string }>>`update api_keys set revoked_at = now() where prefix = ${idOrPrefix} and revoked_at is null returning id`
 
