@@ -286,19 +286,7 @@ export const stats = Command.make("stats", { json: jsonFlag }, ({ json }) =>
     Effect.gen(function*() {
       const queue = yield* Queue.Queue
       const rows = yield* queue.stats
-      const seen = new Set(rows.map((r) => r.stage))
-      const all: ReadonlyArray<Queue.StageStats> = [
-        ...rows,
-        ...stages.filter((s) => !seen.has(s.name)).map((s) => ({
-          stage: s.name,
-          ready: 0,
-          scheduled: 0,
-          running: 0,
-          cancelling: 0,
-          deadLetters: 0,
-          oldestReadyAgeMs: 0
-        }))
-      ].sort((a, b) => a.stage.localeCompare(b.stage))
+      const all = Queue.statsForStages(rows, stages.map((s) => s.name))
       if (json) return yield* Output.json(all)
       const sum = (f: (s: Queue.StageStats) => number) => String(all.reduce((n, s) => n + f(s), 0))
       const n = (v: number) => String(v)

@@ -133,19 +133,7 @@ export const layer = HttpApiBuilder.group(Api, "health", (handlers) =>
         }
       ]
       if (Option.isSome(stats)) {
-        const seen = new Set(stats.value.map((s) => s.stage))
-        const rows = [
-          ...stats.value,
-          ...stages.filter((s) => !seen.has(s.name)).map((s) => ({
-            stage: s.name,
-            ready: 0,
-            scheduled: 0,
-            running: 0,
-            cancelling: 0,
-            deadLetters: 0,
-            oldestReadyAgeMs: 0
-          }))
-        ]
+        const rows = Queue.statsForStages(stats.value, stages.map((s) => s.name))
         families.push(
           {
             name: "pgfiber_queue_depth",

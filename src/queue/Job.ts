@@ -145,6 +145,21 @@ export interface DeadLetterListOptions {
   readonly afterId?: string | undefined
 }
 
+/** Stats for every stage named, with zero rows for stages that have no jobs, sorted by stage. */
+export const statsForStages = (rows: ReadonlyArray<StageStats>, stages: ReadonlyArray<string>): ReadonlyArray<StageStats> => {
+  const seen = new Set(rows.map((r) => r.stage))
+  const empty = stages.filter((stage) => !seen.has(stage)).map((stage): StageStats => ({
+    stage,
+    ready: 0,
+    scheduled: 0,
+    running: 0,
+    cancelling: 0,
+    deadLetters: 0,
+    oldestReadyAgeMs: 0
+  }))
+  return [...rows, ...empty].sort((a, b) => (a.stage < b.stage ? -1 : a.stage > b.stage ? 1 : 0))
+}
+
 /** Bad input from a producer: nothing was written. */
 export class InvalidJob extends Data.TaggedError("InvalidJob")<{
   readonly message: string
