@@ -7,6 +7,7 @@ import * as NodeOs from "node:os"
 import * as NodePath from "node:path"
 import * as JobError from "../../src/JobError.js"
 import * as Media from "../../src/layers/Media.js"
+import { noise } from "../support/bytes.js"
 
 // Fixtures are made at test time with the same ffmpeg, so nothing binary is committed.
 // Tests that interrupt real processes run on the live clock (scopedLive): the kill grace period and
@@ -24,19 +25,6 @@ const ffmpegFixture = (...args: Array<string>) =>
     const exitCode = yield* Command.exitCode(Command.make(ffmpegPath, "-hide_banner", "-nostdin", "-loglevel", "error", ...args))
     expect(exitCode).toBe(0)
   }).pipe(Effect.provide(NodeContext.layer))
-
-/** Reproducible noise (xorshift32): not a valid container of any kind. */
-const noise = (length: number): Uint8Array => {
-  const out = new Uint8Array(length)
-  let x = 2463534242
-  for (let i = 0; i < length; i++) {
-    x ^= x << 13
-    x ^= x >>> 17
-    x ^= x << 5
-    out[i] = x & 0xff
-  }
-  return out
-}
 
 /** Processes whose command line mentions `needle`, read from /proc. */
 const processesMentioning = (needle: string) =>

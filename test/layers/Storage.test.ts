@@ -7,22 +7,13 @@ import * as NodeOs from "node:os"
 import * as NodePath from "node:path"
 import * as NodeUrl from "node:url"
 import * as Storage from "../../src/layers/Storage.js"
+import { pseudoRandomBytes } from "../support/bytes.js"
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-/** Reproducible "random" bytes (xorshift32), so a failure can be replayed byte for byte. */
-const bytesOf = (length: number, seed: number): Uint8Array => {
-  const out = new Uint8Array(length)
-  let x = seed | 1
-  for (let i = 0; i < length; i++) {
-    x ^= x << 13
-    x ^= x >>> 17
-    x ^= x << 5
-    out[i] = x & 0xff
-  }
-  return out
-}
+/** Reproducible "random" bytes, so a failure can be replayed byte for byte. */
+const bytesOf = (length: number, seed: number): Uint8Array => pseudoRandomBytes(length, seed | 1)
 
 /** Splits bytes into uneven chunks so part boundaries never line up with chunk boundaries. */
 const chunked = (bytes: Uint8Array, size: number) =>

@@ -189,18 +189,7 @@ export const generatedCall = (dir: string, name: string, seconds: number) =>
     return path
   })
 
-/** Reproducible noise (xorshift32): not a valid container of any kind. */
-export const noise = (length: number): Uint8Array => {
-  const out = new Uint8Array(length)
-  let x = 2463534242
-  for (let i = 0; i < length; i++) {
-    x ^= x << 13
-    x ^= x >>> 17
-    x ^= x << 5
-    out[i] = x & 0xff
-  }
-  return out
-}
+export { noise } from "../../support/bytes.js"
 
 // ---------------------------------------------------------------------------------------------
 // What a rerun must not change
