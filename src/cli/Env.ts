@@ -7,9 +7,9 @@ import * as App from "../App.js"
 import * as Db from "../layers/Db.js"
 import * as PgQueue from "../queue/PgQueue.js"
 import type * as Stage from "../runtime/Stage.js"
-import * as ApiKeys from "../service/ApiKeys.js"
-import * as EchoStage from "../service/EchoStage.js"
-import * as Submit from "../service/Submit.js"
+import * as ApiKeys from "../auth/ApiKeys.js"
+import * as EchoStage from "../stages/echo/EchoStage.js"
+import * as Submit from "../runtime/Submit.js"
 
 export type KnownStage = Stage.Stage<any, any, App.StageRequirements>
 

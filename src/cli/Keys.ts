@@ -1,7 +1,7 @@
 /** `keys create|list|revoke`: API keys for the HTTP API, each bound to one org. */
 import { Args, Command, Options } from "@effect/cli"
 import { Effect, Option, Redacted } from "effect"
-import * as ApiKeys from "../service/ApiKeys.js"
+import * as ApiKeys from "../auth/ApiKeys.js"
 import { NotFound } from "./Failure.js"
 import { operator } from "./Jobs.js"
 import * as Output from "./Output.js"

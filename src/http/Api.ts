@@ -10,7 +10,7 @@ import { HttpApi, HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSchem
 import { Multipart } from "@effect/platform"
 import { Context, Schema } from "effect"
 import * as Analyzer from "../layers/Analyzer.js"
-import type * as ApiKeys from "../service/ApiKeys.js"
+import type * as ApiKeys from "../auth/ApiKeys.js"
 
 // ---------------------------------------------------------------------------------------------
 // errors: each carries its status; bodies are `{ "_tag": …, "message": … }`

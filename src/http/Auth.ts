@@ -3,7 +3,7 @@
  * so a caller learns nothing about which keys exist); a database that cannot be asked is 503.
  */
 import { Effect, Layer, Option } from "effect"
-import * as ApiKeys from "../service/ApiKeys.js"
+import * as ApiKeys from "../auth/ApiKeys.js"
 import { Authorization, Unauthorized, Unavailable } from "./Api.js"
 
 export const layer = Layer.effect(

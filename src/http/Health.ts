@@ -11,7 +11,7 @@ import * as Queue from "../queue/Queue.js"
 import * as Metrics from "../runtime/Metrics.js"
 import * as Waker from "../runtime/Waker.js"
 import * as Worker from "../runtime/Worker.js"
-import * as Submit from "../service/Submit.js"
+import * as Submit from "../runtime/Submit.js"
 import { Api, NotReadyYet, type Readiness } from "./Api.js"
 import * as PrometheusText from "./PrometheusText.js"
 

@@ -9,8 +9,8 @@ import * as Db from "../layers/Db.js"
 import * as Queue from "../queue/Queue.js"
 import type * as Stage from "../runtime/Stage.js"
 import * as Worker from "../runtime/Worker.js"
-import * as Submit from "../service/Submit.js"
-import * as Tick from "../service/Tick.js"
+import * as Submit from "../runtime/Submit.js"
+import * as Tick from "../runtime/Tick.js"
 import { Api, BadRequest, Conflict, CurrentOrg, NotFound, Unavailable } from "./Api.js"
 
 /** A database failure as the client sees it: 503 when it could not be reached, else a logged 500. */

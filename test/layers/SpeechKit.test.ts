@@ -13,7 +13,7 @@ import { execFileSync } from "node:child_process"
 import * as Http from "node:http"
 import * as JobError from "../../src/JobError.js"
 import * as SpeechKit from "../../src/layers/SpeechKit.js"
-import * as SpeechKitSimulator from "../../src/layers/SpeechKitSimulator.js"
+import * as SpeechKitSimulator from "../../src/testing/SpeechKitSimulator.js"
 
 // ---------------------------------------------------------------------------------------------
 // Fixtures

@@ -6,7 +6,7 @@ import { ConfigProvider, Duration, Effect, Exit, Fiber, Layer, Option, Redacted,
 import * as Http from "node:http"
 import type { AddressInfo } from "node:net"
 import { Permanent, RateLimited, Transient } from "../../src/JobError.js"
-import * as FakeTranscriptionServer from "../../src/layers/FakeTranscriptionServer.js"
+import * as FakeTranscriptionServer from "../support/FakeTranscriptionServer.js"
 import * as Transcription from "../../src/layers/Transcription.js"
 
 const media = "https://media.example.com/uploads/lecture-01.mp4"

@@ -6,7 +6,7 @@
  */
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Schema } from "effect"
-import * as SpeechKitSimulator from "../../../src/layers/SpeechKitSimulator.js"
+import * as SpeechKitSimulator from "../../../src/testing/SpeechKitSimulator.js"
 import * as Queue from "../../../src/queue/Queue.js"
 import type * as Stage from "../../../src/runtime/Stage.js"
 import { Calls, makeCallStages } from "../../../src/stages/calls/index.js"

@@ -8,7 +8,7 @@ import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import * as NodeFs from "node:fs/promises"
 import * as NodePath from "node:path"
-import * as SpeechKitSimulator from "../../../src/layers/SpeechKitSimulator.js"
+import * as SpeechKitSimulator from "../../../src/testing/SpeechKitSimulator.js"
 import * as Storage from "../../../src/layers/Storage.js"
 import { Calls, makeCallStages } from "../../../src/stages/calls/index.js"
 import {

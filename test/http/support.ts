@@ -16,8 +16,8 @@ import * as PgQueue from "../../src/queue/PgQueue.js"
 import * as Stage from "../../src/runtime/Stage.js"
 import * as Worker from "../../src/runtime/Worker.js"
 import * as Server from "../../src/http/Server.js"
-import * as ApiKeys from "../../src/service/ApiKeys.js"
-import * as Submit from "../../src/service/Submit.js"
+import * as ApiKeys from "../../src/auth/ApiKeys.js"
+import * as Submit from "../../src/runtime/Submit.js"
 import { databaseUrl, rawSql } from "../support/pg.js"
 
 /** `echo`: succeeds, or dead-letters when asked (`fail: true`). */

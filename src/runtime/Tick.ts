@@ -6,9 +6,9 @@
 import { Duration, Effect, Metric } from "effect"
 import type { Job, Lease } from "../queue/Job.js"
 import * as Queue from "../queue/Queue.js"
-import * as JobRun from "../runtime/JobRun.js"
-import * as Metrics from "../runtime/Metrics.js"
-import type * as Stage from "../runtime/Stage.js"
+import * as JobRun from "./JobRun.js"
+import * as Metrics from "./Metrics.js"
+import type * as Stage from "./Stage.js"
 
 export interface TickOptions<S extends Stage.Any> {
   /** At most this many jobs are claimed, over all stages. */

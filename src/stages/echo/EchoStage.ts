@@ -4,8 +4,8 @@
  * `pgfiber tick --max 1` or a running worker) and rehearse the dead-letter workflow (`"fail": "permanent"`).
  */
 import { Config, Duration, Effect, Schema } from "effect"
-import { Permanent, Transient } from "../JobError.js"
-import * as Stage from "../runtime/Stage.js"
+import { Permanent, Transient } from "../../JobError.js"
+import * as Stage from "../../runtime/Stage.js"
 
 export const name = "pgfiber.echo"
 

@@ -5,7 +5,7 @@
  */
 import { Context, Duration, Effect, ParseResult, Schema } from "effect"
 import * as Queue from "../queue/Queue.js"
-import * as Stage from "../runtime/Stage.js"
+import * as Stage from "./Stage.js"
 
 /** The stages this process can enqueue to (and, for a worker, run). */
 export class KnownStages extends Context.Tag("pgfiber/KnownStages")<KnownStages, ReadonlyArray<Stage.Any>>() {}
