@@ -1,6 +1,12 @@
 #!/usr/bin/env node
-// `npx pgfiber …`: runs the TypeScript sources through tsx, so there is no build step to forget.
-import { register } from "tsx/esm/api"
-
-register()
-await import("../src/main.ts")
+// `npx pgfiber …` / the installed `pgfiber` command: the compiled CLI (`npm run build`, run by `prepare`).
+const cli = new URL("../dist/cli.js", import.meta.url)
+try {
+  await import(cli.href)
+} catch (error) {
+  if (error?.code === "ERR_MODULE_NOT_FOUND" && String(error.message).includes("dist/cli.js")) {
+    process.stderr.write("pgfiber: the compiled CLI (dist/cli.js) is missing: run `npm run build` in the checkout (npm ci runs it)\n")
+    process.exit(1)
+  }
+  throw error
+}

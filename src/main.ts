@@ -4,7 +4,8 @@
  * Every failure ends here as a one-line message on stderr and an exit code from cli/Failure.ts.
  */
 import { Command } from "@effect/cli"
-import { NodeContext, NodeRuntime } from "@effect/platform-node"
+import * as NodeContext from "@effect/platform-node/NodeContext"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Cause, Effect, Exit, Layer, Option } from "effect"
 import * as Calls from "./cli/Calls.js"
 import * as Failure from "./cli/Failure.js"

@@ -9,17 +9,7 @@
  * every implementation so the twins cannot drift. Failures speak the JobError vocabulary, plus
  * `ObjectNotFound` for a missing object, which a stage decides about (often: "not yet" or Permanent).
  */
-import {
-  AbortMultipartUploadCommand,
-  CompleteMultipartUploadCommand,
-  CreateMultipartUploadCommand,
-  DeleteObjectCommand,
-  GetObjectCommand,
-  HeadObjectCommand,
-  PutObjectCommand,
-  S3Client,
-  UploadPartCommand
-} from "@aws-sdk/client-s3"
+// the AWS SDK is loaded only when S3 is configured: importing it costs every CLI command a quarter second
 import type { CompletedPart } from "@aws-sdk/client-s3"
 import type { PlatformError } from "@effect/platform/Error"
 import * as FileSystem from "@effect/platform/FileSystem"
@@ -412,6 +402,17 @@ const s3ReadFailure = (operation: string, key: string) => (error: unknown): Read
 
 export const makeS3 = (config: S3Config) =>
   Effect.gen(function*() {
+    const {
+      AbortMultipartUploadCommand,
+      CompleteMultipartUploadCommand,
+      CreateMultipartUploadCommand,
+      DeleteObjectCommand,
+      GetObjectCommand,
+      HeadObjectCommand,
+      PutObjectCommand,
+      S3Client,
+      UploadPartCommand
+    } = yield* Effect.promise(() => import("@aws-sdk/client-s3"))
     const fs = yield* FileSystem.FileSystem
     const { bucket } = config
     const endpoint = yield* Either.mapLeft(

@@ -5,7 +5,7 @@
  * OpenTelemetry SDK. The package is loaded only then, so a build without it runs untraced; asking for tracing
  * without it installed fails start-up with the package to install.
  */
-import { FetchHttpClient } from "@effect/platform"
+import * as FetchHttpClient from "@effect/platform/FetchHttpClient"
 import { Config, ConfigError, Effect, Layer, Option } from "effect"
 
 export const config = Config.all({

@@ -20,7 +20,16 @@ export interface Migration {
   readonly sql: string
 }
 
-export const migrationsDir = Path.resolve(Path.dirname(fileURLToPath(import.meta.url)), "../../migrations")
+/**
+ * The package's `migrations/` folder, found from this module's own location (not the working directory), so
+ * an installed package finds its SQL: two levels up from `src/queue/` (tsx) or `dist/queue/` (compiled), one
+ * level up from the bundled CLI in `dist/`.
+ */
+export const migrationsDir = ((): string => {
+  const here = Path.dirname(fileURLToPath(import.meta.url))
+  const candidates = [Path.resolve(here, "../../migrations"), Path.resolve(here, "../migrations")]
+  return candidates.find((dir) => Fs.existsSync(Path.join(dir, "0001_queue.sql"))) ?? candidates[0]!
+})()
 
 export const load = (dir: string = migrationsDir): ReadonlyArray<Migration> =>
   Fs.readdirSync(dir)
