@@ -42,6 +42,13 @@ export interface DbOptions {
   readonly schema: string
   readonly poolMax: number
   readonly applicationName?: string
+  /**
+   * A direct, session-mode connection for LISTEN and the migrations' advisory lock, when `url` goes through a
+   * transaction-pooling PgBouncer (a LISTEN there is lost when the server connection is handed on). Default: `url`.
+   */
+  readonly listenUrl?: Redacted.Redacted<string>
+  /** Named prepared statements (porsager's default); false behind a transaction-pooling PgBouncer before 1.21. */
+  readonly prepare?: boolean
   /** Called for every statement the pool sends (statement counting in tests and the bench). */
   readonly onStatement?: (query: string) => void
 }
@@ -53,6 +60,8 @@ const currentTransaction = FiberRef.unsafeMake<Option.Option<{ readonly owner: o
 
 export class Db extends Context.Tag("pgfiber/Db")<Db, {
   readonly pool: Sql
+  /** Where LISTEN and session-level locks go: `pool` itself unless a separate listen URL is set. */
+  readonly session: Sql
   readonly schema: string
   readonly url: Redacted.Redacted<string>
   /** Runs a query on the caller's transaction when there is one, else on the pool. Interruption cancels it. */
@@ -98,27 +107,38 @@ export const make = (options: DbOptions) =>
     if (!validSchemaName(options.schema)) {
       return yield* Effect.dieMessage(`PGFIBER_SCHEMA: "${options.schema}" is not a plain lower-case identifier`)
     }
-    const pool: Sql = yield* Effect.acquireRelease(
-      Effect.sync(() =>
-        postgres(Redacted.value(options.url), {
-          max: options.poolMax,
-          onnotice: () => undefined,
-          ...(options.onStatement ? { debug: (_conn: number, query: string) => options.onStatement!(query) } : {}),
-          idle_timeout: 0,
-          connect_timeout: 10,
-          connection: {
-            search_path: `${options.schema}`,
-            application_name: options.applicationName ?? "pgfiber"
-          }
-        })
-      ),
-      (sql) => Effect.promise(() => sql.end({ timeout: 5 }).catch(() => undefined))
-    )
+    const connect = (url: Redacted.Redacted<string>, max: number, statements: boolean) =>
+      Effect.acquireRelease(
+        Effect.sync(() =>
+          postgres(Redacted.value(url), {
+            max,
+            prepare: options.prepare ?? true,
+            onnotice: () => undefined,
+            ...(statements && options.onStatement ? { debug: (_conn: number, query: string) => options.onStatement!(query) } : {}),
+            idle_timeout: 0,
+            connect_timeout: 10,
+            connection: {
+              search_path: `${options.schema}`,
+              application_name: options.applicationName ?? "pgfiber"
+            }
+          })
+        ),
+        (sql) => Effect.promise(() => sql.end({ timeout: 5 }).catch(() => undefined))
+      )
+    const pool: Sql = yield* connect(options.url, options.poolMax, true)
+    // porsager LISTENs on a dedicated connection of its own; a separate instance points it past the pooler
+    const session: Sql = options.listenUrl === undefined ? pool : yield* connect(options.listenUrl, 1, false)
     // probe on start so a bad DATABASE_URL fails here, not at the first job
     yield* runQuery(() => pool`select 1`).pipe(
       Effect.retry({ times: 20, schedule: Schedule.spaced("250 millis"), while: (e) => e.unavailable }),
       Effect.mapError((e) => new DbError({ ...e, message: `DATABASE_URL: cannot connect: ${e.message}` }))
     )
+    if (session !== pool) {
+      yield* runQuery(() => session`select 1`).pipe(
+        Effect.retry({ times: 20, schedule: Schedule.spaced("250 millis"), while: (e) => e.unavailable }),
+        Effect.mapError((e) => new DbError({ ...e, message: `DATABASE_LISTEN_URL: cannot connect: ${e.message}` }))
+      )
+    }
     const owner = {}
 
     const current = Effect.map(FiberRef.get(currentTransaction), (tx) =>
@@ -162,12 +182,14 @@ export const make = (options: DbOptions) =>
           Effect.asVoid
         ))
 
-    return Db.of({ pool, schema: options.schema, url: options.url, run, transaction, withOrg, inTransaction })
+    return Db.of({ pool, session, schema: options.schema, url: options.url, run, transaction, withOrg, inTransaction })
   })
 
 /** DATABASE_URL when set; otherwise an embedded PostgreSQL server kept under `.data/postgres`. */
 export const config = Config.all({
   url: Config.option(Config.redacted("DATABASE_URL")),
+  listenUrl: Config.option(Config.redacted("DATABASE_LISTEN_URL")),
+  prepare: Config.boolean("DB_PREPARE").pipe(Config.withDefault(true)),
   // validate before the default, so an error names the variable
   schema: Config.string("PGFIBER_SCHEMA").pipe(
     Config.validate({ message: "must be a lower-case identifier (a-z, 0-9, _)", validation: validSchemaName }),
@@ -185,7 +207,13 @@ export const layer: Layer.Layer<Db, DbError | EmbeddedPg.EmbeddedPgError | impor
     Effect.gen(function*() {
       const cfg = yield* config
       const url = Option.isSome(cfg.url) ? cfg.url.value : (yield* EmbeddedPg.start(yield* EmbeddedPg.config)).url
-      return yield* make({ url, schema: cfg.schema, poolMax: cfg.poolMax })
+      return yield* make({
+        url,
+        schema: cfg.schema,
+        poolMax: cfg.poolMax,
+        prepare: cfg.prepare,
+        ...(Option.isSome(cfg.listenUrl) ? { listenUrl: cfg.listenUrl.value } : {})
+      })
     })
   )
 

@@ -56,7 +56,8 @@ export const migrate = (options: { readonly migrations?: ReadonlyArray<Migration
     const known = migrations.reduce((max, m) => Math.max(max, m.id), 0)
     const schema = db.schema
     return yield* Effect.acquireUseRelease(
-      Db.runQuery(() => db.pool.reserve()),
+      // the session connection: a session-level advisory lock must stay on one server connection (no pooler)
+      Db.runQuery(() => db.session.reserve()),
       (conn) => {
         const q = <A>(f: () => Promise<A>) => Db.runQuery(f)
         return Effect.gen(function*() {

@@ -268,7 +268,7 @@ export const make = (options: QueueOptions = {}) =>
 
     const listen = (wakeups: { readonly onWake: (stage: string) => void; readonly onListening: () => void }) =>
       Effect.acquireRelease(
-        Db.runQuery(() => db.pool.listen(JobsSql.channel(db.schema), (stage) => wakeups.onWake(stage), () => wakeups.onListening())),
+        Db.runQuery(() => db.session.listen(JobsSql.channel(db.schema), (stage) => wakeups.onWake(stage), () => wakeups.onListening())),
         (subscription) => Effect.promise(() => subscription.unlisten().catch(() => undefined))
       ).pipe(Effect.asVoid)
 
