@@ -1,16 +1,21 @@
 /**
- * The README's quick start, as a test: `npm start` on a machine with no PostgreSQL (no DATABASE_URL) brings up
- * embedded PostgreSQL, applies the migrations, stays up, and on SIGINT (and SIGTERM) shuts down and exits 0,
- * leaving no server behind.
+ * The README's quick start, as a test, on the compiled service (`node dist/cli.js start`, what `npm start` runs):
+ * - with no DATABASE_URL it brings up embedded PostgreSQL; CLI commands run beside it use that server (they do not
+ *   start a second one on the same folder); a job submitted over HTTP with a key from the CLI runs on the echo
+ *   stage; a terminal's Ctrl-C (SIGINT to the whole process group) exits 0 and leaves no postgres behind;
+ * - SIGINT to node alone, and the same with an external DATABASE_URL, exit 0 too;
+ * - after a `kill -9` of the service, the next start finds the server it left, says so, and comes up by itself.
  */
-import { describe, expect, it } from "vitest"
+import { describe, expect, inject, it } from "vitest"
 import { spawn } from "node:child_process"
 import * as Fs from "node:fs"
 import * as Net from "node:net"
 import * as Os from "node:os"
 import * as Path from "node:path"
+import postgres from "postgres"
 
 const root = Path.resolve(import.meta.dirname, "../..")
+const cli = Path.join(root, "dist", "cli.js")
 
 const freePort = () =>
   new Promise<number>((resolve) => {
@@ -20,60 +25,215 @@ const freePort = () =>
     })
   })
 
-const startService = (dataDir: string, httpPort: number) => {
-  const env: Record<string, string | undefined> = {
-    ...process.env,
+const baseEnv = (dataDir: string, extra: Record<string, string> = {}) => {
+  const env: Record<string, string | undefined> = { ...process.env }
+  for (const name of ["DATABASE_URL", "PGFIBER_SCHEMA", "SPEECHKIT_API_KEY", "TRANSCRIBE_URL", "PGFIBER_ECHO_STAGE"]) delete env[name]
+  return {
+    ...env,
     PGFIBER_DATA_DIR: dataDir,
     LOG_LEVEL: "info",
+    LOG_FORMAT: "json",
     HTTP_HOST: "127.0.0.1",
-    HTTP_PORT: String(httpPort)
+    SHUTDOWN_GRACE_MS: "5000",
+    ...extra
   }
-  delete env.DATABASE_URL
-  delete env.SPEECHKIT_API_KEY
-  delete env.TRANSCRIBE_URL
-  const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts", "start"], { cwd: root, env, stdio: ["ignore", "pipe", "pipe"] })
+}
+
+/** The service in its own process group, as a terminal runs it, so the test can Ctrl-C the whole group. */
+const startService = async (dataDir: string, extra: Record<string, string> = {}) => {
+  const httpPort = await freePort()
+  const child = spawn(process.execPath, [cli, "start"], {
+    cwd: root,
+    env: baseEnv(dataDir, { HTTP_PORT: String(httpPort), ...extra }),
+    stdio: ["ignore", "pipe", "pipe"],
+    detached: true
+  })
   let output = ""
   child.stdout.on("data", (d) => (output += d))
   child.stderr.on("data", (d) => (output += d))
   const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)))
-  return { child, exited, output: () => output }
+  return { child, exited, httpPort, base: `http://127.0.0.1:${httpPort}`, output: () => output }
 }
 
-const waitFor = async (what: string, check: () => boolean, ms = 60_000) => {
+type Service = Awaited<ReturnType<typeof startService>>
+
+const runCli = (dataDir: string, args: ReadonlyArray<string>) =>
+  new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve, reject) => {
+    const child = spawn(process.execPath, [cli, ...args], { cwd: root, env: baseEnv(dataDir), stdio: ["ignore", "pipe", "pipe"] })
+    let stdout = ""
+    let stderr = ""
+    child.stdout.on("data", (d) => (stdout += d))
+    child.stderr.on("data", (d) => (stderr += d))
+    child.on("error", reject)
+    child.on("close", (code) => resolve({ code, stdout, stderr }))
+  })
+
+const waitFor = async (what: string, check: () => boolean | Promise<boolean>, ms = 90_000) => {
   const deadline = Date.now() + ms
-  while (!check()) {
+  while (!(await check())) {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((r) => setTimeout(r, 50))
+    await new Promise((r) => setTimeout(r, 100))
   }
 }
 
-/** The embedded server writes postmaster.pid while it runs and removes it when it stops. */
-const serverRunning = (dataDir: string) => Fs.existsSync(Path.join(dataDir, "postgres", "postmaster.pid"))
+const healthy = (service: Service) => async () => {
+  if (service.child.exitCode !== null) throw new Error(`the service exited (${service.child.exitCode}):\n${service.output()}`)
+  return fetch(`${service.base}/healthz`).then((r) => r.status === 200, () => false)
+}
+
+const isAlive = (pid: number) => {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === "EPERM"
+  }
+}
+
+/** The embedded server's pid from the postmaster.pid it writes while it runs. */
+const serverPid = (dataDir: string): number | undefined => {
+  try {
+    return Number(Fs.readFileSync(Path.join(dataDir, "postgres", "postmaster.pid"), "utf8").split("\n")[0])
+  } catch {
+    return undefined
+  }
+}
+
+/** Whatever happens, no process of the test survives it. */
+const cleanup = (dataDir: string, services: ReadonlyArray<Service>) => {
+  for (const s of services) {
+    if (s.child.exitCode === null && s.child.pid !== undefined) {
+      try {
+        process.kill(-s.child.pid, "SIGKILL")
+      } catch {
+        // gone already
+      }
+    }
+  }
+  const pid = serverPid(dataDir)
+  if (pid !== undefined && isAlive(pid)) process.kill(pid, "SIGQUIT")
+  Fs.rmSync(dataDir, { recursive: true, force: true })
+}
+
+const ctrlC = (service: Service) => process.kill(-service.child.pid!, "SIGINT")
 
 describe("npm start on a machine with no PostgreSQL", () => {
-  for (const signal of ["SIGINT", "SIGTERM"] as const) {
-    it(`starts embedded PostgreSQL, migrates, and exits 0 on ${signal}`, async () => {
-      const dataDir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "pgfiber-start-"))
-      const service = startService(dataDir, await freePort())
-      try {
-        await waitFor("the migrations", () => service.output().includes("migrations applied"))
-        expect(service.output()).toContain("0001_queue")
-        expect(serverRunning(dataDir)).toBe(true)
-        service.child.kill(signal)
-        const code = await service.exited
-        expect({ code, output: code === 0 ? "" : service.output() }).toEqual({ code: 0, output: "" })
-        expect(serverRunning(dataDir)).toBe(false)
-        // the data is kept: a second start finds the schema up to date
-        const again = startService(dataDir, await freePort())
-        await waitFor("the second start", () => again.output().includes("pgfiber starting"))
-        await new Promise((r) => setTimeout(r, 1500))
-        expect(again.output()).not.toContain("migrations applied")
-        again.child.kill(signal)
-        expect(await again.exited).toBe(0)
-      } finally {
-        if (service.child.exitCode === null) service.child.kill("SIGKILL")
-        Fs.rmSync(dataDir, { recursive: true, force: true })
-      }
-    }, 90_000)
-  }
+  it("serves, the CLI beside it uses its server, a job runs, and Ctrl-C to the process group exits 0 leaving no postgres", async () => {
+    const dataDir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "pgfiber-start-"))
+    const services: Array<Service> = []
+    try {
+      const service = await startService(dataDir)
+      services.push(service)
+      await waitFor("/healthz", healthy(service))
+      expect(service.output()).toContain("0001_queue")
+      const pgPid = serverPid(dataDir)!
+      expect(isAlive(pgPid)).toBe(true)
+      // the record of the running server: readable by this user only
+      const record = Path.join(dataDir, "postgres.json")
+      expect(Fs.statSync(record).mode & 0o777).toBe(0o600)
+
+      // the README's second step: a key from the CLI, beside the running service
+      const key = await runCli(dataDir, ["keys", "create", "--org", "acme"])
+      expect({ code: key.code, stderr: key.code === 0 ? "" : key.stderr }).toEqual({ code: 0, stderr: "" })
+      expect(key.stderr).toContain("using the embedded PostgreSQL already running")
+      const token = key.stdout.trim()
+      expect(token).toMatch(/^pgf_/)
+
+      // the third: a job over HTTP, run by the echo stage that needs no outside service
+      const submitted = await fetch(`${service.base}/jobs`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+        body: JSON.stringify({ stage: "pgfiber.echo", payload: { message: "hello" } })
+      })
+      expect(submitted.status).toBe(201)
+      const { id } = (await submitted.json()) as { id: string }
+      await waitFor("the job to run", () => service.output().includes(`"jobId":"${id}"`) && service.output().includes("echo: hello"))
+      await waitFor("the job to leave the queue", () =>
+        fetch(`${service.base}/jobs/${id}`, { headers: { authorization: `Bearer ${token}` } }).then((r) => r.status === 404))
+
+      const stats = await runCli(dataDir, ["stats"])
+      expect(stats.code).toBe(0)
+      expect(stats.stdout).toMatch(/^pgfiber\.echo\s+0\s+0\s+0\s+0\s+0\s+-$/m)
+      // both CLI commands used the service's server: still the same one, still running
+      expect(serverPid(dataDir)).toBe(pgPid)
+
+      ctrlC(service)
+      const code = await service.exited
+      expect({ code, output: code === 0 ? "" : service.output() }).toEqual({ code: 0, output: "" })
+      await waitFor("postgres to be gone", () => !isAlive(pgPid), 15_000)
+      expect(Fs.existsSync(record)).toBe(false)
+      expect(Fs.existsSync(Path.join(dataDir, "postgres", "postmaster.pid"))).toBe(false)
+    } finally {
+      cleanup(dataDir, services)
+    }
+  }, 240_000)
+
+  it("SIGINT to node alone exits 0 and stops the server; the data is kept for the next start", async () => {
+    const dataDir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "pgfiber-start-"))
+    const services: Array<Service> = []
+    try {
+      const service = await startService(dataDir)
+      services.push(service)
+      await waitFor("/healthz", healthy(service))
+      const pgPid = serverPid(dataDir)!
+      service.child.kill("SIGINT")
+      expect(await service.exited).toBe(0)
+      expect(isAlive(pgPid)).toBe(false)
+      // the data is kept: a second start finds the schema up to date
+      const again = await startService(dataDir)
+      services.push(again)
+      await waitFor("/healthz", healthy(again))
+      expect(again.output()).not.toContain("migrations applied")
+      again.child.kill("SIGTERM")
+      expect(await again.exited).toBe(0)
+    } finally {
+      cleanup(dataDir, services)
+    }
+  }, 240_000)
+
+  it("after kill -9 of the service, the next start finds the server it left, says so, and comes up", async () => {
+    const dataDir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "pgfiber-start-"))
+    const services: Array<Service> = []
+    try {
+      const first = await startService(dataDir)
+      services.push(first)
+      await waitFor("/healthz", healthy(first))
+      const pgPid = serverPid(dataDir)!
+      process.kill(first.child.pid!, "SIGKILL")
+      await first.exited
+      // the orphan: still running, holding the folder
+      expect(isAlive(pgPid)).toBe(true)
+
+      const second = await startService(dataDir)
+      services.push(second)
+      await waitFor("/healthz", healthy(second))
+      expect(second.output()).toContain(`left running by a pgfiber process that is gone (pid ${first.child.pid})`)
+      ctrlC(second)
+      expect(await second.exited).toBe(0)
+      await waitFor("postgres to be gone", () => !isAlive(pgPid), 15_000)
+    } finally {
+      cleanup(dataDir, services)
+    }
+  }, 240_000)
+})
+
+describe("npm start with DATABASE_URL", () => {
+  it("Ctrl-C to the process group exits 0", async () => {
+    const dataDir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "pgfiber-start-"))
+    const schema = `start_${process.pid}_${Date.now().toString(36)}`
+    const services: Array<Service> = []
+    try {
+      const service = await startService(dataDir, { DATABASE_URL: inject("databaseUrl"), PGFIBER_SCHEMA: schema })
+      services.push(service)
+      await waitFor("/healthz", healthy(service))
+      ctrlC(service)
+      expect(await service.exited).toBe(0)
+      // no embedded server was involved
+      expect(Fs.existsSync(Path.join(dataDir, "postgres"))).toBe(false)
+    } finally {
+      cleanup(dataDir, services)
+      const sql = postgres(inject("databaseUrl"), { max: 1, onnotice: () => undefined })
+      await sql.unsafe(`drop schema if exists ${schema} cascade`).finally(() => sql.end({ timeout: 5 }))
+    }
+  }, 240_000)
 })

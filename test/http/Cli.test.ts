@@ -1,7 +1,8 @@
 /**
  * The real binary as a child process against a fresh schema: enqueue then `tick --max 1` runs exactly one
  * job, the stats table, exit codes for bad input and for a bad configuration value. (CliDlq.test.ts has the
- * dead-letter workflow and keys; each spawn costs ~2.5 s of module loading, so the two files share the work.)
+ * dead-letter workflow and keys; each spawn costs a
+ * fraction of a second of module loading, so the two files share the work.)
  */
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"

@@ -1,7 +1,7 @@
 /**
  * The real binary against a fresh schema: the dead-letter workflow (a job fails permanently, `dlq retry`
  * brings it back as a fresh job, `dlq purge` clears what was handled), API keys, and `--help`. Each spawn
- * costs ~2.5 s of module loading, so independent commands run side by side.
+ * costs module loading, so independent commands run side by side.
  */
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"

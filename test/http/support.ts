@@ -158,20 +158,20 @@ export interface Run {
 }
 
 /**
- * Runs `pgfiber args…` (`node --import tsx src/main.ts`, what `npm run pgfiber` and `npx pgfiber` run) against
- * the test database's `schema`, with the diagnostic echo stage on and JSON logs; resolves when it exits.
+ * Runs `pgfiber args…` (the compiled CLI, dist/cli.js, what `npx pgfiber` and `npm run pgfiber` run; the test
+ * setup rebuilds it) against the test database's `schema`, with JSON logs; resolves when it exits. The echo
+ * stage is known without any variable.
  */
 export const pgfiber = (schema: string, args: ReadonlyArray<string>, env: Record<string, string> = {}) =>
   Effect.promise(() =>
     new Promise<Run>((resolve, reject) => {
-      const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts", ...args], {
+      const child = spawn(process.execPath, [Path.join(repoRoot, "dist", "cli.js"), ...args], {
         cwd: repoRoot,
         env: {
           PATH: process.env.PATH ?? "",
           HOME: process.env.HOME ?? "",
           DATABASE_URL: databaseUrl(),
           PGFIBER_SCHEMA: schema,
-          PGFIBER_ECHO_STAGE: "1",
           LOG_FORMAT: "json",
           ...env
         },
@@ -181,7 +181,7 @@ export const pgfiber = (schema: string, args: ReadonlyArray<string>, env: Record
       let stderr = ""
       child.stdout.on("data", (d) => (stdout += d))
       child.stderr.on("data", (d) => (stderr += d))
-      const timer = setTimeout(() => child.kill("SIGKILL"), 30_000)
+      const timer = setTimeout(() => child.kill("SIGKILL"), 120_000)
       child.on("error", reject)
       child.on("close", (code) => {
         clearTimeout(timer)

@@ -1,6 +1,8 @@
 /**
  * One PostgreSQL for the whole run: DATABASE_URL when set (CI's second pass), else an embedded server
  * started here and stopped at the end (the fresh-machine path). Each test file then makes its own schema.
+ * First, the compiled CLI (dist/cli.js, what the CLI and start-up tests spawn) is rebuilt from the sources,
+ * a few seconds with esbuild, so a test never runs a stale build.
  */
 import { Effect, Exit, Redacted, Scope } from "effect"
 import type { TestProject } from "vitest/node"
@@ -13,6 +15,9 @@ declare module "vitest" {
 }
 
 export default async function setup(project: TestProject) {
+  // @ts-expect-error: a plain ES module script, no declarations
+  const { buildCli } = (await import("../../scripts/build.mjs")) as { buildCli: () => Promise<void> }
+  await buildCli()
   const fromEnv = process.env.DATABASE_URL
   if (fromEnv) {
     project.provide("databaseUrl", fromEnv)
