@@ -70,16 +70,17 @@ export const make = (options: QueueOptions = {}) =>
     const enqueueValid = (jobs: ReadonlyArray<import("./Job.js").ValidJob>) =>
       Effect.gen(function*() {
         if (jobs.length === 0) return []
-        // a batch may repeat a dedupe key; ON CONFLICT cannot touch a row twice, so collapse them first
+        // a batch may repeat a dedupe key (per org); ON CONFLICT cannot touch a row twice, so collapse them first
         const firstByKey = new Map<string, number>()
         const unique: Array<import("./Job.js").ValidJob> = []
         const slot: Array<number> = []
         for (const job of jobs) {
-          if (job.dedupeKey !== null && firstByKey.has(job.dedupeKey)) {
-            slot.push(-1 - firstByKey.get(job.dedupeKey)!)
+          const key = job.dedupeKey === null ? null : JSON.stringify([job.orgId, job.dedupeKey])
+          if (key !== null && firstByKey.has(key)) {
+            slot.push(-1 - firstByKey.get(key)!)
             continue
           }
-          if (job.dedupeKey !== null) firstByKey.set(job.dedupeKey, unique.length)
+          if (key !== null) firstByKey.set(key, unique.length)
           slot.push(unique.length)
           unique.push(job)
         }

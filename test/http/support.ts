@@ -23,6 +23,7 @@ import { databaseUrl, rawSql } from "../support/pg.js"
 /** `echo`: succeeds, or dead-letters when asked (`fail: true`). */
 export const echo = Stage.make({
   name: "echo",
+  visibility: "public",
   payload: Schema.Struct({ n: Schema.Number, fail: Schema.optional(Schema.Boolean) }),
   concurrency: 4,
   handler: ({ fail, n }) => (fail ? new Permanent({ message: `echo ${n} asked to fail` }) : Effect.void)
@@ -31,6 +32,7 @@ export const echo = Stage.make({
 /** `manual`: known to the API but run by no worker, so only a tick runs it. */
 export const manual = Stage.make({
   name: "manual",
+  visibility: "public",
   payload: Schema.Struct({ n: Schema.Number }),
   handler: () => Effect.void
 })
