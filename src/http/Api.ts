@@ -259,7 +259,7 @@ export const CallView = Schema.Struct({
   status: Schema.Literal("queued", "extracting", "transcribing", "analyzing", "done", "failed"),
   /** Why the pipeline gave up, with the stage's name; null unless `failed`. */
   error: Schema.NullOr(Schema.String),
-  sourceUri: Schema.String,
+  /** The recording's storage key, relative to the org's prefix `orgs/{org}/` (whole when under a prefix the operator allows). */
   sourceKey: Schema.String,
   operationId: Schema.NullOr(Schema.String),
   createdAt: Schema.Date,
@@ -290,7 +290,10 @@ export const CallView = Schema.Struct({
   }))
 })
 
-/** A recording already in the configured storage: `s3://bucket/key`, its https URL, or `file://` (fs driver). */
+/**
+ * A recording already in the configured storage (`s3://bucket/key`, its https URL, or `file://` for the fs
+ * driver), under the org's prefix `orgs/{org}/` or a prefix STORAGE_ORG_PREFIXES allows the org.
+ */
 export const CreateCallFromUri = Schema.Struct({ uri: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(2048)) })
 
 /** A recording uploaded as `multipart/form-data`, in the part named `file`. */
