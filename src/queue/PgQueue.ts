@@ -5,7 +5,7 @@
 import { Duration, Effect, Either, Layer } from "effect"
 import * as Db from "../layers/Db.js"
 import type { DeadLetter, ErrorEntry, Job, JobStatus, StageStats } from "./Job.js"
-import { countEnqueued, defaultMaxPayloadBytes, jobFromDeadLetter, JobNotFound, validateAll } from "./Job.js"
+import { countEnqueued, defaultMaxPayloadBytes, isJobId, jobFromDeadLetter, JobNotFound, validateAll } from "./Job.js"
 import * as JobsSql from "./JobsSql.js"
 import { Queue, type QueueOptions } from "./Queue.js"
 
@@ -56,7 +56,7 @@ export const rowToDeadLetter = (r: Record<string, unknown>): DeadLetter => ({
 })
 
 const ms = (d: Duration.Duration) => Math.max(0, Math.round(Duration.toMillis(d)))
-const isId = (id: string) => /^\d{1,19}$/.test(id)
+const isId = isJobId
 const clampLimit = (n: number | undefined, fallback: number) => Math.max(1, Math.min(n ?? fallback, 10_000))
 
 export const make = (options: QueueOptions = {}) =>

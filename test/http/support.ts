@@ -57,6 +57,7 @@ export const layerService = <E>(dbLayer: Layer.Layer<Db.Db, E>) => {
   return Server.layer({
     host: "127.0.0.1",
     port: 0,
+    admin: { host: "127.0.0.1", port: 0 },
     maxBodyBytes: 64 * 1024,
     maxUploadBytes: 256 * 1024,
     devTick: true,
@@ -72,6 +73,13 @@ export const layerService = <E>(dbLayer: Layer.Layer<Db.Db, E>) => {
 }
 
 export const baseUrl = Effect.map(HttpServer.HttpServer, (server) => {
+  const address = server.address
+  if (address._tag !== "TcpAddress") throw new Error("expected a TCP address")
+  return `http://127.0.0.1:${address.port}`
+})
+
+/** The admin listener (`/readyz`, `/metrics`, `/docs`, `/openapi.json`). */
+export const adminUrl = Effect.map(Server.AdminServer, (server) => {
   const address = server.address
   if (address._tag !== "TcpAddress") throw new Error("expected a TCP address")
   return `http://127.0.0.1:${address.port}`
