@@ -57,15 +57,18 @@ const bearerToken = (header: string | undefined) => {
  * Authenticates every request whose path is not in `openPaths` before anything else reads it (the body
  * included), under the failed-authentication limit.
  */
-export const guard = (openPaths: ReadonlySet<string>, limits: AuthLimiter.AuthLimiterOptions) =>
+export const guard = (
+  openPaths: ReadonlySet<string>,
+  routePath: (url: string) => string,
+  limits: AuthLimiter.AuthLimiterOptions
+) =>
   Effect.gen(function*() {
     const keys = yield* ApiKeys.ApiKeys
     const limiter = AuthLimiter.make(limits)
     return <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, R> =>
       Effect.gen(function*() {
         const request = yield* HttpServerRequest.HttpServerRequest
-        const path = request.url.split("?")[0] ?? request.url
-        if (openPaths.has(path)) return yield* app
+        if (openPaths.has(routePath(request.url))) return yield* app
         const address = Option.getOrElse(request.remoteAddress, () => "unknown")
         const wait = limiter.blockedForMs(address, Date.now())
         if (wait > 0) {

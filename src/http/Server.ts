@@ -93,6 +93,22 @@ export const livenessPath = "/healthz"
 export const adminPaths: ReadonlySet<string> = new Set(["/readyz", "/metrics", "/docs", "/openapi.json"])
 const openPaths: ReadonlySet<string> = new Set([livenessPath, ...adminPaths])
 
+/**
+ * A request's path as the router will match it (percent-decoded, repeated and trailing slashes folded, case
+ * ignored), so `//metrics`, `/%6Detrics` or `/ReadyZ` cannot reach an admin route through the API listener.
+ */
+export const routePath = (url: string): string => {
+  const raw = url.split("?")[0] ?? url
+  let decoded = raw
+  try {
+    decoded = decodeURIComponent(raw)
+  } catch {
+    // malformed escapes: the router will not match them either
+  }
+  const folded = decoded.replace(/\/+/g, "/").toLowerCase()
+  return folded.length > 1 && folded.endsWith("/") ? folded.slice(0, -1) : folded
+}
+
 const jsonError = (status: number, tag: string, message: string) =>
   HttpServerResponse.unsafeJson({ _tag: tag, message }, { status })
 
@@ -201,7 +217,14 @@ export const bodyLimit = (limits: { readonly maxBodyBytes: number; readonly maxU
  * router's (no such route: 404) or a real fault: a 500 whose cause is logged, and whose body says nothing more.
  */
 export const jsonErrors = <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<never, R> =>
-  Effect.catchAllCause(app, (cause) =>
+  app.pipe(
+    // an error answered with no body (the router's own 404 for a method it does not route) gets one
+    Effect.map((response) =>
+      response.status >= 400 && response.body._tag === "Empty"
+        ? jsonError(response.status, response.status === 404 ? "NotFound" : "BadRequest", response.status === 404 ? "no such route" : "the request was refused")
+        : response
+    ),
+    Effect.catchAllCause((cause) =>
     Effect.gen(function*() {
       if (Cause.isInterruptedOnly(cause)) return yield* Effect.failCause(cause as Cause.Cause<never>)
       const [response] = yield* HttpServerError.causeResponse(cause)
@@ -213,6 +236,7 @@ export const jsonErrors = <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<ne
       yield* Effect.logError("request failed: internal server error", cause)
       return jsonError(500, "InternalServerError", "internal server error; the cause is in the server's log")
     }))
+  )
 
 /** One line per request through the application's logger (JSON by default): method, path, status, duration. */
 export const accessLog = <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, R> =>
@@ -235,7 +259,7 @@ export const accessLog = <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, 
 /** What one listener serves: the API listener everything but the admin paths, the admin listener only those. */
 const listenerFilter = (listener: "api" | "admin") => <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, R> =>
   Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
-    const path = request.url.split("?")[0] ?? request.url
+    const path = routePath(request.url)
     const served = path === livenessPath || (listener === "admin") === adminPaths.has(path)
     return served ? app : Effect.succeed(jsonError(404, "NotFound", "no such route"))
   })
@@ -249,7 +273,7 @@ export const layerApi = <R = never>(
     // authentication first, so nothing of an unauthenticated request's body is read
     HttpApiBuilder.middleware(
       Effect.map(
-        Auth.guard(openPaths, {
+        Auth.guard(openPaths, routePath, {
           ...AuthLimiter.defaults,
           ...(options.authFailures ? { maxFailures: options.authFailures.max, windowMs: options.authFailures.windowMs } : {})
         }),
@@ -276,8 +300,15 @@ export class AdminServer extends Context.Tag("pgfiber/http/AdminServer")<AdminSe
 export const layer = <R = never>(options: ServerOptions) => {
   const api = layerApi<R>(options)
   const admin = options.admin ?? { host: "127.0.0.1", port: 9090 }
+  // what HttpApiBuilder.serve does, with the JSON error bodies inside the app: a serve middleware only sees
+  // the exit after the platform has already answered a failure (with an empty body)
   const serveOn = (listener: "api" | "admin") =>
-    HttpApiBuilder.serve((app) => accessLog(jsonErrors(listenerFilter(listener)(app)))).pipe(Layer.provide(api))
+    Layer.unwrapEffect(
+      Effect.map(HttpApiBuilder.httpApp, (app) => HttpServer.serve(jsonErrors(listenerFilter(listener)(app)), accessLog))
+    ).pipe(
+      Layer.provide([HttpApiBuilder.Router.Live, HttpApiBuilder.Middleware.layer]),
+      Layer.provide(api)
+    )
   const adminListener = Layer.mergeAll(
     serveOn("admin"),
     Layer.effect(AdminServer, HttpServer.HttpServer),

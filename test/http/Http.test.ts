@@ -34,7 +34,7 @@ describe("HTTP API", () => {
           expect(health.json.status).toBe("ok")
         }
         // the API listener does not serve them, key or not; the admin listener serves nothing else
-        for (const path of ["/readyz", "/metrics", "/docs", "/openapi.json"]) {
+        for (const path of ["/readyz", "/metrics", "/docs", "/openapi.json", "//metrics", "/metrics/", "/%6Detrics", "/ReadyZ", "/DOCS"]) {
           const refused = yield* call(base, "GET", path)
           expect([refused.status, refused.json?._tag]).toEqual([404, "NotFound"])
         }
