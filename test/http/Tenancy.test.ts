@@ -460,5 +460,22 @@ describe("tenancy: two orgs through every endpoint and every stage", () => {
         expect(asOwner.jobOrgs).toEqual(expect.arrayContaining(["acme", "beta"]))
         expect(asOwner.callOrgs).toEqual(expect.arrayContaining(["acme", "beta"]))
       }))
+
+    // last: it locks this test client's address out for the rest of the window
+    it.effect("failed authentications are limited per address: 429 with Retry-After, without a database lookup", () =>
+      Effect.gen(function*() {
+        const f = yield* setUp
+        const replies: Array<Reply> = []
+        for (let i = 0; i < 25; i++) replies.push(yield* call(f.base, "GET", "/jobs", { key: `pgf_000000000000_${"A".repeat(42)}${i % 10}` }))
+        const statuses = replies.map((r) => r.status)
+        expect(statuses.slice(0, 20)).toEqual(Array(20).fill(401))
+        expect(statuses.slice(20)).toEqual(Array(5).fill(429))
+        const limited = replies[24]!
+        expect(limited.json._tag).toBe("TooManyRequests")
+        expect(Number(limited.headers.get("retry-after"))).toBeGreaterThan(0)
+        // the whole address waits, a valid key included: telling a valid key apart would need the lookup
+        expect((yield* call(f.base, "GET", "/jobs", { key: f.acme })).status).toBe(429)
+        expect((yield* call(f.base, "GET", "/healthz")).status).toBe(200)
+      }))
   })
 })
