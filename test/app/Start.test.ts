@@ -35,6 +35,8 @@ const baseEnv = (dataDir: string, extra: Record<string, string> = {}) => {
     LOG_FORMAT: "json",
     HTTP_HOST: "127.0.0.1",
     SHUTDOWN_GRACE_MS: "5000",
+    // any free port for the admin listener: several test runs share this machine
+    ADMIN_PORT: "0",
     ...extra
   }
 }
