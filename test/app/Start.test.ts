@@ -59,6 +59,25 @@ const startService = async (dataDir: string, extra: Record<string, string> = {})
 
 type Service = Awaited<ReturnType<typeof startService>>
 
+/**
+ * Starts the service and waits for /healthz 200. The HTTP port is picked free just before, so on a busy machine
+ * another process may take it first: then the start is tried again on a new port (every attempt is kept, so a
+ * test can read what each said).
+ */
+const startHealthy = async (dataDir: string, services: Array<Service>, extra: Record<string, string> = {}) => {
+  for (let attempt = 1; ; attempt++) {
+    const service = await startService(dataDir, extra)
+    services.push(service)
+    try {
+      await waitFor("/healthz", healthy(service))
+      return service
+    } catch (e) {
+      if (attempt < 4 && service.child.exitCode !== null && service.output().includes("EADDRINUSE")) continue
+      throw e
+    }
+  }
+}
+
 const runCli = (dataDir: string, args: ReadonlyArray<string>) =>
   new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve, reject) => {
     const child = spawn(process.execPath, [cli, ...args], { cwd: root, env: baseEnv(dataDir), stdio: ["ignore", "pipe", "pipe"] })
@@ -124,9 +143,7 @@ describe("npm start on a machine with no PostgreSQL", () => {
     const dataDir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "pgfiber-start-"))
     const services: Array<Service> = []
     try {
-      const service = await startService(dataDir)
-      services.push(service)
-      await waitFor("/healthz", healthy(service))
+      const service = await startHealthy(dataDir, services)
       expect(service.output()).toContain("0001_queue")
       const pgPid = serverPid(dataDir)!
       expect(isAlive(pgPid)).toBe(true)
@@ -174,17 +191,13 @@ describe("npm start on a machine with no PostgreSQL", () => {
     const dataDir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "pgfiber-start-"))
     const services: Array<Service> = []
     try {
-      const service = await startService(dataDir)
-      services.push(service)
-      await waitFor("/healthz", healthy(service))
+      const service = await startHealthy(dataDir, services)
       const pgPid = serverPid(dataDir)!
       service.child.kill("SIGINT")
       expect(await service.exited).toBe(0)
       expect(isAlive(pgPid)).toBe(false)
       // the data is kept: a second start finds the schema up to date
-      const again = await startService(dataDir)
-      services.push(again)
-      await waitFor("/healthz", healthy(again))
+      const again = await startHealthy(dataDir, services)
       expect(again.output()).not.toContain("migrations applied")
       again.child.kill("SIGTERM")
       expect(await again.exited).toBe(0)
@@ -197,19 +210,17 @@ describe("npm start on a machine with no PostgreSQL", () => {
     const dataDir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "pgfiber-start-"))
     const services: Array<Service> = []
     try {
-      const first = await startService(dataDir)
-      services.push(first)
-      await waitFor("/healthz", healthy(first))
+      const first = await startHealthy(dataDir, services)
       const pgPid = serverPid(dataDir)!
       process.kill(first.child.pid!, "SIGKILL")
       await first.exited
       // the orphan: still running, holding the folder
       expect(isAlive(pgPid)).toBe(true)
 
-      const second = await startService(dataDir)
-      services.push(second)
-      await waitFor("/healthz", healthy(second))
-      expect(second.output()).toContain(`left running by a pgfiber process that is gone (pid ${first.child.pid})`)
+      const before = services.length
+      const second = await startHealthy(dataDir, services)
+      // (the first attempt found the orphan; a retry after a taken HTTP port would find none)
+      expect(services[before]!.output()).toContain(`left running by a pgfiber process that is gone (pid ${first.child.pid})`)
       ctrlC(second)
       expect(await second.exited).toBe(0)
       await waitFor("postgres to be gone", () => !isAlive(pgPid), 15_000)
@@ -225,9 +236,7 @@ describe("npm start with DATABASE_URL", () => {
     const schema = `start_${process.pid}_${Date.now().toString(36)}`
     const services: Array<Service> = []
     try {
-      const service = await startService(dataDir, { DATABASE_URL: inject("databaseUrl"), PGFIBER_SCHEMA: schema })
-      services.push(service)
-      await waitFor("/healthz", healthy(service))
+      const service = await startHealthy(dataDir, services, { DATABASE_URL: inject("databaseUrl"), PGFIBER_SCHEMA: schema })
       ctrlC(service)
       expect(await service.exited).toBe(0)
       // no embedded server was involved
