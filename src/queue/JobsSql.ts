@@ -88,7 +88,9 @@ export const requeueForRetry = (
 
 /**
  * Moves a leased job to dead_letters with its error history plus this last error; `onlyWhenExhausted`
- * makes it the retry path's fallback. Locking: deletes the caller's own leased row, inserts a new one.
+ * makes it the retry path's fallback. A job claimed with its attempts already spent (requeued by the reaper
+ * after its last one) keeps its count and history: the reaper recorded that attempt.
+ * Locking: deletes the caller's own leased row, inserts a new one.
  */
 export const moveToDeadLetters = (
   sql: Sql, id: string, lease: number, tag: string, message: string, onlyWhenExhausted: boolean
@@ -102,10 +104,12 @@ export const moveToDeadLetters = (
     )
     insert into dead_letters (job_id, stage, org_id, subject_id, payload, priority, attempts, max_attempts,
                               dedupe_key, reason, error_history, job_created_at)
-    select id, stage, org_id, subject_id, payload, priority, attempts + 1, max_attempts, dedupe_key,
+    select id, stage, org_id, subject_id, payload, priority,
+           case when attempts >= max_attempts then attempts else attempts + 1 end, max_attempts, dedupe_key,
            ${message}::text,
-           errors || jsonb_build_array(jsonb_build_object(
-             'attempt', attempts + 1, 'at', now(), 'tag', ${tag}::text, 'message', ${message}::text)),
+           case when attempts >= max_attempts then errors
+                else errors || jsonb_build_array(jsonb_build_object(
+                  'attempt', attempts + 1, 'at', now(), 'tag', ${tag}::text, 'message', ${message}::text)) end,
            created_at
     from dead
     returning id`
@@ -153,27 +157,11 @@ export const removeExpiredCancelled = (sql: Sql) =>
       select id from jobs where status = 'cancelled' and locked_until < now() for update skip locked)
     returning id`
 
-/** Dead-letters expired leases with no attempt left. Locking: SKIP LOCKED over expired rows. */
-export const deadLetterExpired = (sql: Sql) =>
-  sql<Array<{ id: string }>>`
-    with dead as (
-      delete from jobs where id in (
-        select id from jobs
-        where status = 'running' and locked_until < now() and attempts + 1 >= max_attempts
-        for update skip locked)
-      returning *
-    )
-    insert into dead_letters (job_id, stage, org_id, subject_id, payload, priority, attempts, max_attempts,
-                              dedupe_key, reason, error_history, job_created_at)
-    select id, stage, org_id, subject_id, payload, priority, attempts + 1, max_attempts, dedupe_key,
-           'lease expired: the worker ' || coalesce(locked_by, '?') || ' stopped heartbeating (attempts exhausted)',
-           errors || jsonb_build_array(jsonb_build_object('attempt', attempts + 1, 'at', now(), 'tag', 'LeaseExpired',
-             'message', 'lease expired: the worker ' || coalesce(locked_by, '?') || ' stopped heartbeating')),
-           created_at
-    from dead
-    returning id`
-
-/** Requeues expired leases, spending the attempt, and wakes their stages. Locking: SKIP LOCKED over expired rows. */
+/**
+ * Requeues expired leases, spending the attempt, and wakes their stages; one whose last attempt that was is
+ * requeued too (attempts = max_attempts): the reaper may run in a process that lacks the stage, so the
+ * stage's own claim dead-letters it and runs its onDeadLetter. Locking: SKIP LOCKED over expired rows.
+ */
 export const requeueExpired = (sql: Sql, schema: string) =>
   sql<Array<{ id: string }>>`
     with expired as (

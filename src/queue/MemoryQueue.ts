@@ -7,7 +7,7 @@
 import { Clock, Duration, Effect, Either, Exit, FiberRef, Layer, Option } from "effect"
 import type { DeadLetter, EnqueueResult, ErrorEntry, Job, Lease, NewJob, StageStats, ValidJob } from "./Job.js"
 import { countEnqueued, defaultMaxPayloadBytes, errorEntry, jobFromDeadLetter, JobNotFound, validateAll } from "./Job.js"
-import { Queue, type QueueOptions, type Wakeups } from "./Queue.js"
+import { type OnDead, Queue, type QueueOptions, type Wakeups } from "./Queue.js"
 
 type MutableJob = { -readonly [K in keyof Job]: Job[K] }
 
@@ -170,6 +170,8 @@ export const make = (options: QueueOptions = {}) =>
 
     const moveToDead = (j: MutableJob, entry: ErrorEntry, now: number) => {
       jobs.delete(j.id)
+      // claimed with its attempts already spent (the reaper recorded the last one): history as is
+      const spent = j.attempts >= j.maxAttempts
       const id = String(nextDeadId++)
       dead.set(id, {
         id,
@@ -179,11 +181,11 @@ export const make = (options: QueueOptions = {}) =>
         subjectId: j.subjectId,
         payload: j.payload,
         priority: j.priority,
-        attempts: j.attempts + 1,
+        attempts: spent ? j.attempts : j.attempts + 1,
         maxAttempts: j.maxAttempts,
         dedupeKey: j.dedupeKey,
         reason: entry.message,
-        errorHistory: [...j.errors, entry],
+        errorHistory: spent ? j.errors : [...j.errors, entry],
         jobCreatedAt: j.createdAt,
         deadAt: new Date(now),
         resolutionStatus: null,
@@ -193,8 +195,17 @@ export const make = (options: QueueOptions = {}) =>
       })
     }
 
-    const retry = (lease: Lease, delay: Duration.Duration, error: Omit<ErrorEntry, "attempt" | "at">) =>
-      Effect.map(Clock.currentTimeMillis, (now) => {
+    /** The memory twin has no transaction to roll back: a failing hook is only logged. */
+    const runOnDead = <A>(onDead: OnDead | undefined) => (dead: A) =>
+      dead === true || dead === "dead-lettered"
+        ? Effect.as(
+          Effect.catchAllCause(onDead ?? Effect.void, (cause) => Effect.logError("onDeadLetter failed; the job is dead-lettered", cause)),
+          dead
+        )
+        : Effect.succeed(dead)
+
+    const retry = (lease: Lease, delay: Duration.Duration, error: Omit<ErrorEntry, "attempt" | "at">, onDead?: OnDead) =>
+      Effect.flatMap(Effect.map(Clock.currentTimeMillis, (now) => {
         const j = heldBy(lease)
         if (!j || j.status !== "running") return "fenced" as const
         const entry = errorEntry(j.attempts + 1, new Date(now), error.tag, error.message)
@@ -211,7 +222,7 @@ export const make = (options: QueueOptions = {}) =>
         j.errors = [...j.errors, entry]
         j.updatedAt = new Date(now)
         return "retried" as const
-      })
+      }), runOnDead(onDead))
 
     const reschedule = (lease: Lease, delay: Duration.Duration) =>
       Effect.map(Clock.currentTimeMillis, (now) => {
@@ -226,13 +237,13 @@ export const make = (options: QueueOptions = {}) =>
         return true
       })
 
-    const deadLetter = (lease: Lease, error: Omit<ErrorEntry, "attempt" | "at">) =>
-      Effect.map(Clock.currentTimeMillis, (now) => {
+    const deadLetter = (lease: Lease, error: Omit<ErrorEntry, "attempt" | "at">, onDead?: OnDead) =>
+      Effect.flatMap(Effect.map(Clock.currentTimeMillis, (now) => {
         const j = heldBy(lease)
         if (!j || j.status !== "running") return false
         moveToDead(j, errorEntry(j.attempts + 1, new Date(now), error.tag, error.message), now)
         return true
-      })
+      }), runOnDead(onDead))
 
     const release = (leases: ReadonlyArray<Lease>) =>
       Effect.map(Clock.currentTimeMillis, (now) => {
@@ -258,7 +269,7 @@ export const make = (options: QueueOptions = {}) =>
 
     const reapExpired = Effect.map(Clock.currentTimeMillis, (now) => {
       let requeued = 0
-      let deadLettered = 0
+      const deadLettered = 0
       let removedCancelled = 0
       const stages = new Set<string>()
       for (const j of [...jobs.values()]) {
@@ -268,13 +279,9 @@ export const make = (options: QueueOptions = {}) =>
           removedCancelled++
           continue
         }
+        // the last attempt's job is requeued too: its stage's claim dead-letters it (see Queue.reapExpired)
         const message = `lease expired: the worker ${j.lockedBy ?? "?"} stopped heartbeating`
         const entry = errorEntry(j.attempts + 1, new Date(now), "LeaseExpired", message)
-        if (j.attempts + 1 >= j.maxAttempts) {
-          moveToDead(j, { ...entry, message: `${message} (attempts exhausted)` }, now)
-          deadLettered++
-          continue
-        }
         j.attempts += 1
         j.status = "queued"
         j.availableAt = new Date(now)

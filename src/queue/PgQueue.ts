@@ -2,12 +2,12 @@
  * The Postgres Queue: jobs live in `<schema>.jobs`; the insert trigger NOTIFYs per stage; one LISTEN
  * connection per process carries wake-ups. Statements are in JobsSql.ts.
  */
-import { Duration, Effect, Either, Layer } from "effect"
+import { Duration, Effect, Either, Exit, Layer } from "effect"
 import * as Db from "../layers/Db.js"
 import type { DeadLetter, ErrorEntry, Job, JobStatus, StageStats } from "./Job.js"
 import { countEnqueued, defaultMaxPayloadBytes, jobFromDeadLetter, JobNotFound, validateAll } from "./Job.js"
 import * as JobsSql from "./JobsSql.js"
-import { Queue, type QueueOptions } from "./Queue.js"
+import { type OnDead, Queue, type QueueOptions } from "./Queue.js"
 
 const str = (v: unknown): string | null => (v === null || v === undefined ? null : String(v))
 const date = (v: unknown): Date => (v instanceof Date ? v : new Date(String(v)))
@@ -151,14 +151,39 @@ export const make = (options: QueueOptions = {}) =>
       )
     })
 
+    /**
+     * Dead-letters with the stage's hook in the same transaction, the hook behind a savepoint: its failure
+     * rolls back its own writes only (the dead letter stays) and is logged.
+     */
+    const moveToDead = (
+      lease: { id: string; lease: number }, error: Omit<ErrorEntry, "attempt" | "at">, onlyWhenExhausted: boolean, onDead?: OnDead
+    ) => {
+      const move = db.run((sql) => JobsSql.moveToDeadLetters(sql, lease.id, lease.lease, error.tag, error.message, onlyWhenExhausted))
+      if (onDead === undefined) return move
+      return db.transaction(Effect.gen(function*() {
+        const dead = yield* move
+        if (dead.length === 0) return dead
+        yield* db.run((sql) => sql`savepoint pgfiber_on_dead_letter`)
+        const hook = yield* Effect.exit(onDead)
+        if (Exit.isSuccess(hook)) {
+          yield* db.run((sql) => sql`release savepoint pgfiber_on_dead_letter`)
+        } else {
+          yield* db.run((sql) => sql`rollback to savepoint pgfiber_on_dead_letter`)
+          yield* Effect.logError("onDeadLetter failed; its writes were rolled back, the job is dead-lettered", hook.cause)
+        }
+        return dead
+      }))
+    }
+
     const retry = Effect.fn("Queue.retry")(function*(
       lease: { id: string; lease: number },
       delay: Duration.Duration,
-      error: Omit<ErrorEntry, "attempt" | "at">
+      error: Omit<ErrorEntry, "attempt" | "at">,
+      onDead?: OnDead
     ) {
       const requeued = yield* db.run((sql) => JobsSql.requeueForRetry(sql, lease.id, lease.lease, ms(delay), error.tag, error.message))
       if (requeued.length === 1) return "retried" as const
-      const dead = yield* db.run((sql) => JobsSql.moveToDeadLetters(sql, lease.id, lease.lease, error.tag, error.message, true))
+      const dead = yield* moveToDead(lease, error, true, onDead)
       return dead.length === 1 ? ("dead-lettered" as const) : ("fenced" as const)
     })
 
@@ -168,8 +193,8 @@ export const make = (options: QueueOptions = {}) =>
         Effect.withSpan("Queue.reschedule")
       )
 
-    const deadLetter = (lease: { id: string; lease: number }, error: Omit<ErrorEntry, "attempt" | "at">) =>
-      db.run((sql) => JobsSql.moveToDeadLetters(sql, lease.id, lease.lease, error.tag, error.message, false)).pipe(
+    const deadLetter = (lease: { id: string; lease: number }, error: Omit<ErrorEntry, "attempt" | "at">, onDead?: OnDead) =>
+      moveToDead(lease, error, false, onDead).pipe(
         Effect.map((rows) => rows.length === 1),
         Effect.withSpan("Queue.deadLetter")
       )
@@ -188,9 +213,9 @@ export const make = (options: QueueOptions = {}) =>
         const [lock] = yield* db.run((sql) => JobsSql.tryReaperLock(sql, db.schema))
         if (!lock?.locked) return { requeued: 0, deadLettered: 0, removedCancelled: 0, ran: false }
         const removed = yield* db.run((sql) => JobsSql.removeExpiredCancelled(sql))
-        const dead = yield* db.run((sql) => JobsSql.deadLetterExpired(sql))
+        // exhausted ones too: their stage's claim dead-letters them, with the stage's onDeadLetter
         const requeued = yield* db.run((sql) => JobsSql.requeueExpired(sql, db.schema))
-        return { requeued: requeued.length, deadLettered: dead.length, removedCancelled: removed.length, ran: true }
+        return { requeued: requeued.length, deadLettered: 0, removedCancelled: removed.length, ran: true }
       })
     ).pipe(Effect.withSpan("Queue.reapExpired"))
 

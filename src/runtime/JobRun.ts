@@ -96,14 +96,24 @@ export const execute = <A, I, R>(stage: Stage.Stage<A, I, R>, job: Job, hooks: H
     const handlerDone = hooks.onHandlerDone ?? Effect.void
     const timeoutMessage = `handler timed out after ${Duration.format(stage.timeout)}`
     const requeued = hooks.onRequeued ?? Effect.void
+    const context = yield* Effect.context<R>()
 
-    const recordFailure = (failure: RetryPolicy.Failure) =>
+    /** The stage's onDeadLetter for this job, ready for the queue to run in the dead-letter transaction. */
+    const onDead = (kind: Stage.DeadLettered["kind"], reason: string): Queue.OnDead | undefined =>
+      stage.onDeadLetter === undefined
+        ? undefined
+        : Effect.suspend(() => stage.onDeadLetter!({ job: jobInfo(job), reason, kind })).pipe(
+          Effect.provide(context),
+          Effect.annotateLogs({ onDeadLetter: kind })
+        )
+
+    const recordFailure = (failure: RetryPolicy.Failure, kind: Stage.DeadLettered["kind"] = "failure") =>
       Effect.gen(function*() {
         const decision = yield* RetryPolicy.decide(stage.policy, failure, job.attempts + 1, job.polls)
         const message = failure._tag === "RateLimited" || failure._tag === "NotReady" ? failure.error.message : failure.message
         switch (decision._tag) {
           case "Retry": {
-            const outcome = yield* settle("retry", queue.retry(lease, decision.delay, { tag: failure._tag, message }))
+            const outcome = yield* settle("retry", queue.retry(lease, decision.delay, { tag: failure._tag, message }, onDead(kind, message)))
             if (outcome === "fenced") return "fenced" as const
             if (outcome === "dead-lettered") {
               yield* Effect.logWarning(`dead-lettered, attempts exhausted: ${message}`)
@@ -119,7 +129,10 @@ export const execute = <A, I, R>(stage: Stage.Stage<A, I, R>, job: Job, hooks: H
             return "rescheduled" as const
           }
           case "DeadLetter": {
-            const ok = yield* settle("dead-letter", queue.deadLetter(lease, { tag: failure._tag, message: decision.reason }))
+            const ok = yield* settle(
+              "dead-letter",
+              queue.deadLetter(lease, { tag: failure._tag, message: decision.reason }, onDead(kind, decision.reason))
+            )
             if (ok) yield* Effect.logWarning(`dead-lettered: ${decision.reason}`)
             return ok ? "deadLettered" as const : "fenced" as const
           }
@@ -134,7 +147,14 @@ export const execute = <A, I, R>(stage: Stage.Stage<A, I, R>, job: Job, hooks: H
       return settle("complete", queue.complete(lease, followUps)).pipe(
         Effect.map((ok) => ok ? "completed" as const : "fenced" as const),
         Effect.catchTag("InvalidJob", (e) =>
-          settle("dead-letter", queue.deadLetter(lease, { tag: "InvalidFollowUp", message: `follow-up rejected: ${e.message}` })).pipe(
+          settle(
+            "dead-letter",
+            queue.deadLetter(
+              lease,
+              { tag: "InvalidFollowUp", message: `follow-up rejected: ${e.message}` },
+              onDead("defect", `follow-up rejected: ${e.message}`)
+            )
+          ).pipe(
             Effect.tap(() => Effect.logError(`dead-lettered: the handler produced an invalid follow-up: ${e.message}`)),
             Effect.map((dead) => dead ? "deadLettered" as const : "fenced" as const)
           ))
@@ -149,10 +169,18 @@ export const execute = <A, I, R>(stage: Stage.Stage<A, I, R>, job: Job, hooks: H
 
     const outcome: Outcome = yield* Effect.uninterruptibleMask((restore) =>
       Effect.gen(function*() {
+        if (job.attempts >= job.maxAttempts) {
+          // the reaper requeued it after its last attempt (its worker died): it dies here, where the stage is known
+          yield* handlerDone
+          const reason = `${job.lastError ?? "lease expired"} (attempts exhausted)`
+          const dead = yield* settle("dead-letter", queue.deadLetter(lease, { tag: "LeaseExpired", message: reason }, onDead("exhausted", reason)))
+          if (dead) yield* Effect.logWarning(`dead-lettered: ${reason}`)
+          return dead ? "deadLettered" as const : "fenced" as const
+        }
         const payload = yield* Effect.either(Stage.decodePayload(stage, job.payload))
         if (payload._tag === "Left") {
           yield* handlerDone
-          return yield* recordFailure({ _tag: "Permanent", message: payload.left })
+          return yield* recordFailure({ _tag: "Permanent", message: payload.left }, "invalidPayload")
         }
         const started = Date.now()
         const run = stage.handler(payload.right, jobInfo(job))
@@ -166,7 +194,7 @@ export const execute = <A, I, R>(stage: Stage.Stage<A, I, R>, job: Job, hooks: H
         if (Cause.isInterruptedOnly(exit.cause)) {
           if (hooks.timedOut?.()) {
             yield* Effect.logError(`handler failed: ${timeoutMessage}`)
-            return yield* recordFailure({ _tag: "Defect", message: timeoutMessage })
+            return yield* recordFailure({ _tag: "Defect", message: timeoutMessage }, "timeout")
           }
           return yield* release("interrupted; job released")
         }
@@ -176,7 +204,8 @@ export const execute = <A, I, R>(stage: Stage.Stage<A, I, R>, job: Job, hooks: H
         }
         const classified = failureOf(exit.cause)
         if (classified._tag === "Defect") yield* Effect.logError(`handler failed: ${classified.message}`, exit.cause)
-        return yield* recordFailure(classified)
+        const timedOut = Option.isSome(failure) && (failure.value as { _tag?: string })?._tag === "HandlerTimeout"
+        return yield* recordFailure(classified, classified._tag !== "Defect" ? "failure" : timedOut ? "timeout" : "defect")
       })
     ).pipe(
       Effect.catchAllCause((cause) =>

@@ -27,6 +27,18 @@ export interface Completion {
   readonly followUps: ReadonlyArray<Job.NewJob>
 }
 
+/**
+ * A job that died for good: what `onDeadLetter` hears. `kind` says why: a typed failure (Permanent, a retry
+ * schedule or the attempts exhausted by typed errors), a defect or a handler timeout on the last attempt, a
+ * lease that expired after the last attempt (the worker was killed), or a payload that fails the stage's Schema.
+ */
+export interface DeadLettered {
+  readonly job: JobInfo
+  /** The message that lands in the dead-letter row. */
+  readonly reason: string
+  readonly kind: "failure" | "defect" | "timeout" | "exhausted" | "invalidPayload"
+}
+
 export const complete = (followUps: ReadonlyArray<Job.NewJob> = []): Completion => ({ _tag: "Completion", followUps })
 
 export interface StageOptions<A, I, R> {
@@ -49,6 +61,12 @@ export interface StageOptions<A, I, R> {
    * lifts throughput for very short jobs, and a crash may then repeat up to `concurrency + settleAhead`.
    */
   readonly settleAhead?: number
+  /**
+   * What happens to the job's subject when the job dies for good, whatever the cause. Run in the transaction
+   * that dead-letters the job (so `Db.run` joins it), inside a savepoint: its writes commit with the dead
+   * letter; if it fails, they roll back, the failure is logged and the dead letter still commits.
+   */
+  readonly onDeadLetter?: (dead: DeadLettered) => Effect.Effect<void, unknown, R>
 }
 
 export interface Stage<A, I, R> {
@@ -62,6 +80,7 @@ export interface Stage<A, I, R> {
   readonly maxAttempts: number
   readonly priority: Job.Priority
   readonly settleAhead: number
+  readonly onDeadLetter?: ((dead: DeadLettered) => Effect.Effect<void, unknown, R>) | undefined
 }
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -81,7 +100,8 @@ export const make = <A, I, R>(options: StageOptions<A, I, R>): Stage<A, I, R> =>
   policy: options.policy ?? RetryPolicy.defaultPolicy,
   maxAttempts: options.maxAttempts ?? 5,
   priority: options.priority ?? "normal",
-  settleAhead: Math.max(0, Math.floor(options.settleAhead ?? 0))
+  settleAhead: Math.max(0, Math.floor(options.settleAhead ?? 0)),
+  onDeadLetter: options.onDeadLetter
 })
 
 export type EnqueueOptions = Omit<Job.NewJob, "stage" | "payload">

@@ -134,6 +134,27 @@ export const contract = (target: ContractTarget) =>
           expect(yield* q.completeMany([again!])).toEqual([again!.id])
         }))
 
+      test("an expired lease on the last attempt is requeued spent; dead-lettering it keeps its count and history", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("expire_last")
+          const [created] = yield* q.enqueue([{ stage, maxAttempts: 1 }])
+          yield* q.claim(stage, 1, worker("killed", 100))
+          yield* target.advance("250 millis")
+          expect((yield* q.reapExpired).deadLettered).toBe(0)
+          expect(yield* q.get(created!.id)).toMatchObject({ status: "queued", attempts: 1 })
+          expect(yield* q.deadLetters.list({ stage })).toEqual([])
+          // the stage's claim finds it spent and dead-letters it (JobRun does this, with the stage's hook)
+          const [again] = yield* q.claim(stage, 1, worker("w2"))
+          expect(again!.attempts).toBe(again!.maxAttempts)
+          let heard = 0
+          expect(yield* q.deadLetter(again!, { tag: "LeaseExpired", message: "exhausted" }, Effect.sync(() => heard++))).toBe(true)
+          expect(heard).toBe(1)
+          const [dead] = yield* q.deadLetters.list({ stage })
+          expect(dead!.attempts).toBe(1)
+          expect(dead!.errorHistory.map((e) => e.tag)).toEqual(["LeaseExpired"])
+        }))
+
       test("exhausted attempts land in the dead-letter table with the whole error history", () =>
         Effect.gen(function*() {
           const q = yield* Queue.Queue
