@@ -39,7 +39,8 @@ export const make = (options: Settings.CallStageOptions = {}) =>
     timeout: "5 minutes",
     maxAttempts,
     policy: policy(options),
-    handler: ({ callId }, info) =>
+    onDeadLetter: CallStore.markFailedOnDeath(name),
+    handler: ({ callId }) =>
       Effect.gen(function*() {
         const analyzer = yield* Analyzer.Analyzer
         const call = yield* CallStore.load(callId)
@@ -67,5 +68,5 @@ export const make = (options: Settings.CallStageOptions = {}) =>
             CallStore.advance(callId, "done")
           )
         )
-      }).pipe(CallStore.recordFailure(name, callId, info))
+      })
   })

@@ -59,7 +59,8 @@ export const make = (options: Settings.CallStageOptions = {}) =>
     timeout: "30 minutes",
     maxAttempts,
     policy: policy(options),
-    handler: ({ callId }, info) =>
+    onDeadLetter: CallStore.markFailedOnDeath(name),
+    handler: ({ callId }) =>
       Effect.gen(function*() {
         const storage = yield* Storage.Storage
         const media = yield* Media.Media
@@ -116,9 +117,6 @@ export const make = (options: Settings.CallStageOptions = {}) =>
           )
         )
         return yield* handOff
-      }).pipe(
-        Effect.scoped,
-        CallStore.recordFailure(name, callId, info)
-      )
+      }).pipe(Effect.scoped)
   })
 

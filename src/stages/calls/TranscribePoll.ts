@@ -50,6 +50,7 @@ export const make = (options: Settings.CallStageOptions = {}) =>
     timeout: "2 minutes",
     maxAttempts,
     policy: policy(options),
+    onDeadLetter: CallStore.markFailedOnDeath(name),
     handler: ({ audioDurationMs, callId, operationId, startedAt }, info) =>
       Effect.gen(function*() {
         const speechKit = yield* SpeechKit.SpeechKit
@@ -99,5 +100,5 @@ export const make = (options: Settings.CallStageOptions = {}) =>
           )
         )
         return yield* handOff
-      }).pipe(CallStore.recordFailure(name, callId, info))
+      })
   })

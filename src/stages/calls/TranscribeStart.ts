@@ -61,7 +61,8 @@ export const make = (options: Settings.CallStageOptions = {}) =>
     timeout: "2 minutes",
     maxAttempts,
     policy: policy(options),
-    handler: ({ callId }, info) =>
+    onDeadLetter: CallStore.markFailedOnDeath(name),
+    handler: ({ callId }) =>
       Effect.gen(function*() {
         const storage = yield* Storage.Storage
         const speechKit = yield* SpeechKit.SpeechKit
@@ -100,5 +101,5 @@ export const make = (options: Settings.CallStageOptions = {}) =>
         const winner = yield* CallStore.load(callId)
         yield* Effect.logWarning(`recognition ${operationId} lost the race to ${winner.operation_id}; polling the latter`)
         return yield* handOff(winner.operation_id ?? operationId, winner.operation_started_at ?? startedAt)
-      }).pipe(CallStore.recordFailure(name, callId, info))
+      })
   })
