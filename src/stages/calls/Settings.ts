@@ -23,8 +23,14 @@ export interface CallStageOptions {
   readonly tempDir?: string | undefined
   /** The Transient backoff of every call stage (tests shorten it). Default per stage. */
   readonly backoff?: RetryPolicy.Backoff | undefined
-  readonly concurrency?: Partial<Record<"extract_audio" | "transcribe_start" | "transcribe_poll" | "analyze", number>> | undefined
+  readonly concurrency?: Partial<Record<CallStageName, number>> | undefined
+  /** A run longer than this is interrupted and counts as a failure (defaults per stage, see docs/calls.md). */
+  readonly timeout?: Partial<Record<CallStageName, Duration.DurationInput>> | undefined
+  /** How long a claim holds without a heartbeat (default 30 s; analyze 10 s). */
+  readonly leaseFor?: Partial<Record<CallStageName, Duration.DurationInput>> | undefined
 }
+
+export type CallStageName = "extract_audio" | "transcribe_start" | "transcribe_poll" | "analyze"
 
 /** The handler-time settings, every one resolved. */
 export interface Settings {
