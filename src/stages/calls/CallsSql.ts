@@ -101,6 +101,16 @@ export const recordOperation = (sql: Sql, id: string, operationId: string, start
     where id = ${id} and operation_id is null
     returning operation_id, operation_started_at`
 
+/**
+ * Forgets a recognition that failed in a way a new one may cure, so transcribe_start starts another; only if
+ * it is still the one recorded (a redelivered poll clears nothing twice). Locking: that call's row.
+ */
+export const clearOperation = (sql: Sql, id: string, operationId: string) =>
+  sql<Array<{ id: string }>>`
+    update calls set operation_id = null, operation_started_at = null, updated_at = now()
+    where id = ${id} and operation_id = ${operationId}
+    returning id`
+
 /** Inserts an artifact once per call and kind. Locking: the (call_id, kind) key; a duplicate is a no-op. */
 export const insertArtifact = (
   sql: Sql,

@@ -13,6 +13,7 @@ import * as Analyze from "./Analyze.js"
 import * as CallsSql from "./CallsSql.js"
 import * as CallStore from "./CallStore.js"
 import * as Settings from "./Settings.js"
+import * as TranscribeStart from "./TranscribeStartJob.js"
 
 export const name = "transcribe_poll"
 
@@ -21,7 +22,9 @@ export const Payload = Schema.Struct({
   operationId: Schema.NonEmptyString,
   /** When the recognition started: the deadline counts from here, not from this job's creation. */
   startedAt: Schema.Date,
-  audioDurationMs: Schema.Number.pipe(Schema.nonNegative())
+  audioDurationMs: Schema.Number.pipe(Schema.nonNegative()),
+  /** Recognitions of this call already started again after a code 4/13/14 (see transcribe_start). */
+  resubmits: Schema.optional(Schema.Int.pipe(Schema.nonNegative()))
 })
 export type Payload = typeof Payload.Type
 
@@ -51,7 +54,7 @@ export const make = (options: Settings.CallStageOptions = {}) =>
     maxAttempts,
     policy: policy(options),
     onDeadLetter: CallStore.markFailedOnDeath(name),
-    handler: ({ audioDurationMs, callId, operationId, startedAt }, info) =>
+    handler: ({ audioDurationMs, callId, operationId, resubmits = 0, startedAt }, info) =>
       Effect.gen(function*() {
         const speechKit = yield* SpeechKit.SpeechKit
         const settings = yield* Settings.resolve(options)
@@ -81,6 +84,23 @@ export const make = (options: Settings.CallStageOptions = {}) =>
             message: `recognition ${operationId} still running (poll ${info.polls + 1})`,
             pollAfter: wait
           })
+        }
+
+        if ("retryable" in status) {
+          const { code, message } = status.retryable
+          if (resubmits >= settings.maxResubmits) {
+            return yield* new JobError.Permanent({
+              message: `SpeechKit operation ${operationId} failed (gRPC code ${code}): ${message}; ` +
+                `given up after ${resubmits} re-submission(s)`
+            })
+          }
+          // a fresh recognition may succeed where this one ended: forget it, and let transcribe_start begin another
+          yield* CallStore.run((sql) => CallsSql.clearOperation(sql, callId, operationId))
+          yield* Effect.logWarning(`recognition ${operationId} ended with gRPC code ${code} (${message}); starting another`)
+          return yield* Effect.map(
+            TranscribeStart.job({ callId, resubmits: resubmits + 1 }, { callId, orgId: call.org_id }),
+            (next) => Stage.complete([next])
+          )
         }
 
         const recognition = yield* speechKit.getRecognition(operationId)

@@ -4,7 +4,7 @@
  * completion; the first poll is delayed by the audio's expected recognition time). A rerun that finds an
  * operation recorded starts nothing: it hands off the recorded one, so a redelivery never pays twice.
  */
-import { Clock, Effect, Schema } from "effect"
+import { Clock, Duration, Effect } from "effect"
 import * as JobError from "../../JobError.js"
 import * as SpeechKit from "../../layers/SpeechKit.js"
 import * as Storage from "../../layers/Storage.js"
@@ -14,15 +14,10 @@ import * as CallsSql from "./CallsSql.js"
 import * as CallStore from "./CallStore.js"
 import * as Settings from "./Settings.js"
 import * as TranscribePoll from "./TranscribePoll.js"
+import { maxAttempts, name, Payload } from "./TranscribeStartJob.js"
 
-export const name = "transcribe_start"
-
-export const Payload = Schema.Struct({ callId: CallStore.CallId })
-export type Payload = typeof Payload.Type
-
-export const maxAttempts = 8
-
-export const job = CallStore.jobBuilder(name, Payload, maxAttempts)
+export { job, maxAttempts, name, Payload } from "./TranscribeStartJob.js"
+export type { Payload as PayloadType } from "./TranscribeStartJob.js"
 
 /** SpeechKit is slow external work: 5 s doubling to 5 min between tries, the server's delay on 429. */
 export const defaultBackoff = RetryPolicy.exponential({ base: "5 seconds", cap: "5 minutes" })
@@ -52,6 +47,29 @@ const recognizerUri = (uri: string, settings: Settings.Settings): Effect.Effect<
   )
 }
 
+/**
+ * SpeechKit refuses audio over 4 hours (every channel counts: a 3 h stereo call is 6 h of recognition) or over
+ * 1 GB, after it has been paid for and waited on; refusing here says why at once.
+ */
+const withinLimits = (audio: CallsSql.ArtifactRow, settings: Settings.Settings): Effect.Effect<void, JobError.Permanent> => {
+  const channels = Math.max(1, audio.channels ?? 1)
+  const recognitionMs = (audio.duration_ms ?? 0) * channels
+  const bytes = Number(audio.bytes ?? 0)
+  if (recognitionMs > Duration.toMillis(settings.maxAudioDuration)) {
+    return Effect.fail(new JobError.Permanent({
+      message: `the audio is too long for SpeechKit: ${Duration.format(Duration.millis(audio.duration_ms ?? 0))} × ${channels} ` +
+        `channel(s) = ${Duration.format(Duration.millis(recognitionMs))} of recognition, over the ` +
+        `${Duration.format(settings.maxAudioDuration)} limit (split the recording)`
+    }))
+  }
+  if (bytes > settings.maxAudioBytes) {
+    return Effect.fail(new JobError.Permanent({
+      message: `the audio is too large for SpeechKit: ${bytes} bytes, over the ${settings.maxAudioBytes}-byte limit`
+    }))
+  }
+  return Effect.void
+}
+
 export const make = (options: Settings.CallStageOptions = {}) =>
   Stage.make({
     name,
@@ -62,7 +80,7 @@ export const make = (options: Settings.CallStageOptions = {}) =>
     maxAttempts,
     policy: policy(options),
     onDeadLetter: CallStore.markFailedOnDeath(name),
-    handler: ({ callId }) =>
+    handler: ({ callId, resubmits = 0 }) =>
       Effect.gen(function*() {
         const storage = yield* Storage.Storage
         const speechKit = yield* SpeechKit.SpeechKit
@@ -76,7 +94,7 @@ export const make = (options: Settings.CallStageOptions = {}) =>
         const handOff = (operationId: string, startedAt: Date) =>
           Effect.map(
             TranscribePoll.job(
-              { callId, operationId, startedAt, audioDurationMs },
+              { callId, operationId, startedAt, audioDurationMs, resubmits },
               { callId, orgId: call.org_id, delay: Settings.firstPollAfter(settings, audioDurationMs) }
             ),
             (next) => Stage.complete([next])
@@ -87,6 +105,7 @@ export const make = (options: Settings.CallStageOptions = {}) =>
           return yield* handOff(call.operation_id, call.operation_started_at)
         }
 
+        yield* withinLimits(audio, settings)
         if (!(yield* storage.exists(audio.storage_key))) {
           return yield* new JobError.Permanent({
             message: `the audio artifact ${audio.storage_key} of call ${callId} is missing from storage`
