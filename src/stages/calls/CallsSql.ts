@@ -31,6 +31,8 @@ export interface ArtifactRow {
   readonly duration_ms: number | null
   readonly channels: number | null
   readonly created_at: Date
+  /** When retention removed its object from storage; null while the object is kept. */
+  readonly removed_at: Date | null
 }
 
 export interface TranscriptRow {
@@ -135,6 +137,15 @@ export const insertArtifact = (
 /** Locking: none. */
 export const selectArtifact = (sql: Sql, callId: string, kind: string) =>
   sql<Array<ArtifactRow>>`select * from call_artifacts where call_id = ${callId} and kind = ${kind}`
+
+/**
+ * Stamps an artifact whose object retention removed (the first removal's time stays). Locking: that artifact's row.
+ */
+export const markArtifactRemoved = (sql: Sql, callId: string, kind: string) =>
+  sql<Array<{ kind: string }>>`
+    update call_artifacts set removed_at = coalesce(removed_at, now())
+    where call_id = ${callId} and kind = ${kind}
+    returning kind`
 
 /** Locking: none. */
 export const selectArtifacts = (sql: Sql, callId: string) =>

@@ -73,8 +73,9 @@ export const make = (options: Settings.CallStageOptions = {}) =>
         const key = CallStore.audioKey(call.org_id, call.id)
 
         const existing = yield* CallStore.artifact(callId, "audio")
-        if (existing !== undefined && (yield* storage.exists(key))) {
-          yield* Effect.logInfo(`audio artifact ${key} already present; handing off`)
+        // removed by retention (the transcript is stored): done long ago, the source may be gone too
+        if (existing !== undefined && (existing.removed_at !== null || (yield* storage.exists(key)))) {
+          yield* Effect.logInfo(`audio artifact ${key} already made; handing off`)
           return yield* handOff
         }
 

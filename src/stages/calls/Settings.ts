@@ -8,8 +8,9 @@ import * as Os from "node:os"
 import * as JobError from "../../JobError.js"
 import * as SpeechKit from "../../layers/SpeechKit.js"
 import type * as RetryPolicy from "../../runtime/RetryPolicy.js"
+import type { RetentionOptions } from "./Retention.js"
 
-export interface CallStageOptions {
+export interface CallStageOptions extends RetentionOptions {
   /** The first poll waits max(pollFirstMin, audio duration × pollFirstFraction). Default 5 s and 1/6. */
   readonly pollFirstMin?: Duration.DurationInput | undefined
   readonly pollFirstFraction?: number | undefined

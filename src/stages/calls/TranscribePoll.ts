@@ -12,6 +12,7 @@ import * as Stage from "../../runtime/Stage.js"
 import * as Analyze from "./Analyze.js"
 import * as CallsSql from "./CallsSql.js"
 import * as CallStore from "./CallStore.js"
+import * as Retention from "./Retention.js"
 import * as Settings from "./Settings.js"
 import * as TranscribeStart from "./TranscribeStartJob.js"
 
@@ -61,8 +62,10 @@ export const make = (options: Settings.CallStageOptions = {}) =>
         const call = yield* CallStore.load(callId)
         const handOff = Effect.map(Analyze.job({ callId }, { callId, orgId: call.org_id }), (next) => Stage.complete([next]))
 
+        const retention = yield* Retention.resolve(options)
         if ((yield* CallStore.transcript(callId)) !== undefined) {
           yield* Effect.logInfo(`call ${callId} already has its transcript; handing off`)
+          yield* Retention.removeObsoleteInputs(callId, retention)
           return yield* handOff
         }
 
@@ -119,6 +122,8 @@ export const make = (options: Settings.CallStageOptions = {}) =>
             CallStore.advance(callId, "analyzing")
           )
         )
+        // only now, with the transcript committed, are the inputs that made it obsolete
+        yield* Retention.removeObsoleteInputs(callId, retention)
         return yield* handOff
       })
   })
