@@ -91,10 +91,10 @@ export interface Options {
   /** Ends every operation with this error, whatever the audio. */
   readonly operationError?: { readonly code: number; readonly message: string } | undefined
   /**
-   * Ends the first operations started with these errors, one each in order (e.g. a code 14 then success), the
-   * way a recognizer that crashed or timed out does; later operations work normally.
+   * The fates of the first operations started, one each in order: an error ends it the way a recognizer that
+   * crashed or timed out does, `null` lets it work (e.g. `[{ code: 14, … }, null]`); later operations work.
    */
-  readonly operationErrors?: ReadonlyArray<{ readonly code: number; readonly message: string }> | undefined
+  readonly operationErrors?: ReadonlyArray<{ readonly code: number; readonly message: string } | null> | undefined
   /**
    * getRecognition answers 404 this many times per operation after the operation is done (results not yet
    * readable: seen on the real service shortly after `done`). Default 0.
@@ -510,7 +510,7 @@ export const make = (options: Options = {}): Effect.Effect<Handle, never, HttpCl
         const codes = request.recognitionModel?.languageRestriction?.languageCode ?? []
         const language = codes.find((code) => code.toLowerCase() !== "auto") ?? "ru-RU"
         const normalize = request.recognitionModel?.textNormalization?.textNormalization === "TEXT_NORMALIZATION_ENABLED"
-        const scripted = yield* Ref.modify(scriptedErrors, (all) => [all[0], all.slice(1)] as const)
+        const scripted = yield* Ref.modify(scriptedErrors, (all) => [all[0] ?? undefined, all.slice(1)] as const)
         // every channel is recognised separately and counts toward the limit (stt/limits)
         const overLimit = Either.isRight(info) && Either.isRight(audio)
           ? info.right.durationMs * info.right.channels > maxDurationMs
