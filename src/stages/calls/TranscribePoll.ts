@@ -34,7 +34,8 @@ export const maxAttempts = 20
 
 export const job = CallStore.jobBuilder(name, Payload, maxAttempts)
 
-export const defaultBackoff = RetryPolicy.exponential({ base: "5 seconds", cap: "5 minutes" })
+/** Failed looks (5xx, timeouts) back off on the 30 s…10 min curve, like transcribe_start; polls spend no attempts. */
+export const defaultBackoff = RetryPolicy.slowBackoff
 
 export const policy = (options: Settings.CallStageOptions) =>
   RetryPolicy.make({

@@ -19,8 +19,11 @@ import { maxAttempts, name, Payload } from "./TranscribeStartJob.js"
 export { job, maxAttempts, name, Payload } from "./TranscribeStartJob.js"
 export type { Payload as PayloadType } from "./TranscribeStartJob.js"
 
-/** SpeechKit is slow external work: 5 s doubling to 5 min between tries, the server's delay on 429. */
-export const defaultBackoff = RetryPolicy.exponential({ base: "5 seconds", cap: "5 minutes" })
+/**
+ * SpeechKit is a slow outside service: the 30 s…10 min curve (30 s doubling, capped at 10 minutes, jittered), so
+ * eight attempts ride out about half an hour of outage; a 429 waits the server's (capped) Retry-After instead.
+ */
+export const defaultBackoff = RetryPolicy.slowBackoff
 
 export const policy = (options: Settings.CallStageOptions) =>
   RetryPolicy.make({
