@@ -25,7 +25,13 @@
  *    audio's duration and channel count: one utterance per `utteranceMs` per channel.
  *
  * getRecognition before the operation is done answers 404, after it failed the operation's error (the docs
- * do not say what the real service answers; both are `Permanent` to the client). When done, it sends, per
+ * do not say what the real service answers; both are `Permanent` to the client).
+ *
+ * Quirks it can play, for fault tests: `operationErrors` (the first operations end with given gRPC codes, e.g.
+ * 14 then success), `resultsNotFoundAfterDone` (getRecognition 404s for a while after `done`), `maxDurationMs` /
+ * `maxBytes` (SpeechKit's 4 h, all channels counted, and 1 GB limits, ending the operation with code 3), and via
+ * `faults` any status with headers (a 429 with an outsized `Retry-After`, a malformed 2xx body). A
+ * multi-channel OGG is recognised per channel: utterances carry `channelTag` "0", "1", …. When done, it sends, per
  * utterance: a `partial`, a `final` (with `audioCursors.finalIndex`, counted per
  * channel), a `finalRefinement.normalizedText` when the request enabled text normalization, an `eouUpdate`.
  * int64 fields are JSON strings, as proto3 JSON writes them.
