@@ -53,6 +53,8 @@ const extensionOf = (key: string) => {
 export const make = (options: Settings.CallStageOptions = {}) =>
   Stage.make({
     name,
+    // a pipeline step: only the pipeline (and operators) enqueue it
+    visibility: "internal",
     payload: Payload,
     concurrency: options.concurrency?.extract_audio ?? 2,
     leaseFor: options.leaseFor?.extract_audio ?? "30 seconds",
@@ -60,12 +62,12 @@ export const make = (options: Settings.CallStageOptions = {}) =>
     maxAttempts,
     policy: policy(options),
     onDeadLetter: CallStore.markFailedOnDeath(name),
-    handler: ({ callId }) =>
+    handler: ({ callId }, info) =>
       Effect.gen(function*() {
         const storage = yield* Storage.Storage
         const media = yield* Media.Media
         const settings = yield* Settings.resolve(options)
-        const call = yield* CallStore.load(callId)
+        const call = yield* CallStore.load(callId, info)
         const handOff = Effect.map(
           TranscribeStart.job({ callId }, { callId, orgId: call.org_id }),
           (next) => Stage.complete([next])

@@ -76,6 +76,8 @@ const withinLimits = (audio: CallsSql.ArtifactRow, settings: Settings.Settings):
 export const make = (options: Settings.CallStageOptions = {}) =>
   Stage.make({
     name,
+    // a pipeline step: only the pipeline (and operators) enqueue it
+    visibility: "internal",
     payload: Payload,
     concurrency: options.concurrency?.transcribe_start ?? 4,
     leaseFor: options.leaseFor?.transcribe_start ?? "30 seconds",
@@ -83,12 +85,12 @@ export const make = (options: Settings.CallStageOptions = {}) =>
     maxAttempts,
     policy: policy(options),
     onDeadLetter: CallStore.markFailedOnDeath(name),
-    handler: ({ callId, resubmits = 0 }) =>
+    handler: ({ callId, resubmits = 0 }, info) =>
       Effect.gen(function*() {
         const storage = yield* Storage.Storage
         const speechKit = yield* SpeechKit.SpeechKit
         const settings = yield* Settings.resolve(options)
-        const call = yield* CallStore.load(callId)
+        const call = yield* CallStore.load(callId, info)
         const audio = yield* CallStore.artifact(callId, "audio")
         if (audio === undefined) {
           return yield* new JobError.Permanent({ message: `call ${callId} has no audio artifact: extract_audio has not run` })
@@ -120,7 +122,7 @@ export const make = (options: Settings.CallStageOptions = {}) =>
         const [recorded] = yield* CallStore.run((sql) => CallsSql.recordOperation(sql, callId, operationId, startedAt))
         if (recorded !== undefined) return yield* handOff(recorded.operation_id, recorded.operation_started_at)
         // another run recorded its operation first: poll that one (ours is left to expire)
-        const winner = yield* CallStore.load(callId)
+        const winner = yield* CallStore.load(callId, info)
         yield* Effect.logWarning(`recognition ${operationId} lost the race to ${winner.operation_id}; polling the latter`)
         return yield* handOff(winner.operation_id ?? operationId, winner.operation_started_at ?? startedAt)
       })
