@@ -21,7 +21,10 @@ import type {
   StageStats
 } from "./Job.js"
 
+import type { Outcome, Settled, SettleOptions } from "./Outcome.js"
+
 export * from "./Job.js"
+export * as Outcome from "./Outcome.js"
 
 export type QueueError = Db.DbError
 
@@ -61,6 +64,13 @@ export class Queue extends Context.Tag("pgfiber/Queue")<Queue, {
   readonly claim: (stage: string, limit: number, options: ClaimOptions) => Effect.Effect<ReadonlyArray<Job>, QueueError>
   /** Extends the leases still held; returns the ids that were (others were fenced out or cancelled). */
   readonly heartbeat: (leases: ReadonlyArray<Lease>, leaseFor: Duration.Duration) => Effect.Effect<ReadonlyArray<JobId>, QueueError>
+  /**
+   * Writes a batch of outcomes of every kind in one statement, each fenced by its job's lease (follow-ups
+   * enqueued and `onDeadLettered` run in the same transaction); one result per outcome, in order.
+   */
+  readonly settle: (outcomes: ReadonlyArray<Outcome>, options?: SettleOptions) => Effect.Effect<ReadonlyArray<Settled>, QueueError>
+  /** Inside a transaction, runs `effect` so that when it fails its writes alone roll back; else its own transaction. */
+  readonly savepoint: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | QueueError, R>
   /** Completes a batch (group commit); returns the ids whose lease still held. */
   readonly completeMany: (leases: ReadonlyArray<Lease>) => Effect.Effect<ReadonlyArray<JobId>, QueueError>
   /** Completes one job and enqueues its follow-ups atomically; false when fenced out. */
