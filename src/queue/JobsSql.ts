@@ -113,9 +113,12 @@ export const settleOutcomes = (
     ), buried as (
       insert into dead_letters (job_id, stage, org_id, subject_id, payload, priority, attempts, max_attempts,
                                 dedupe_key, reason, error_history, job_created_at)
-      select id, stage, org_id, subject_id, payload, priority, attempts + 1, max_attempts, dedupe_key, dead_message,
-             errors || jsonb_build_array(jsonb_build_object(
-               'attempt', attempts + 1, 'at', now(), 'tag', dead_tag, 'message', dead_message)),
+      -- a job claimed with its attempts already spent (the reaper recorded the last one) keeps count and history
+      select id, stage, org_id, subject_id, payload, priority,
+             case when attempts >= max_attempts then attempts else attempts + 1 end, max_attempts, dedupe_key, dead_message,
+             case when attempts >= max_attempts then errors
+                  else errors || jsonb_build_array(jsonb_build_object(
+                    'attempt', attempts + 1, 'at', now(), 'tag', dead_tag, 'message', dead_message)) end,
              created_at
       from died
       returning job_id, reason
@@ -151,27 +154,11 @@ export const removeExpiredCancelled = (sql: Sql) =>
       select id from jobs where status = 'cancelled' and locked_until < now() for update skip locked)
     returning id`
 
-/** Dead-letters expired leases with no attempt left. Locking: SKIP LOCKED over expired rows. */
-export const deadLetterExpired = (sql: Sql) =>
-  sql<Array<{ id: string }>>`
-    with dead as (
-      delete from jobs where id in (
-        select id from jobs
-        where status = 'running' and locked_until < now() and attempts + 1 >= max_attempts
-        for update skip locked)
-      returning *
-    )
-    insert into dead_letters (job_id, stage, org_id, subject_id, payload, priority, attempts, max_attempts,
-                              dedupe_key, reason, error_history, job_created_at)
-    select id, stage, org_id, subject_id, payload, priority, attempts + 1, max_attempts, dedupe_key,
-           'lease expired: the worker ' || coalesce(locked_by, '?') || ' stopped heartbeating (attempts exhausted)',
-           errors || jsonb_build_array(jsonb_build_object('attempt', attempts + 1, 'at', now(), 'tag', 'LeaseExpired',
-             'message', 'lease expired: the worker ' || coalesce(locked_by, '?') || ' stopped heartbeating')),
-           created_at
-    from dead
-    returning id`
-
-/** Requeues expired leases, spending the attempt, and wakes their stages. Locking: SKIP LOCKED over expired rows. */
+/**
+ * Requeues expired leases, spending the attempt, and wakes their stages; one whose last attempt that was is
+ * requeued too (attempts = max_attempts): the reaper may run in a process that lacks the stage, so the
+ * stage's own claim dead-letters it and runs its onDeadLetter. Locking: SKIP LOCKED over expired rows.
+ */
 export const requeueExpired = (sql: Sql, schema: string) =>
   sql<Array<{ id: string }>>`
     with expired as (

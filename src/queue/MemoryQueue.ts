@@ -9,7 +9,7 @@ import type { DeadLetter, EnqueueResult, ErrorEntry, Job, Lease, NewJob, StageSt
 import { countEnqueued, defaultMaxPayloadBytes, errorEntry, jobFromDeadLetter, JobNotFound, validateAll } from "./Job.js"
 import * as Outcome from "./Outcome.js"
 import type { Settled } from "./Outcome.js"
-import { Queue, type QueueOptions, type Wakeups } from "./Queue.js"
+import { type OnDead, Queue, type QueueOptions, type Wakeups } from "./Queue.js"
 
 type MutableJob = { -readonly [K in keyof Job]: Job[K] }
 
@@ -149,6 +149,8 @@ export const make = (options: QueueOptions = {}) =>
 
     const moveToDead = (j: MutableJob, entry: ErrorEntry, now: number) => {
       jobs.delete(j.id)
+      // claimed with its attempts already spent (the reaper recorded the last one): count and history as is
+      const spent = j.attempts >= j.maxAttempts
       const id = String(nextDeadId++)
       dead.set(id, {
         id,
@@ -158,11 +160,11 @@ export const make = (options: QueueOptions = {}) =>
         subjectId: j.subjectId,
         payload: j.payload,
         priority: j.priority,
-        attempts: j.attempts + 1,
+        attempts: spent ? j.attempts : j.attempts + 1,
         maxAttempts: j.maxAttempts,
         dedupeKey: j.dedupeKey,
         reason: entry.message,
-        errorHistory: [...j.errors, entry],
+        errorHistory: spent ? j.errors : [...j.errors, entry],
         jobCreatedAt: j.createdAt,
         deadAt: new Date(now),
         resolutionStatus: null,
@@ -253,7 +255,12 @@ export const make = (options: QueueOptions = {}) =>
         )
       })
 
-    const one = (o: Outcome.Outcome) => Effect.map(settle([o]), (r) => r[0]!)
+    /** The memory twin has no transaction to roll back: a failing hook is only logged. */
+    const hookLogged = (onDead: OnDead) =>
+      Effect.catchAllCause(savepoint(onDead), (cause) => Effect.logError("onDeadLetter failed; the job is dead-lettered", cause))
+
+    const one = (o: Outcome.Outcome, onDead?: OnDead) =>
+      Effect.map(settle([o], onDead ? { onDeadLettered: () => hookLogged(onDead) } : {}), (r) => r[0]!)
 
     const completeMany = (leases: ReadonlyArray<Lease>) =>
       Effect.map(settle(leases.map((l) => Outcome.complete(l))), (r) => leases.filter((_, i) => r[i] === "completed").map((l) => l.id))
@@ -264,22 +271,22 @@ export const make = (options: QueueOptions = {}) =>
       return Effect.map(one(Outcome.complete(lease, followUps)), (r) => r === "completed")
     }
 
-    const retry = (lease: Lease, delay: Duration.Duration, error: Omit<ErrorEntry, "attempt" | "at">) =>
-      Effect.map(one(Outcome.retry(lease, delay, error)), (r) =>
+    const retry = (lease: Lease, delay: Duration.Duration, error: Omit<ErrorEntry, "attempt" | "at">, onDead?: OnDead) =>
+      Effect.map(one(Outcome.retry(lease, delay, error), onDead), (r) =>
         r === "retried" ? "retried" as const : r === "deadLettered" ? "dead-lettered" as const : "fenced" as const)
 
     const reschedule = (lease: Lease, delay: Duration.Duration) =>
       Effect.map(one(Outcome.reschedule(lease, delay)), (r) => r === "rescheduled")
 
-    const deadLetter = (lease: Lease, error: Omit<ErrorEntry, "attempt" | "at">) =>
-      Effect.map(one(Outcome.deadLetter(lease, error)), (r) => r === "deadLettered")
+    const deadLetter = (lease: Lease, error: Omit<ErrorEntry, "attempt" | "at">, onDead?: OnDead) =>
+      Effect.map(one(Outcome.deadLetter(lease, error), onDead), (r) => r === "deadLettered")
 
     const release = (leases: ReadonlyArray<Lease>) =>
       Effect.map(settle(leases.map((l) => Outcome.release(l))), (r) => leases.filter((_, i) => r[i] === "released").map((l) => l.id))
 
     const reapExpired = Effect.map(Clock.currentTimeMillis, (now) => {
       let requeued = 0
-      let deadLettered = 0
+      const deadLettered = 0
       let removedCancelled = 0
       const stages = new Set<string>()
       for (const j of [...jobs.values()]) {
@@ -289,13 +296,9 @@ export const make = (options: QueueOptions = {}) =>
           removedCancelled++
           continue
         }
+        // the last attempt's job is requeued too: its stage's claim dead-letters it (see Queue.reapExpired)
         const message = `lease expired: the worker ${j.lockedBy ?? "?"} stopped heartbeating`
         const entry = errorEntry(j.attempts + 1, new Date(now), "LeaseExpired", message)
-        if (j.attempts + 1 >= j.maxAttempts) {
-          moveToDead(j, { ...entry, message: `${message} (attempts exhausted)` }, now)
-          deadLettered++
-          continue
-        }
         j.attempts += 1
         j.status = "queued"
         j.availableAt = new Date(now)

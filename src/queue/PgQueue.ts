@@ -9,7 +9,7 @@ import { countEnqueued, defaultMaxPayloadBytes, jobFromDeadLetter, JobNotFound, 
 import * as JobsSql from "./JobsSql.js"
 import * as Outcome from "./Outcome.js"
 import type { DeadLettered, Settled, SettleOptions } from "./Outcome.js"
-import { Queue, type QueueOptions } from "./Queue.js"
+import { type OnDead, Queue, type QueueOptions } from "./Queue.js"
 
 const str = (v: unknown): string | null => (v === null || v === undefined ? null : String(v))
 const date = (v: unknown): Date => (v instanceof Date ? v : new Date(String(v)))
@@ -225,7 +225,14 @@ export const make = (options: QueueOptions = {}) =>
         )
       })
 
-    const one = (outcome: Outcome.Outcome) => Effect.map(settle([outcome]), (r) => r[0]!)
+    /** A failing hook rolls back its own writes only; the dead letter stays, and the failure is logged. */
+    const hookInSavepoint = (onDead: OnDead) =>
+      savepoint(onDead).pipe(
+        Effect.catchAllCause((cause) => Effect.logError("onDeadLetter failed; its writes were rolled back, the job is dead-lettered", cause))
+      )
+
+    const one = (outcome: Outcome.Outcome, onDead?: OnDead) =>
+      Effect.map(settle([outcome], onDead ? { onDeadLettered: () => hookInSavepoint(onDead) } : {}), (r) => r[0]!)
 
     const completeMany = (leases: ReadonlyArray<{ id: string; lease: number }>) =>
       Effect.map(settle(leases.map((l) => Outcome.complete(l))), (r) => leases.filter((_, i) => r[i] === "completed").map((l) => l.id))
@@ -240,15 +247,15 @@ export const make = (options: QueueOptions = {}) =>
       return (yield* one(Outcome.complete(lease, followUps))) === "completed"
     })
 
-    const retry = (lease: { id: string; lease: number }, delay: Duration.Duration, error: Omit<ErrorEntry, "attempt" | "at">) =>
-      Effect.map(one(Outcome.retry(lease, delay, error)), (r) =>
+    const retry = (lease: { id: string; lease: number }, delay: Duration.Duration, error: Omit<ErrorEntry, "attempt" | "at">, onDead?: OnDead) =>
+      Effect.map(one(Outcome.retry(lease, delay, error), onDead), (r) =>
         r === "retried" ? "retried" as const : r === "deadLettered" ? "dead-lettered" as const : "fenced" as const)
 
     const reschedule = (lease: { id: string; lease: number }, delay: Duration.Duration) =>
       Effect.map(one(Outcome.reschedule(lease, delay)), (r) => r === "rescheduled")
 
-    const deadLetter = (lease: { id: string; lease: number }, error: Omit<ErrorEntry, "attempt" | "at">) =>
-      Effect.map(one(Outcome.deadLetter(lease, error)), (r) => r === "deadLettered")
+    const deadLetter = (lease: { id: string; lease: number }, error: Omit<ErrorEntry, "attempt" | "at">, onDead?: OnDead) =>
+      Effect.map(one(Outcome.deadLetter(lease, error), onDead), (r) => r === "deadLettered")
 
     const release = (leases: ReadonlyArray<{ id: string; lease: number }>) =>
       Effect.map(settle(leases.map((l) => Outcome.release(l))), (r) => leases.filter((_, i) => r[i] === "released").map((l) => l.id))
@@ -258,9 +265,9 @@ export const make = (options: QueueOptions = {}) =>
         const [lock] = yield* db.run((sql) => JobsSql.tryReaperLock(sql, db.schema))
         if (!lock?.locked) return { requeued: 0, deadLettered: 0, removedCancelled: 0, ran: false }
         const removed = yield* db.run((sql) => JobsSql.removeExpiredCancelled(sql))
-        const dead = yield* db.run((sql) => JobsSql.deadLetterExpired(sql))
+        // exhausted ones too: their stage's claim dead-letters them, with the stage's onDeadLetter
         const requeued = yield* db.run((sql) => JobsSql.requeueExpired(sql, db.schema))
-        return { requeued: requeued.length, deadLettered: dead.length, removedCancelled: removed.length, ran: true }
+        return { requeued: requeued.length, deadLettered: 0, removedCancelled: removed.length, ran: true }
       })
     ).pipe(Effect.withSpan("Queue.reapExpired"))
 

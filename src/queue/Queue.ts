@@ -28,6 +28,9 @@ export * as Outcome from "./Outcome.js"
 
 export type QueueError = Db.DbError
 
+/** Runs when a job is dead-lettered, in that transaction (a stage's `onDeadLetter`, context provided). */
+export type OnDead = Effect.Effect<void, unknown>
+
 export interface ClaimOptions {
   readonly workerId: string
   readonly leaseFor: Duration.Duration
@@ -75,15 +78,28 @@ export class Queue extends Context.Tag("pgfiber/Queue")<Queue, {
   readonly completeMany: (leases: ReadonlyArray<Lease>) => Effect.Effect<ReadonlyArray<JobId>, QueueError>
   /** Completes one job and enqueues its follow-ups atomically; false when fenced out. */
   readonly complete: (lease: Lease, followUps?: ReadonlyArray<NewJob>) => Effect.Effect<boolean, InvalidJob | QueueError>
-  /** Spends an attempt: back to queued after `delay`, or dead-lettered when attempts are exhausted. */
-  readonly retry: (lease: Lease, delay: Duration.Duration, error: Omit<ErrorEntry, "attempt" | "at">) => Effect.Effect<RetryOutcome, QueueError>
+  /**
+   * Spends an attempt: back to queued after `delay`, or dead-lettered when attempts are exhausted (then
+   * `onDead` runs as for `deadLetter`).
+   */
+  readonly retry: (
+    lease: Lease, delay: Duration.Duration, error: Omit<ErrorEntry, "attempt" | "at">, onDead?: OnDead
+  ) => Effect.Effect<RetryOutcome, QueueError>
   /** A poll that found nothing yet: back to queued after `delay`, no attempt spent, `polls` counted. */
   readonly reschedule: (lease: Lease, delay: Duration.Duration) => Effect.Effect<boolean, QueueError>
-  /** Moves the job to the dead-letter table at once, with its whole error history. */
-  readonly deadLetter: (lease: Lease, error: Omit<ErrorEntry, "attempt" | "at">) => Effect.Effect<boolean, QueueError>
+  /**
+   * Moves the job to the dead-letter table at once, with its whole error history; a job whose attempts are
+   * already spent (requeued by the reaper after its last one) keeps its history as is. `onDead` runs in the
+   * same transaction, inside a savepoint: its failure rolls back its own writes only, and is logged.
+   */
+  readonly deadLetter: (lease: Lease, error: Omit<ErrorEntry, "attempt" | "at">, onDead?: OnDead) => Effect.Effect<boolean, QueueError>
   /** Hands the job back untouched (shutdown): queued now, no attempt spent. A cancelled job is removed. */
   readonly release: (leases: ReadonlyArray<Lease>) => Effect.Effect<ReadonlyArray<JobId>, QueueError>
-  /** Requeues jobs whose lease expired (their worker died), spending an attempt; one reaper at a time. */
+  /**
+   * Requeues jobs whose lease expired (their worker died), spending an attempt; one reaper at a time. A job
+   * whose last attempt that was is requeued too (attempts = max): its stage's claim dead-letters it, so the
+   * stage's onDeadLetter runs; `deadLettered` is always 0.
+   */
   readonly reapExpired: Effect.Effect<ReapResult, QueueError>
   /** When something next needs doing, in ms from now by the database clock (0 when overdue; null: nothing). */
   readonly nextWake: (stages: ReadonlyArray<string>) => Effect.Effect<NextWake, QueueError>

@@ -84,10 +84,7 @@ export const decideFailure = (
 export const exhaustedOnClaim = (job: Job): Decided | undefined =>
   job.attempts >= job.maxAttempts
     ? {
-      outcome: Outcome.deadLetter(leaseOf(job), {
-        tag: "AttemptsExhausted",
-        message: `attempts exhausted (${job.attempts} of ${job.maxAttempts}); last error: ${job.lastError ?? "none"}`
-      }),
+      outcome: Outcome.deadLetter(leaseOf(job), { tag: "LeaseExpired", message: `${job.lastError ?? "lease expired"} (attempts exhausted)` }),
       kind: "exhausted"
     }
     : undefined

@@ -69,7 +69,9 @@ export const make = <A, I, R>(stage: Stage.Stage<A, I, R>, options: SettlerOptio
       (dead: ReadonlyArray<Outcome.DeadLettered>) =>
         Effect.forEach(dead, (d) => {
           const { job, decided } = batch[d.index]!
-          const info: Stage.DeadLettered = { job: jobInfo(job), reason: d.reason, kind: d.exhausted ? "exhausted" : decided.kind }
+          // the cause of death is the run's (a defect on the last attempt is a defect); "exhausted" is a job
+          // claimed with no attempt left after its last run's lease expired
+          const info: Stage.DeadLettered = { job: jobInfo(job), reason: d.reason, kind: decided.kind }
           return queue.savepoint(stage.onDeadLetter!(info)).pipe(
             Effect.catchAllCause((cause) =>
               Effect.logError("onDeadLetter failed; its writes were rolled back, the job is dead-lettered", Cause.squash(cause)).pipe(annotate(job))

@@ -22,7 +22,7 @@
  * 3. Nothing touches the queue for a job except through its lease; the database fences stale leases.
  * 4. A job that never started is released, never retried: it spent no attempt.
  */
-import { Clock, Deferred, Duration, Effect, Fiber, Metric, Option, Queue as Q, Runtime, Schedule, Schema, Scope } from "effect"
+import { Cause, Clock, Deferred, Duration, Effect, Exit, Fiber, FiberRef, HashMap, HashSet, Logger, Metric, Option, Queue as Q, Runtime, Schedule, Schema, Scope } from "effect"
 import * as JobRun from "./JobRun.js"
 import * as Metrics from "./Metrics.js"
 import * as Settler from "./Settler.js"
@@ -54,11 +54,17 @@ export interface PoolHealth {
 
 type Phase = "waiting" | "running" | "settling"
 
+interface Slot {
+  current: Held | undefined
+  fiber: Fiber.RuntimeFiber<void, never> | undefined
+}
+
 interface Held {
   readonly job: Job
   readonly lease: Lease
   phase: Phase
-  fiber: Fiber.RuntimeFiber<void> | undefined
+  /** The slot running it (while running): interrupting the slot's fiber stops this job's handler. */
+  slot: Slot | undefined
   startedAt: number
   timedOut: boolean
   leaseLost: boolean
@@ -99,50 +105,109 @@ const makeCore = <A, I, R>(stage: Stage.Stage<A, I, R>, concurrency: number, onR
     })
 
     // ---- executor ----
+    // A slot is a fiber that runs jobs one after another while jobs wait, so a job costs no fiber of its own.
+    // Interrupting a slot stops its current handler only: the slot settles that job and ends, and a fresh
+    // slot takes over. Log lines get the job's id and attempt from the slot at logging time (lazily), not
+    // from annotations set per job.
     const decode = Schema.decodeUnknownEither(stage.payload)
     // the Clock service (TestClock in tests), read without an effect per job
     const clock = yield* Effect.clock
     const traced = (yield* Effect.tracer) !== nativeTracer
-    // the job fibers inherit this fiber's context and log annotations (the stage's), set once for the pool
-    const runtime = yield* Effect.runtime<R | Queue.Queue>().pipe(Effect.annotateLogs({ stage: stage.name }))
+    const slots = new Set<Slot>()
+    const slotByFiber = new Map<number, Slot>()
+    const withJob = (logger: Logger.Logger<unknown, unknown>) =>
+      Logger.make<unknown, unknown>((o) => {
+        const entry = o.fiberId._tag === "Runtime" ? slotByFiber.get(o.fiberId.id)?.current : undefined
+        logger.log(entry === undefined ? o : {
+          ...o,
+          annotations: HashMap.set(HashMap.set(o.annotations, "jobId", entry.job.id), "attempt", entry.job.attempts + 1)
+        })
+      })
+    const loggers = yield* FiberRef.get(FiberRef.currentLoggers)
+    // the slots inherit this fiber's context and the stage's annotation, set once for the pool
+    const runtime = yield* Effect.runtime<R | Queue.Queue>().pipe(
+      Effect.annotateLogs({ stage: stage.name }),
+      Effect.locally(FiberRef.currentLoggers, HashSet.map(loggers, withJob))
+    )
     const fork = Runtime.runFork(runtime)
 
+    /** Hands a job's outcome to the settler; its slot (if it had one) is free from here on. */
     const finish = (entry: Held, decided: JobRun.Decided, seconds: number | undefined) => {
       if (entry.phase === "running") running--
       entry.phase = "settling"
-      entry.fiber = undefined
       settler.post({ job: entry.job, decided, seconds })
-      startWaiting()
     }
 
     const handlerOf = (entry: Held, payload: A): Effect.Effect<void | Stage.Completion, unknown, R> => {
       const job = entry.job
-      const run = stage.handler(payload, JobRun.jobInfo(job)).pipe(
-        Effect.annotateLogs({ jobId: job.id, attempt: job.attempts + 1 })
-      )
+      const run = stage.handler(payload, JobRun.jobInfo(job))
       return traced
         ? Effect.withSpan(run, `stage.${stage.name}`, { attributes: { jobId: job.id, attempt: job.attempts + 1 }, captureStackTrace: false })
         : run
     }
 
-    /** One job's fiber: the handler (interruptible), then its outcome handed to the settler (not). */
-    const execute = (entry: Held, payload: A) =>
-      Effect.uninterruptibleMask((restore) =>
-        Effect.flatMap(Effect.exit(restore(handlerOf(entry, payload))), (exit) => {
-          const seconds = (clock.unsafeCurrentTimeMillis() - entry.startedAt) / 1000
-          const decided = JobRun.decideExit(stage, entry.job, exit, entry)
-          return Effect.isEffect(decided)
-            ? Effect.map(decided, (d) => finish(entry, d, seconds))
-            : Effect.sync(() => finish(entry, decided, seconds))
+    /** The next waiting job that should run; those that die without running (spent, bad payload) settle here. */
+    const takeNext = (): { entry: Held; payload: A } | undefined => {
+      while (!stopped && waiting.length > 0) {
+        const entry = waiting.shift()!
+        const early = JobRun.exhaustedOnClaim(entry.job)
+        if (early) {
+          finish(entry, early, undefined)
+          continue
+        }
+        const payload = decode(entry.job.payload)
+        if (payload._tag === "Left") {
+          finish(entry, JobRun.invalidPayload(entry.job, `payload does not match the ${stage.name} schema: ${payloadError(payload.left)}`), undefined)
+          continue
+        }
+        return { entry, payload: payload.right }
+      }
+      return undefined
+    }
+
+    const runSlot = (slot: Slot) =>
+      Effect.uninterruptibleMask((restore) => {
+        const next: Effect.Effect<void, never, R> = Effect.suspend(() => {
+          const taken = takeNext()
+          if (taken === undefined) return Effect.void
+          const { entry, payload } = taken
+          slot.current = entry
+          entry.phase = "running"
+          entry.slot = slot
+          running++
+          entry.startedAt = clock.unsafeCurrentTimeMillis()
+          return Effect.flatMap(Effect.exit(restore(handlerOf(entry, payload))), (exit) => {
+            const seconds = (clock.unsafeCurrentTimeMillis() - entry.startedAt) / 1000
+            const decided = JobRun.decideExit(stage, entry.job, exit, entry)
+            const done = (d: JobRun.Decided) => {
+              slot.current = undefined
+              entry.slot = undefined
+              finish(entry, d, seconds)
+              onCapacity()
+            }
+            const settled = Effect.isEffect(decided) ? Effect.map(decided, done) : Effect.sync(() => done(decided))
+            // an interrupted slot ends here (its interruption would hit the next handler); a fresh one takes over
+            return Exit.isFailure(exit) && Cause.isInterrupted(exit.cause) ? Effect.zipRight(settled, Effect.sync(startWaiting)) : Effect.zipRight(settled, next)
+          })
         })
-      ).pipe(
+        return Effect.fiberIdWith((id) => {
+          slotByFiber.set(id.id, slot)
+          return next.pipe(Effect.ensuring(Effect.sync(() => {
+            slotByFiber.delete(id.id)
+            slots.delete(slot)
+          })))
+        })
+      }).pipe(
         Effect.catchAllCause((cause) =>
-          // deciding the outcome itself failed (a policy that throws): leave the job to the lease and reaper
+          // deciding an outcome itself failed (a policy that throws): the job is left to its lease and the reaper
           Effect.logError("could not decide the job's outcome; the reaper will requeue it", cause).pipe(
             Effect.zipRight(Effect.sync(() => {
-              if (entry.phase === "running") running--
-              held.delete(entry.job.id)
-              counts.unrecorded++
+              const entry = slot.current
+              if (entry) {
+                if (entry.phase === "running") running--
+                held.delete(entry.job.id)
+                counts.unrecorded++
+              }
               startWaiting()
               checkIdle()
             }))
@@ -150,29 +215,27 @@ const makeCore = <A, I, R>(stage: Stage.Stage<A, I, R>, concurrency: number, onR
         )
       )
 
-    const start = (entry: Held) => {
-      const early = JobRun.exhaustedOnClaim(entry.job)
-      if (early) return finish(entry, early, undefined)
-      const payload = decode(entry.job.payload)
-      if (payload._tag === "Left") {
-        return finish(entry, JobRun.invalidPayload(entry.job, `payload does not match the ${stage.name} schema: ${payloadError(payload.left)}`), undefined)
-      }
-      entry.phase = "running"
-      running++
-      entry.startedAt = clock.unsafeCurrentTimeMillis()
-      entry.fiber = fork(execute(entry, payload.right))
-    }
-
     let stopped = false
+    /** Starts slots for waiting jobs, up to the concurrency; a slot takes jobs until none wait. */
     function startWaiting() {
-      while (!stopped && running < concurrency && waiting.length > 0) start(waiting.shift()!)
+      // a slot forked here may take its first job at once or on its first turn: count the idle ones each time
+      const idle = () => {
+        let n = 0
+        for (const slot of slots) if (slot.current === undefined) n++
+        return n
+      }
+      while (!stopped && slots.size < concurrency && waiting.length > idle()) {
+        const slot: Slot = { current: undefined, fiber: undefined }
+        slots.add(slot)
+        slot.fiber = fork(runSlot(slot))
+      }
       onCapacity()
     }
 
     /** Takes claimed jobs into the table and starts as many as there are free slots. */
     const accept = (jobs: ReadonlyArray<Job>) => {
       for (const job of jobs) {
-        const entry: Held = { job, lease: { id: job.id, lease: job.lease }, phase: "waiting", fiber: undefined, startedAt: 0, timedOut: false, leaseLost: false }
+        const entry: Held = { job, lease: { id: job.id, lease: job.lease }, phase: "waiting", slot: undefined, startedAt: 0, timedOut: false, leaseLost: false }
         held.set(job.id, entry)
         waiting.push(entry)
       }
@@ -197,11 +260,12 @@ const makeCore = <A, I, R>(stage: Stage.Stage<A, I, R>, concurrency: number, onR
           // a settling job's outcome may have been committed after this heartbeat read its lease
           if (extended.has(lease.id) || !entry || entry.phase === "settling") continue
           entry.leaseLost = true
-          if (entry.phase === "running" && entry.fiber) {
+          const fiber = entry.slot?.fiber
+          if (entry.phase === "running" && fiber) {
             yield* Effect.logWarning("lease lost (cancelled or expired); stopping the job").pipe(
               Effect.annotateLogs({ stage: stage.name, jobId: lease.id })
             )
-            yield* Fiber.interruptFork(entry.fiber)
+            yield* Fiber.interruptFork(fiber)
           } else if (entry.phase === "waiting") {
             waiting.splice(waiting.indexOf(entry), 1)
             releaseWaiting([entry])
@@ -220,9 +284,10 @@ const makeCore = <A, I, R>(stage: Stage.Stage<A, I, R>, concurrency: number, onR
         yield* Effect.sleep(Duration.millis(Math.min(1000, Math.max(10, timeoutMs / 4))))
         const now = yield* Clock.currentTimeMillis
         for (const entry of held.values()) {
-          if (entry.phase === "running" && entry.fiber && !entry.timedOut && now - entry.startedAt >= timeoutMs) {
+          const fiber = entry.slot?.fiber
+          if (entry.phase === "running" && fiber && !entry.timedOut && now - entry.startedAt >= timeoutMs) {
             entry.timedOut = true
-            yield* Fiber.interruptFork(entry.fiber)
+            yield* Fiber.interruptFork(fiber)
           }
         }
       }).pipe(Effect.forever)
@@ -250,7 +315,7 @@ const makeCore = <A, I, R>(stage: Stage.Stage<A, I, R>, concurrency: number, onR
       releaseWaiting,
       /** Interrupts every running handler; each settles as released. */
       interruptRunning: Effect.suspend(() =>
-        Effect.forEach([...held.values()].filter((e) => e.phase === "running" && e.fiber), (e) => Fiber.interrupt(e.fiber!), { discard: true })
+        Effect.forEach([...slots].flatMap((slot) => (slot.fiber ? [slot.fiber] : [])), Fiber.interrupt, { discard: true })
       ),
       /** Waits until every held job is settled. */
       awaitIdle: Effect.async<void>((resume) => {
@@ -259,7 +324,7 @@ const makeCore = <A, I, R>(stage: Stage.Stage<A, I, R>, concurrency: number, onR
       }),
       /** Waits until no handler runs. */
       awaitNoneRunning: Effect.suspend(() => {
-        const fibers = [...held.values()].flatMap((e) => (e.phase === "running" && e.fiber ? [e.fiber] : []))
+        const fibers = [...slots].flatMap((slot) => (slot.fiber ? [slot.fiber] : []))
         return Effect.forEach(fibers, Fiber.await, { discard: true })
       })
     }
