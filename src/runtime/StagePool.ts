@@ -77,8 +77,16 @@ const nativeTracer = Effect.runSync(Effect.tracer)
 
 // ---- the core: executor, settler, heartbeat and watchdog over one table of held leases --------------------
 
+/**
+ * Most finished jobs a pool holds with their outcomes not yet written. In normal running the settle window
+ * keeps it far lower (what finishes during one or two settle statements); it binds only when the database is
+ * slow or away, and it is the hard cap on what a crash repeats beyond the running jobs.
+ */
+export const maxUnsettledFor = (concurrency: number) => Math.max(100, 10 * concurrency)
+
 const makeCore = <A, I, R>(stage: Stage.Stage<A, I, R>, concurrency: number, onRequeued: Effect.Effect<void>) =>
   Effect.gen(function*() {
+    const maxUnsettled = maxUnsettledFor(concurrency)
     const queue = yield* Queue.Queue
     const held = new Map<string, Held>()
     const waiting: Array<Held> = []
@@ -99,7 +107,7 @@ const makeCore = <A, I, R>(stage: Stage.Stage<A, I, R>, concurrency: number, onR
           held.delete(batch[i]!.job.id)
           counts[results[i]!]++
         }
-        onCapacity()
+        startWaiting()
         checkIdle()
       }
     })
@@ -148,7 +156,9 @@ const makeCore = <A, I, R>(stage: Stage.Stage<A, I, R>, concurrency: number, onR
 
     /** The next waiting job that should run; those that die without running (spent, bad payload) settle here. */
     const takeNext = (): { entry: Held; payload: A } | undefined => {
-      while (!stopped && waiting.length > 0) {
+      // finished jobs whose outcomes are not yet written are what a crash would repeat: past the cap (a slow or
+      // absent database), the slots wait for the settler instead of running more
+      while (!stopped && waiting.length > 0 && held.size - running - waiting.length < maxUnsettled) {
         const entry = waiting.shift()!
         const early = JobRun.exhaustedOnClaim(entry.job)
         if (early) {
@@ -371,10 +381,10 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
     // backlog: the last claim came back full, so claim a batch ahead to keep every slot busy; `ahead` grows
     // while the pool runs dry between claims (fast jobs) and shrinks while jobs wait (slow ones)
     let backlog = false
-    const maxAhead = Math.max(concurrency, Math.min(10 * concurrency, 500))
+    // up to 500 ahead (graphile-worker's documented local queue) for fast jobs; slow ones never grow it
+    const maxAhead = Math.max(concurrency, Math.min(50 * concurrency, 500))
     let ahead = concurrency
-    // a crash may repeat finished-but-unsettled jobs: past this many, wait for the settler before claiming more
-    const maxSettling = Math.max(100, 10 * concurrency)
+    const maxSettling = maxUnsettledFor(concurrency)
     const signal = yield* Q.sliding<void>(1)
     const poke = () => Q.unsafeOffer(signal, undefined)
     core.onCapacity = () => {
