@@ -234,7 +234,7 @@ const makeCore = <A, I, R>(stage: Stage.Stage<A, I, R>, concurrency: number, onR
         for (const slot of slots) if (slot.current === undefined) n++
         return n
       }
-      while (!stopped && slots.size < concurrency && waiting.length > idle()) {
+      while (!stopped && slots.size < concurrency && waiting.length > idle() && held.size - running - waiting.length < maxUnsettled) {
         const slot: Slot = { current: undefined, fiber: undefined }
         slots.add(slot)
         slot.fiber = fork(runSlot(slot))
