@@ -104,7 +104,9 @@ const makeCore = <A, I, R>(stage: Stage.Stage<A, I, R>, concurrency: number, onR
       requeued: onRequeued,
       settled: (batch, results) => {
         for (let i = 0; i < batch.length; i++) {
-          held.delete(batch[i]!.job.id)
+          const job = batch[i]!.job
+          // a released job may already be claimed again by this pool, under a new lease: keep that entry
+          if (held.get(job.id)?.job === job) held.delete(job.id)
           counts[results[i]!]++
         }
         startWaiting()
