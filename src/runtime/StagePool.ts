@@ -403,7 +403,9 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
         const want = limit - inHand
         // under a backlog, refill only once the jobs in hand run low: fewer, larger claims
         if (want <= 0 || (backlog && core.waiting.length > Math.floor(ahead / 2)) || core.settling >= maxSettling) break
-        if (backlog) ahead = core.waiting.length === 0 ? Math.min(maxAhead, ahead * 2) : Math.max(concurrency, Math.floor(ahead * 3 / 4))
+        // grow only when slots stand idle for want of jobs (fast jobs); busy slots with jobs waiting shrink it
+        if (backlog && core.waiting.length === 0 && core.running < concurrency) ahead = Math.min(maxAhead, ahead * 2)
+        else if (backlog && core.waiting.length > 0) ahead = Math.max(concurrency, Math.floor(ahead * 3 / 4))
         moreWork = false
         round = yield* Deferred.make<void>()
         const jobs = yield* queue.claim(stage.name, want, claimOptions).pipe(
