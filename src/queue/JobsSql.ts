@@ -21,8 +21,9 @@ const columns = (jobs: ReadonlyArray<ValidJob>) => ({
 })
 
 /**
- * Inserts a batch in one statement. Locking: new rows only; a dedupe-key conflict takes the live row's lock
- * for a no-op update so its id comes back (`deduped`), which waits for a concurrent completion to settle.
+ * Inserts a batch in one statement. Locking: new rows only; a dedupe-key conflict (per org: `jobs_dedupe` is
+ * unique on (org_id, dedupe_key), no-org jobs in a space of their own) takes the live row's lock for a no-op
+ * update so its id comes back (`deduped`), which waits for a concurrent completion to settle.
  */
 export const insertJobs = (sql: Sql, jobs: ReadonlyArray<ValidJob>) => {
   const c = columns(jobs)
@@ -35,7 +36,7 @@ export const insertJobs = (sql: Sql, jobs: ReadonlyArray<ValidJob>) => {
                 ${c.dedupeKeys}::text[]) with ordinality
          as t(stage, org_id, subject_id, payload, priority, delay_ms, run_at, max_attempts, dedupe_key, ord)
     order by ord
-    on conflict (dedupe_key) where dedupe_key is not null do update set dedupe_key = excluded.dedupe_key
+    on conflict (org_id, dedupe_key) where dedupe_key is not null do update set dedupe_key = excluded.dedupe_key
     returning id, (xmax <> 0) as deduped`
 }
 

@@ -5,7 +5,7 @@
 import { Duration, Effect, Either, Exit, Layer } from "effect"
 import * as Db from "../layers/Db.js"
 import type { DeadLetter, ErrorEntry, Job, JobStatus, StageStats, ValidJob } from "./Job.js"
-import { countEnqueued, defaultMaxPayloadBytes, jobFromDeadLetter, JobNotFound, validateAll } from "./Job.js"
+import { countEnqueued, defaultMaxPayloadBytes, isJobId, jobFromDeadLetter, JobNotFound, validateAll } from "./Job.js"
 import * as JobsSql from "./JobsSql.js"
 import * as Outcome from "./Outcome.js"
 import type { DeadLettered, Settled, SettleOptions } from "./Outcome.js"
@@ -58,7 +58,7 @@ export const rowToDeadLetter = (r: Record<string, unknown>): DeadLetter => ({
 })
 
 const ms = (d: Duration.Duration) => Math.max(0, Math.round(Duration.toMillis(d)))
-const isId = (id: string) => /^\d{1,19}$/.test(id)
+const isId = isJobId
 const clampLimit = (n: number | undefined, fallback: number) => Math.max(1, Math.min(n ?? fallback, 10_000))
 
 export const make = (options: QueueOptions = {}) =>
@@ -73,16 +73,17 @@ export const make = (options: QueueOptions = {}) =>
     const enqueueValid = (jobs: ReadonlyArray<import("./Job.js").ValidJob>) =>
       Effect.gen(function*() {
         if (jobs.length === 0) return []
-        // a batch may repeat a dedupe key; ON CONFLICT cannot touch a row twice, so collapse them first
+        // a batch may repeat a dedupe key (per org); ON CONFLICT cannot touch a row twice, so collapse them first
         const firstByKey = new Map<string, number>()
         const unique: Array<import("./Job.js").ValidJob> = []
         const slot: Array<number> = []
         for (const job of jobs) {
-          if (job.dedupeKey !== null && firstByKey.has(job.dedupeKey)) {
-            slot.push(-1 - firstByKey.get(job.dedupeKey)!)
+          const key = job.dedupeKey === null ? null : JSON.stringify([job.orgId, job.dedupeKey])
+          if (key !== null && firstByKey.has(key)) {
+            slot.push(-1 - firstByKey.get(key)!)
             continue
           }
-          if (job.dedupeKey !== null) firstByKey.set(job.dedupeKey, unique.length)
+          if (key !== null) firstByKey.set(key, unique.length)
           slot.push(unique.length)
           unique.push(job)
         }

@@ -7,6 +7,7 @@
  * claimed (a pool or `tick`) and costs no round trip of its own.
  */
 import { Cause, Data, Duration, Effect, Exit, Option } from "effect"
+import * as Db from "../layers/Db.js"
 import type { Job, Lease } from "../queue/Job.js"
 import * as Outcome from "../queue/Outcome.js"
 import * as RetryPolicy from "./RetryPolicy.js"
@@ -57,6 +58,15 @@ export const jobInfo = (job: Job): Stage.JobInfo => ({
 
 export const leaseOf = (job: Job): Lease => ({ id: job.id, lease: job.lease })
 
+/**
+ * Tenancy: the handler's database work runs under the job's org (Db.forOrg: row-level security in the worker
+ * too, each statement or transaction as the tenant, none held open across outside calls). Jobs with no org run
+ * as the owner: the pool's slots are started owner-level (`Db.asOwner`), so they need no wrapper of their own.
+ * Settling the outcome stays owner-level.
+ */
+export const underJobOrg = <A, E, R>(job: Job, handler: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  job.orgId === null ? handler : Db.forOrg(job.orgId)(handler)
+
 /** A failed run, through the stage's policy, to Retry / Reschedule / DeadLetter. */
 export const decideFailure = (
   stage: Stage.Any,
@@ -105,7 +115,16 @@ export const decideExit = (
   why: { readonly timedOut: boolean; readonly leaseLost: boolean }
 ): Decided | Effect.Effect<Decided> => {
   if (Exit.isSuccess(exit)) {
-    return { outcome: Outcome.complete(leaseOf(job), exit.value ? exit.value.followUps : []), kind: "defect" }
+    // an org's job hands off within its org: a follow-up without an org takes the job's, another org is refused
+    const followUps = (exit.value ? exit.value.followUps : []).map((f) =>
+      f.orgId === undefined && job.orgId !== null ? { ...f, orgId: job.orgId } : f
+    )
+    const foreign = job.orgId === null ? undefined : followUps.find((f) => f.orgId !== job.orgId)
+    if (foreign !== undefined) {
+      const message = `follow-up to ${foreign.stage} names another org than the job's`
+      return { outcome: Outcome.deadLetter(leaseOf(job), { tag: "InvalidFollowUp", message }), kind: "defect", note: `dead-lettered: ${message}` }
+    }
+    return { outcome: Outcome.complete(leaseOf(job), followUps), kind: "defect" }
   }
   if (Cause.isInterruptedOnly(exit.cause)) {
     if (why.timedOut) {

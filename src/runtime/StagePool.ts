@@ -23,6 +23,7 @@
  * 4. A job that never started is released, never retried: it spent no attempt.
  */
 import { Cause, Clock, Deferred, Duration, Effect, Exit, Fiber, FiberRef, HashMap, HashSet, Logger, Metric, Option, Queue as Q, Runtime, Schedule, Schema, Scope } from "effect"
+import * as Db from "../layers/Db.js"
 import * as JobRun from "./JobRun.js"
 import * as Metrics from "./Metrics.js"
 import * as Settler from "./Settler.js"
@@ -136,6 +137,7 @@ const makeCore = <A, I, R>(stage: Stage.Stage<A, I, R>, concurrency: number, onR
     const loggers = yield* FiberRef.get(FiberRef.currentLoggers)
     // the slots inherit this fiber's context and the stage's annotation, set once for the pool
     const runtime = yield* Effect.runtime<R | Queue.Queue>().pipe(
+      Db.asOwner,
       Effect.annotateLogs({ stage: stage.name }),
       Effect.locally(FiberRef.currentLoggers, HashSet.map(loggers, withJob))
     )
@@ -150,7 +152,7 @@ const makeCore = <A, I, R>(stage: Stage.Stage<A, I, R>, concurrency: number, onR
 
     const handlerOf = (entry: Held, payload: A): Effect.Effect<void | Stage.Completion, unknown, R> => {
       const job = entry.job
-      const run = stage.handler(payload, JobRun.jobInfo(job))
+      const run = JobRun.underJobOrg(job, stage.handler(payload, JobRun.jobInfo(job)))
       return traced
         ? Effect.withSpan(run, `stage.${stage.name}`, { attributes: { jobId: job.id, attempt: job.attempts + 1 }, captureStackTrace: false })
         : run
