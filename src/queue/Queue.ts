@@ -21,7 +21,10 @@ import type {
   StageStats
 } from "./Job.js"
 
+import type { Outcome, Settled, SettleOptions } from "./Outcome.js"
+
 export * from "./Job.js"
+export * as Outcome from "./Outcome.js"
 
 export type QueueError = Db.DbError
 
@@ -64,6 +67,13 @@ export class Queue extends Context.Tag("pgfiber/Queue")<Queue, {
   readonly claim: (stage: string, limit: number, options: ClaimOptions) => Effect.Effect<ReadonlyArray<Job>, QueueError>
   /** Extends the leases still held; returns the ids that were (others were fenced out or cancelled). */
   readonly heartbeat: (leases: ReadonlyArray<Lease>, leaseFor: Duration.Duration) => Effect.Effect<ReadonlyArray<JobId>, QueueError>
+  /**
+   * Writes a batch of outcomes of every kind in one statement, each fenced by its job's lease (follow-ups
+   * enqueued and `onDeadLettered` run in the same transaction); one result per outcome, in order.
+   */
+  readonly settle: (outcomes: ReadonlyArray<Outcome>, options?: SettleOptions) => Effect.Effect<ReadonlyArray<Settled>, QueueError>
+  /** Inside a transaction, runs `effect` so that when it fails its writes alone roll back; else its own transaction. */
+  readonly savepoint: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | QueueError, R>
   /** Completes a batch (group commit); returns the ids whose lease still held. */
   readonly completeMany: (leases: ReadonlyArray<Lease>) => Effect.Effect<ReadonlyArray<JobId>, QueueError>
   /** Completes one job and enqueues its follow-ups atomically; false when fenced out. */
@@ -87,8 +97,8 @@ export class Queue extends Context.Tag("pgfiber/Queue")<Queue, {
   readonly release: (leases: ReadonlyArray<Lease>) => Effect.Effect<ReadonlyArray<JobId>, QueueError>
   /**
    * Requeues jobs whose lease expired (their worker died), spending an attempt; one reaper at a time. A job
-   * whose last attempt that was is requeued too, never dead-lettered here: the reaper may run in a process
-   * without the stage, so the stage's own claim dead-letters it (and runs its `onDeadLetter`).
+   * whose last attempt that was is requeued too (attempts = max): its stage's claim dead-letters it, so the
+   * stage's onDeadLetter runs; `deadLettered` is always 0.
    */
   readonly reapExpired: Effect.Effect<ReapResult, QueueError>
   /** When something next needs doing, in ms from now by the database clock (0 when overdue; null: nothing). */

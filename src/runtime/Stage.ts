@@ -27,19 +27,20 @@ export interface Completion {
   readonly followUps: ReadonlyArray<Job.NewJob>
 }
 
-/**
- * A job that died for good: what `onDeadLetter` hears. `kind` says why: a typed failure (Permanent, a retry
- * schedule or the attempts exhausted by typed errors), a defect or a handler timeout on the last attempt, a
- * lease that expired after the last attempt (the worker was killed), or a payload that fails the stage's Schema.
- */
+export const complete = (followUps: ReadonlyArray<Job.NewJob> = []): Completion => ({ _tag: "Completion", followUps })
+
+/** A job that died for good, as its stage's `onDeadLetter` sees it. */
 export interface DeadLettered {
   readonly job: JobInfo
   /** The message that lands in the dead-letter row. */
   readonly reason: string
+  /**
+   * What killed it: a typed failure the policy dead-letters (Permanent, a poll budget spent), a defect or a
+   * timeout the policy dead-letters, attempts exhausted (the last run failed, or its lease expired), or a
+   * payload that fails the stage's Schema.
+   */
   readonly kind: "failure" | "defect" | "timeout" | "exhausted" | "invalidPayload"
 }
-
-export const complete = (followUps: ReadonlyArray<Job.NewJob> = []): Completion => ({ _tag: "Completion", followUps })
 
 /**
  * Who may submit jobs to a stage: `public` stages tenants may submit over the HTTP API (`POST /jobs`);
@@ -64,15 +65,10 @@ export interface StageOptions<A, I, R> {
   readonly maxAttempts?: number
   readonly priority?: Job.Priority
   /**
-   * Finished jobs whose outcome may still be on its way to the database while their slot already runs the
-   * next job. 0 (the default) means a crash repeats at most `concurrency` finished handlers; raising it
-   * lifts throughput for very short jobs, and a crash may then repeat up to `concurrency + settleAhead`.
-   */
-  readonly settleAhead?: number
-  /**
-   * What happens to the job's subject when the job dies for good, whatever the cause. Run in the transaction
-   * that dead-letters the job (so `Db.run` joins it), inside a savepoint: its writes commit with the dead
-   * letter; if it fails, they roll back, the failure is logged and the dead letter still commits.
+   * Runs when a job of this stage dies for good, whatever the cause, inside the transaction that moves it to
+   * the dead-letter table (so `Db.run` joins it) and a savepoint of its own: its writes commit with the dead
+   * letter; when it fails, its writes roll back, the failure is logged and the dead letter still commits.
+   * A pipeline marks its subject failed here.
    */
   readonly onDeadLetter?: (dead: DeadLettered) => Effect.Effect<void, unknown, R>
 }
@@ -88,8 +84,7 @@ export interface Stage<A, I, R> {
   readonly policy: RetryPolicy.RetryPolicy
   readonly maxAttempts: number
   readonly priority: Job.Priority
-  readonly settleAhead: number
-  readonly onDeadLetter?: ((dead: DeadLettered) => Effect.Effect<void, unknown, R>) | undefined
+  readonly onDeadLetter: ((dead: DeadLettered) => Effect.Effect<void, unknown, R>) | undefined
 }
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -110,7 +105,6 @@ export const make = <A, I, R>(options: StageOptions<A, I, R>): Stage<A, I, R> =>
   policy: options.policy ?? RetryPolicy.defaultPolicy,
   maxAttempts: options.maxAttempts ?? 5,
   priority: options.priority ?? "normal",
-  settleAhead: Math.max(0, Math.floor(options.settleAhead ?? 0)),
   onDeadLetter: options.onDeadLetter
 })
 
