@@ -6,8 +6,9 @@
  * - lost: every enqueued job was completed exactly once (a row in chaos_completions, written by a trigger on
  *   the jobs table's DELETE) and nothing is left in jobs or dead_letters;
  * - stuck: no job is left queued, running or leased;
- * - duplicates: executions beyond one per job, at most kills × concurrency (a SIGKILL loses at most the jobs
- *   its pools held);
+ * - duplicates: executions beyond one per job, at most kills × 2 × concurrency: a SIGKILL repeats the jobs
+ *   its pools were running (≤ concurrency) and those finished within one settle window whose outcomes had not
+ *   committed yet (at these handler lengths, ≤ concurrency; see docs/benchmarks.md for the bound);
  * - fenced: every completion was made by the lease holder. The trigger records the completing session's
  *   application_name (each worker sets it to its worker id) next to the row's locked_by (the worker whose
  *   claim produced the current lease), and the completing worker must have an execution of that attempt.
@@ -243,13 +244,14 @@ const main = async () => {
   const maxFromOneKill = byWorker.filter((r) => killedIds.has(r.worker)).reduce((a, r) => Math.max(a, Number(r.n)), 0)
   const fencedRefusals = workers.reduce((sum, w) => sum + w.metrics.fenced, 0)
   const duplicates = executions - executedJobs
-  const duplicateBudget = events.kills * settings.concurrency
+  // running (≤ concurrency) + finished within one settle window (≤ concurrency for handlers ≥ 20 ms)
+  const duplicateBudget = events.kills * 2 * settings.concurrency
 
   const checks = [
     { name: "no job lost: every enqueued job completed", ok: completedJobs === jobs && deadLetters === 0, detail: `${completedJobs}/${jobs} completed, ${deadLetters} dead-lettered` },
     { name: "no job stuck: nothing queued, running or leased", ok: Number(left.total) === 0, detail: `${left.queued} queued, ${left.running} running, ${left.leased} leased` },
     { name: "each job completed exactly once", ok: completions === completedJobs, detail: `${completions} completions of ${completedJobs} jobs` },
-    { name: `duplicate executions ≤ kills × concurrency (${duplicateBudget})`, ok: duplicates <= duplicateBudget, detail: `${duplicates} duplicate(s), at most ${maxExecutions} runs of one job` },
+    { name: `duplicate executions ≤ kills × 2 × concurrency (${duplicateBudget})`, ok: duplicates <= duplicateBudget, detail: `${duplicates} duplicate(s), at most ${maxExecutions} runs of one job` },
     { name: "no completion by a fenced-out worker (deleted_by = lease holder)", ok: notByHolder === 0, detail: `${notByHolder} completion(s) not by the lease holder` },
     { name: "every completion matches an execution of that attempt by that worker", ok: withoutExecution === 0, detail: `${withoutExecution} without one` },
     { name: "the chaos happened (kills, listener terminations, a restart)", ok: events.kills > 0 && events.listenerTerminations > 0 && events.restarts === 1, detail: `${events.kills} kills, ${events.listenerTerminations} listener terminations, ${events.restarts} restart` },

@@ -383,7 +383,9 @@ export const raw = async (cluster: Cluster, run: number, options: { jobs: number
           if (rows.length === 0) return
           const ids = rows.map((r) => String(r.id))
           const leases = rows.map((r) => Number(r.lease))
-          const deleted = await JobsSql.deleteCompleted(sql, ids, leases)
+          const deleted = await JobsSql.settleOutcomes(sql, pgfiberSchema, {
+            ids, leases, kinds: ids.map(() => "complete"), delays: ids.map(() => 0), tags: ids.map(() => null), messages: ids.map(() => null)
+          })
           done += deleted.length
         }
       }))

@@ -9,12 +9,13 @@
 -- schema's tables (pg_cron runs each job as the user who scheduled it):
 --   psql "$DATABASE_URL" -v ON_ERROR_STOP=1 -f deploy/pg_cron.sql
 -- The reaper below is the one in src/queue/JobsSql.ts (tryReaperLock, removeExpiredCancelled,
--- deadLetterExpired, requeueExpired), under the same advisory lock, so it never races a worker's reaper.
+-- requeueExpired), under the same advisory lock, so it never races a worker's reaper.
 
 create extension if not exists pg_cron;
 
 -- Every minute: jobs whose worker died (lease expired, no heartbeat) go back to the queue with the attempt
--- spent, or to the dead letters when no attempt is left; cancelled jobs whose worker is gone are removed.
+-- spent, even the last one: the stage's next claim dead-letters such a job and runs the stage's onDeadLetter
+-- (marking its call or document failed), which SQL here cannot do. Cancelled jobs whose worker is gone are removed.
 select cron.schedule('pgfiber-reap-expired', '* * * * *', $reap$
 do $body$
 declare
@@ -26,22 +27,6 @@ begin
 
   delete from pgfiber.jobs where id in (
     select id from pgfiber.jobs where status = 'cancelled' and locked_until < now() for update skip locked);
-
-  with dead as (
-    delete from pgfiber.jobs where id in (
-      select id from pgfiber.jobs
-      where status = 'running' and locked_until < now() and attempts + 1 >= max_attempts
-      for update skip locked)
-    returning *
-  )
-  insert into pgfiber.dead_letters (job_id, stage, org_id, subject_id, payload, priority, attempts, max_attempts,
-                                    dedupe_key, reason, error_history, job_created_at)
-  select id, stage, org_id, subject_id, payload, priority, attempts + 1, max_attempts, dedupe_key,
-         'lease expired: the worker ' || coalesce(locked_by, '?') || ' stopped heartbeating (attempts exhausted)',
-         errors || jsonb_build_array(jsonb_build_object('attempt', attempts + 1, 'at', now(), 'tag', 'LeaseExpired',
-           'message', 'lease expired: the worker ' || coalesce(locked_by, '?') || ' stopped heartbeating')),
-         created_at
-  from dead;
 
   for woken in
     with expired as (

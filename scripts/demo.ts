@@ -179,7 +179,8 @@ const demo = Effect.gen(function*() {
     if (call.error) console.log(`  error      ${call.error}`)
     for (const [i, a] of call.artifacts.entries()) {
       const details = a.kind === "audio" ? `${kb(a.bytes)}, ${secondsOf(a.durationMs)}, ${a.channels} channel(s), ${a.contentType}` : kb(a.bytes)
-      console.log(`  ${i === 0 ? "artifacts " : "          "} ${pad(a.kind, 7)} ${a.storageKey} (${details})`)
+      const removed = a.removedAt ? ", removed from storage after the transcript (retention)" : ""
+      console.log(`  ${i === 0 ? "artifacts " : "          "} ${pad(a.kind, 7)} ${a.storageKey} (${details}${removed})`)
     }
     if (call.transcript) {
       const t = call.transcript
@@ -194,6 +195,14 @@ const demo = Effect.gen(function*() {
         `  analysis   ${a.analyzer}: ${a.totalWords} words, ${secondsOf(a.durationMs)}, silence ${(a.silenceRatio * 100).toFixed(1)}%, ` +
           `keywords ${a.keywords.slice(0, 5).map((k) => `${k.word}×${k.count}`).join(", ")}`
       )
+      // the generated call puts the agent on the left channel (0) and the client on the right (1)
+      const side = (channel: string) => (channel === "0" ? " (agent, left)" : channel === "1" ? " (client, right)" : "")
+      for (const c of a.channels) {
+        console.log(
+          `  talk time  channel ${c.channel}${pad(side(c.channel), 16)} ${secondsOf(c.talkMs)} (${(c.share * 100).toFixed(0)}%), ` +
+            `${c.words} words, ${c.wordsPerMinute} words/min`
+        )
+      }
     }
     const traffic = yield* Effect.all([
       simulator.count("recognizeFileAsync"),

@@ -172,10 +172,10 @@ export const EnqueueRequest = Schema.Struct({
   priority: Schema.optional(Schema.Union(Schema.Literal("fast", "normal", "bulk"), Schema.Int.pipe(Schema.between(0, 100)))),
   /** Run no sooner than this many milliseconds from now. */
   delayMs: Schema.optional(Schema.Int.pipe(Schema.between(0, 366 * 24 * 3600 * 1000))),
-  /** Run no sooner than this instant (ISO 8601, 1970 to 9999); wins over delayMs. */
+  /** Run no sooner than this instant (ISO 8601, years 1 to 9999); wins over delayMs. */
   runAt: Schema.optional(Schema.Date.pipe(
     Schema.filter((d) => d.getTime() >= Job.runAtRange.min && d.getTime() <= Job.runAtRange.max, {
-      message: () => "runAt must be between 1970-01-01 and 9999-12-31 (UTC)"
+      message: () => "runAt must be between 0001-01-01 and 9999-12-31 (UTC)"
     })
   )),
   maxAttempts: Schema.optional(Schema.Int.pipe(Schema.between(1, 1000))),

@@ -1,6 +1,7 @@
 /**
  * ffprobe / ffmpeg as a service: inspect a recording, turn it into what SpeechKit wants (OGG Opus,
- * mono, 48 kHz), and synthesize a fake call for demos and tests, so nothing is ever downloaded.
+ * 48 kHz; a two-channel recording stays two channels, anything else becomes mono), and synthesize a fake
+ * call for demos and tests, so nothing is ever downloaded.
  *
  * The binaries come from `@ffmpeg-installer/ffmpeg` / `@ffprobe-installer/ffprobe` unless
  * `FFMPEG_PATH` / `FFPROBE_PATH` say otherwise; both are run once when the layer starts, so a
@@ -286,7 +287,12 @@ export const make = (binaries: Binaries) =>
       if (probed.audioStreams === 0) {
         return yield* new JobError.Permanent({ message: `no audio stream in ${from} (format ${probed.formatName})` })
       }
-      // SpeechKit's async recognition takes OGG Opus; voip tuning and 32k keep speech clear and files small.
+      // SpeechKit's async recognition takes OGG Opus; voip tuning and 32k a channel keep speech clear and files
+      // small. A call recorded in stereo (agent on one side, client on the other) keeps its two channels:
+      // SpeechKit recognises each channel of an OGG separately and tags its results, so who said what survives.
+      // Other layouts (5.1 video, odd multi-track) are mixed down to one channel.
+      const channels = probed.audio?.channels === 2 ? 2 : 1
+      yield* Effect.annotateCurrentSpan({ channels })
       yield* runFfmpeg(
         [
           "-y",
@@ -296,13 +302,13 @@ export const make = (binaries: Binaries) =>
           "0:a:0",
           "-vn",
           "-ac",
-          "1",
+          String(channels),
           "-ar",
           "48000",
           "-c:a",
           "libopus",
           "-b:a",
-          "32k",
+          `${32 * channels}k`,
           "-application",
           "voip",
           "-f",

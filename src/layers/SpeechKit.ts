@@ -15,11 +15,13 @@
  *
  * | outcome                                                  | error                                                     |
  * | -------------------------------------------------------- | --------------------------------------------------------- |
- * | HTTP 429                                                 | `RateLimited` after `Retry-After` (seconds or HTTP-date), else `defaultRetryAfter` (60 s: the async quotas are per hour) |
+ * | HTTP 429                                                 | `RateLimited` after `Retry-After` (seconds or HTTP-date), else `defaultRetryAfter` (60 s: the async quotas are per hour); capped at `maxRetryAfter` (10 min) |
  * | HTTP 5xx, 408, 409, network error, per-request timeout   | `Transient`                                               |
+ * | getRecognition 404 (results not readable yet after done) | asked again `resultNotFoundRetries` times (1 s, 2 s, 4 s), then `Permanent` |
  * | any other 4xx (400, 401, 403, 404, …)                    | `Permanent` with the server's `message` and gRPC `code`   |
- * | 2xx whose body fails its Schema                          | `Transient`: a truncated or proxy-mangled 200 is worth another try; a real contract change exhausts the attempts and dead-letters anyway |
- * | Operation with `error`                                   | `Permanent` with its `code` and `message`                 |
+ * | 2xx whose body is not JSON or not the contract           | `Permanent`: the server answered, and a retry gets the same answer (a mismatch of contract, or a proxy page); a body cut short on the wire fails the read first, as `Transient`. The documents client follows the same rule |
+ * | Operation with `error` code 4, 13 or 14                  | success `{ done: true, retryable }`: the caller re-submits (bounded) |
+ * | Operation with any other `error`                         | `Permanent` with its `code` and `message`                 |
  * | an `{ "error": Status }` line inside the result stream   | by gRPC code: 8 → `RateLimited`, 2/4/10/13/14 → `Transient`, else `Permanent` |
  *
  * Secrets are `Redacted` and never logged: the platform's span attributes redact `authorization`, and
@@ -29,7 +31,7 @@ import * as FetchHttpClient from "@effect/platform/FetchHttpClient"
 import * as HttpClient from "@effect/platform/HttpClient"
 import * as HttpClientRequest from "@effect/platform/HttpClientRequest"
 import type * as HttpClientResponse from "@effect/platform/HttpClientResponse"
-import { Clock, Config, ConfigError, Context, Duration, Effect, Either, Layer, Option, ParseResult, Redacted, Ref, Schema } from "effect"
+import { Clock, Config, ConfigError, Context, Duration, Effect, Either, Layer, Option, ParseResult, Redacted, Ref, Schedule, Schema } from "effect"
 import * as JobError from "../JobError.js"
 
 export const defaultSttUrl = "https://stt.api.cloud.yandex.net"
@@ -42,7 +44,20 @@ export interface StartRecognition {
   readonly model?: string | undefined
 }
 
-export type OperationStatus = { readonly done: false } | { readonly done: true }
+/**
+ * A finished operation; `retryable` when it ended with a gRPC code a fresh recognition may cure (4
+ * DEADLINE_EXCEEDED, 13 INTERNAL, 14 UNAVAILABLE): the caller re-submits, a bounded number of times.
+ */
+export type OperationStatus =
+  | { readonly done: false }
+  | { readonly done: true }
+  | { readonly done: true; readonly retryable: { readonly code: number; readonly message: string } }
+
+/** SpeechKit's limits for async recognition (stt/limits): audio length counts every channel. */
+export const limits = {
+  maxDuration: Duration.hours(4),
+  maxBytes: 1024 * 1024 * 1024
+} as const
 
 /** One utterance. `channel` is SpeechKit's `channelTag` as sent ("0", "1", …). */
 export interface Segment {
@@ -87,6 +102,15 @@ export interface Options {
   readonly timeout?: Duration.DurationInput | undefined
   /** Delay for a 429 without a usable `Retry-After`. Default 60 seconds. */
   readonly defaultRetryAfter?: Duration.DurationInput | undefined
+  /** A `Retry-After` above this is cut to it, so one odd header cannot park a job for days. Default 10 minutes. */
+  readonly maxRetryAfter?: Duration.DurationInput | undefined
+  /**
+   * getRecognition right after the operation says `done` may still answer 404 (the results are not readable
+   * yet): it is asked again this many times, waiting `resultRetryDelay`, doubling, before the 404 is Permanent.
+   * Defaults 3 and 1 second.
+   */
+  readonly resultNotFoundRetries?: number | undefined
+  readonly resultRetryDelay?: Duration.DurationInput | undefined
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -174,7 +198,10 @@ export const make = (options: Options): Effect.Effect<SpeechKit["Type"], never, 
     const model = options.model ?? "general"
     const language = options.language ?? "ru-RU"
     const timeout = Duration.decode(options.timeout ?? Duration.seconds(30))
-    const defaultRetryAfter = Duration.decode(options.defaultRetryAfter ?? Duration.seconds(60))
+    const maxRetryAfter = Duration.decode(options.maxRetryAfter ?? Duration.minutes(10))
+    const defaultRetryAfter = Duration.min(Duration.decode(options.defaultRetryAfter ?? Duration.seconds(60)), maxRetryAfter)
+    const resultNotFoundRetries = Math.max(0, Math.floor(options.resultNotFoundRetries ?? 3))
+    const resultRetryDelay = Duration.decode(options.resultRetryDelay ?? Duration.seconds(1))
 
     const authorize = (request: HttpClientRequest.HttpClientRequest) => {
       // Redacted.value only here, at the moment the header is built; the tracer redacts `authorization`.
@@ -190,7 +217,7 @@ export const make = (options: Options): Effect.Effect<SpeechKit["Type"], never, 
       Effect.gen(function*() {
         const response = yield* client.execute(authorize(HttpClientRequest.acceptJson(request)))
         if (response.status >= 200 && response.status < 300) return yield* response.text
-        return yield* Effect.fail(yield* failureOf(call, response, defaultRetryAfter))
+        return yield* Effect.fail(yield* failureOf(call, response, defaultRetryAfter, maxRetryAfter))
       }).pipe(
         Effect.catchTags({
           RequestError: (error) => Effect.fail(new JobError.Transient({ message: `SpeechKit ${call}: ${error.reason} error: ${error.message}` })),
@@ -233,20 +260,36 @@ export const make = (options: Options): Effect.Effect<SpeechKit["Type"], never, 
         HttpClientRequest.get(`${operationUrl}/operations/${encodeURIComponent(operationId)}`)
       )
       const operation = yield* decodeJson("getOperation", Operation, text)
-      // `error` may show before `done` (operation.md); a recognition cannot recover from it, so fail now.
-      if (operation.error) return yield* Effect.fail(operationFailed(operationId, operation.error))
+      // `error` may show before `done` (operation.md); this recognition cannot recover from it, so it ends now
+      if (operation.error) {
+        const { code, message } = operation.error
+        if (code !== undefined && resubmittableGrpcCodes.has(code)) {
+          return { done: true, retryable: { code, message: message ?? "no message" } } as const
+        }
+        return yield* Effect.fail(operationFailed(operationId, operation.error))
+      }
       return operation.done === true ? { done: true } as const : { done: false } as const
     })
 
     const getRecognition = Effect.fn("SpeechKit.getRecognition")(function*(operationId: string) {
       yield* Effect.annotateCurrentSpan("operationId", operationId)
-      const text = yield* send(
-        "getRecognition",
-        HttpClientRequest.get(`${sttUrl}/stt/v3/getRecognition`, { urlParams: { operationId } })
+      const read = send("getRecognition", HttpClientRequest.get(`${sttUrl}/stt/v3/getRecognition`, { urlParams: { operationId } }))
+      // only called once the operation is done: a 404 now means "not readable yet", which passes in seconds
+      const text = yield* read.pipe(
+        Effect.retry({
+          while: (e) => e._tag === "Permanent" && / HTTP 404: /.test(e.message),
+          schedule: Schedule.exponential(resultRetryDelay),
+          times: resultNotFoundRetries
+        }),
+        Effect.mapError((e) =>
+          e._tag === "Permanent" && / HTTP 404: /.test(e.message)
+            ? new JobError.Permanent({ message: `${e.message} (still not found after ${resultNotFoundRetries} retries)` })
+            : e
+        )
       )
       const objects = splitJsonObjects(text)
       if (Either.isLeft(objects)) {
-        return yield* Effect.fail(new JobError.Transient({ message: `SpeechKit getRecognition: malformed result stream: ${objects.left}` }))
+        return yield* Effect.fail(new JobError.Permanent({ message: `SpeechKit getRecognition: malformed result stream: ${objects.left}` }))
       }
       const results: Array<StreamingResponse> = []
       for (const object of objects.right) {
@@ -384,10 +427,11 @@ export const splitJsonObjects = (text: string): Either.Either<Array<string>, str
 const decodeJson = <A, I>(call: string, schema: Schema.Schema<A, I>, text: string) =>
   decodeValue(call, Schema.parseJson(schema), text)
 
+/** A 2xx body that is not the contract is Permanent (see the table above); one rule with the documents client. */
 const decodeValue = <A, I>(call: string, schema: Schema.Schema<A, I>, value: unknown) =>
   Schema.decodeUnknown(schema)(value).pipe(
     Effect.mapError((error) =>
-      new JobError.Transient({
+      new JobError.Permanent({
         message: `SpeechKit ${call}: unexpected response body: ${truncate(ParseResult.TreeFormatter.formatErrorSync(error), 500)}`
       })
     )
@@ -401,6 +445,9 @@ const operationFailed = (operationId: string, status: typeof Status.Type) =>
 /** gRPC codes a retry can cure: UNKNOWN, DEADLINE_EXCEEDED, ABORTED, INTERNAL, UNAVAILABLE. */
 const transientGrpcCodes = new Set([2, 4, 10, 13, 14])
 
+/** An operation that ended with these (DEADLINE_EXCEEDED, INTERNAL, UNAVAILABLE) is worth starting again. */
+export const resubmittableGrpcCodes: ReadonlySet<number> = new Set([4, 13, 14])
+
 const streamFailure = (status: typeof Status.Type, defaultRetryAfter: Duration.Duration): SpeechKitError => {
   const message = `SpeechKit getRecognition: stream error (gRPC code ${status.code ?? "unknown"}): ${status.message ?? "no message"}`
   if (status.code === 8) return new JobError.RateLimited({ message, retryAfter: defaultRetryAfter })
@@ -409,7 +456,12 @@ const streamFailure = (status: typeof Status.Type, defaultRetryAfter: Duration.D
 }
 
 /** Maps a non-2xx response to its JobError, with the server's google.rpc.Status message when it sent one. */
-const failureOf = (call: string, response: HttpClientResponse.HttpClientResponse, defaultRetryAfter: Duration.Duration) =>
+const failureOf = (
+  call: string,
+  response: HttpClientResponse.HttpClientResponse,
+  defaultRetryAfter: Duration.Duration,
+  maxRetryAfter: Duration.Duration
+) =>
   Effect.gen(function*() {
     const body = yield* response.text.pipe(Effect.orElseSucceed(() => ""))
     const status = Schema.decodeUnknownOption(Schema.parseJson(Status))(body)
@@ -421,7 +473,10 @@ const failureOf = (call: string, response: HttpClientResponse.HttpClientResponse
     if (response.status === 429) {
       const now = yield* Clock.currentTimeMillis
       const retryAfter = parseRetryAfter(response.headers["retry-after"], now)
-      return new JobError.RateLimited({ message, retryAfter: Option.getOrElse(retryAfter, () => defaultRetryAfter) })
+      return new JobError.RateLimited({
+        message,
+        retryAfter: Duration.min(Option.getOrElse(retryAfter, () => defaultRetryAfter), maxRetryAfter)
+      })
     }
     if (response.status >= 500 || response.status === 408 || response.status === 409) {
       return new JobError.Transient({ message })
@@ -457,7 +512,9 @@ export const config: Config.Config<Options> = Config.all({
   operationUrl: Config.string("SPEECHKIT_OPERATION_URL").pipe(Config.withDefault(defaultOperationUrl)),
   model: Config.string("SPEECHKIT_MODEL").pipe(Config.withDefault("general")),
   language: Config.string("SPEECHKIT_LANGUAGE").pipe(Config.withDefault("ru-RU")),
-  timeoutMs: Config.integer("SPEECHKIT_TIMEOUT_MS").pipe(Config.withDefault(30_000))
+  timeoutMs: Config.integer("SPEECHKIT_TIMEOUT_MS").pipe(Config.withDefault(30_000)),
+  maxRetryAfterMs: Config.integer("SPEECHKIT_MAX_RETRY_AFTER_MS").pipe(Config.withDefault(600_000)),
+  resultNotFoundRetries: Config.integer("SPEECHKIT_RESULT_404_RETRIES").pipe(Config.withDefault(3))
 }).pipe(Config.mapOrFail((raw) => {
   const apiKey = nonEmpty(raw.apiKey, Redacted.value)
   const iamToken = nonEmpty(raw.iamToken, Redacted.value)
@@ -473,6 +530,12 @@ export const config: Config.Config<Options> = Config.all({
   if (raw.timeoutMs <= 0) {
     return Either.left(ConfigError.InvalidData(["SPEECHKIT_TIMEOUT_MS"], "must be a positive number of milliseconds"))
   }
+  if (raw.maxRetryAfterMs <= 0) {
+    return Either.left(ConfigError.InvalidData(["SPEECHKIT_MAX_RETRY_AFTER_MS"], "must be a positive number of milliseconds"))
+  }
+  if (raw.resultNotFoundRetries < 0) {
+    return Either.left(ConfigError.InvalidData(["SPEECHKIT_RESULT_404_RETRIES"], "must be 0 or more"))
+  }
   return Either.right({
     credentials: credentials.value,
     folderId: Option.getOrUndefined(nonEmpty(raw.folderId, (s) => s)),
@@ -480,7 +543,9 @@ export const config: Config.Config<Options> = Config.all({
     operationUrl: raw.operationUrl,
     model: raw.model,
     language: raw.language,
-    timeout: Duration.millis(raw.timeoutMs)
+    timeout: Duration.millis(raw.timeoutMs),
+    maxRetryAfter: Duration.millis(raw.maxRetryAfterMs),
+    resultNotFoundRetries: raw.resultNotFoundRetries
   })
 }))
 
@@ -544,7 +609,10 @@ export const makeMemory = (script: (request: StartRecognition) => MemoryScript =
       if (!entry) return yield* Effect.fail(notFound(operationId))
       if (!isDone(entry)) return { done: false } as const
       const outcome = entry.script.outcome
-      if (outcome?._tag === "Failed") return yield* Effect.fail(operationFailed(operationId, outcome))
+      if (outcome?._tag === "Failed") {
+        if (resubmittableGrpcCodes.has(outcome.code)) return { done: true, retryable: { code: outcome.code, message: outcome.message } } as const
+        return yield* Effect.fail(operationFailed(operationId, outcome))
+      }
       return { done: true } as const
     })
 

@@ -245,7 +245,7 @@ export const jsonProblem = (value: unknown, path: string, seen: Set<unknown> = n
 }
 
 /** The instants a job may be scheduled at: inside what PostgreSQL and an ISO 8601 timestamp both hold. */
-export const runAtRange = { min: Date.UTC(1970, 0, 1), max: Date.UTC(9999, 11, 31, 23, 59, 59, 999) } as const
+export const runAtRange = { min: new Date("0001-01-01T00:00:00Z").getTime(), max: Date.UTC(9999, 11, 31, 23, 59, 59, 999) } as const
 
 export interface ValidateOptions {
   readonly maxPayloadBytes: number
@@ -304,7 +304,7 @@ export const validate = (job: NewJob, options: ValidateOptions): Either.Either<V
   if (job.runAt !== undefined) {
     if (!(job.runAt instanceof Date) || Number.isNaN(job.runAt.getTime())) return fail("runAt", "runAt must be a valid Date")
     if (job.runAt.getTime() < runAtRange.min || job.runAt.getTime() > runAtRange.max) {
-      return fail("runAt", "runAt must be between 1970-01-01 and 9999-12-31 (UTC)")
+      return fail("runAt", "runAt must be between 0001-01-01 and 9999-12-31 (UTC)")
     }
     runAt = job.runAt
   }

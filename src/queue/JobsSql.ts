@@ -40,12 +40,18 @@ export const insertJobs = (sql: Sql, jobs: ReadonlyArray<ValidJob>) => {
     returning id, (xmax <> 0) as deduped`
 }
 
-/** Claims due jobs. Locking: FOR UPDATE SKIP LOCKED on the ready index, so claimers never wait on each other. */
+/**
+ * Claims due jobs. Locking: FOR UPDATE SKIP LOCKED on the ready index, so claimers never wait on each other.
+ * The claim commits without waiting for its WAL flush (`synchronous_commit` off for this transaction only):
+ * a crash can lose only the lease, which leaves the job queued or lets the reaper requeue it, and the fence
+ * refuses any outcome written under a lost lease. It saves a flush on every wake-up.
+ */
 export const claimReady = (sql: Sql, stage: string, limit: number, workerId: string, leaseMs: number) =>
   sql<Array<Record<string, unknown>>>`
     with next as (
       select id from jobs
       where stage = ${stage} and status = 'queued' and available_at <= now()
+        and (select set_config('synchronous_commit', 'off', true)) = 'off'
       order by priority, available_at, id
       limit ${limit}
       for update skip locked
@@ -64,84 +70,79 @@ export const extendLeases = (sql: Sql, ids: ReadonlyArray<string>, leases: Reado
     where j.id = h.id and j.lease = h.lease and j.status = 'running'
     returning j.id`
 
-/** Deletes finished jobs (group commit). Locking: row locks on the caller's own leases; a fenced row is skipped. */
-export const deleteCompleted = (sql: Sql, ids: ReadonlyArray<string>, leases: ReadonlyArray<number>) =>
-  sql<Array<{ id: string }>>`
-    delete from jobs j
-    using unnest(${ids}::bigint[], ${leases}::int[]) as d(id, lease)
-    where j.id = d.id and j.lease = d.lease and j.status in ('running', 'cancelled')
-    returning j.id`
-
-/** Requeues a failed run with a delay while attempts remain. Locking: the caller's own leased row. */
-export const requeueForRetry = (
-  sql: Sql, id: string, lease: number, delayMs: number, tag: string, message: string
-) =>
-  sql<Array<{ id: string }>>`
-    update jobs
-    set status = 'queued', attempts = attempts + 1,
-        available_at = now() + ${delayMs} * interval '1 millisecond',
-        locked_by = null, locked_until = null, last_error = ${message},
-        errors = errors || jsonb_build_array(jsonb_build_object(
-          'attempt', attempts + 1, 'at', now(), 'tag', ${tag}::text, 'message', ${message}::text)),
-        updated_at = now()
-    where id = ${id} and lease = ${lease} and status = 'running' and attempts + 1 < max_attempts
-    returning id`
-
 /**
- * Moves a leased job to dead_letters with its error history plus this last error; `onlyWhenExhausted`
- * makes it the retry path's fallback. Locking: deletes the caller's own leased row, inserts a new one.
+ * Settles a batch of outcomes of every kind in one statement (the settler's group commit). Each input row is
+ * (id, lease, kind, delay_ms, tag, message) with kind one of complete | retry | reschedule | dead | release;
+ * a retry with no attempt left becomes dead, and a job cancelled while it ran is removed by anything but a
+ * completion. Returns one row per outcome whose lease still held, with the action taken; the others were
+ * fenced. Releases and due requeues wake their stages.
+ * Locking: the caller's own leased rows, locked in id order first (as heartbeats do), so two statements
+ * touching the same rows never deadlock; a fenced row is never locked.
  */
-export const moveToDeadLetters = (
-  sql: Sql, id: string, lease: number, tag: string, message: string, onlyWhenExhausted: boolean
+export const settleOutcomes = (
+  sql: Sql,
+  schema: string,
+  o: {
+    readonly ids: ReadonlyArray<string>
+    readonly leases: ReadonlyArray<number>
+    readonly kinds: ReadonlyArray<string>
+    readonly delays: ReadonlyArray<number>
+    readonly tags: ReadonlyArray<string | null>
+    readonly messages: ReadonlyArray<string | null>
+  }
 ) =>
-  sql<Array<{ id: string }>>`
-    with dead as (
-      delete from jobs
-      where id = ${id} and lease = ${lease} and status = 'running'
-        and (${!onlyWhenExhausted}::boolean or attempts + 1 >= max_attempts)
-      returning *
-    )
-    insert into dead_letters (job_id, stage, org_id, subject_id, payload, priority, attempts, max_attempts,
-                              dedupe_key, reason, error_history, job_created_at)
-    select id, stage, org_id, subject_id, payload, priority, attempts + 1, max_attempts, dedupe_key,
-           ${message}::text,
-           errors || jsonb_build_array(jsonb_build_object(
-             'attempt', attempts + 1, 'at', now(), 'tag', ${tag}::text, 'message', ${message}::text)),
-           created_at
-    from dead
-    returning id`
-
-/** A poll that is not done yet: queued again later, polls counted, no attempt spent. Locking: own leased row. */
-export const rescheduleAfterPoll = (sql: Sql, id: string, lease: number, delayMs: number) =>
-  sql<Array<{ id: string }>>`
-    update jobs
-    set status = 'queued', polls = polls + 1, available_at = now() + ${delayMs} * interval '1 millisecond',
-        locked_by = null, locked_until = null, updated_at = now()
-    where id = ${id} and lease = ${lease} and status = 'running'
-    returning id`
-
-/**
- * Hands leased jobs back (shutdown) and wakes the other workers; a cancelled one is removed instead.
- * Locking: the caller's own leased rows.
- */
-export const releaseLeases = (sql: Sql, schema: string, ids: ReadonlyArray<string>, leases: ReadonlyArray<number>) =>
-  sql<Array<{ id: string }>>`
-    with held as (
-      select j.id, j.status from jobs j
-      join unnest(${ids}::bigint[], ${leases}::int[]) as r(id, lease) on j.id = r.id and j.lease = r.lease
+  sql<Array<{ id: string; action: string; reason: string | null }>>`
+    with input as (
+      select * from unnest(${o.ids}::bigint[], ${o.leases}::int[], ${o.kinds}::text[], ${o.delays}::float8[],
+                           ${o.tags}::text[], ${o.messages}::text[]) as i(id, lease, kind, delay_ms, tag, message)
+    ), held as (
+      select j.id, i.delay_ms, i.tag, i.message,
+             case when i.kind = 'complete' then 'complete'
+                  when j.status = 'cancelled' then 'remove'
+                  when i.kind = 'retry' and j.attempts + 1 >= j.max_attempts then 'dead'
+                  else i.kind end as action
+      from jobs j join input i on j.id = i.id and j.lease = i.lease
       where j.status in ('running', 'cancelled')
-    ), released as (
-      update jobs j set status = 'queued', locked_by = null, locked_until = null, available_at = now(), updated_at = now()
-      from held where j.id = held.id and held.status = 'running'
-      returning j.id, j.stage
-    ), removed as (
-      delete from jobs j using held where j.id = held.id and held.status = 'cancelled' returning j.id
+      order by j.id
+      for update of j
+    ), deleted as (
+      delete from jobs j using held h where j.id = h.id and h.action in ('complete', 'remove')
+      returning j.id, h.action
+    ), died as (
+      delete from jobs j using held h where j.id = h.id and h.action = 'dead'
+      returning j.*, h.tag as dead_tag, h.message as dead_message
+    ), buried as (
+      insert into dead_letters (job_id, stage, org_id, subject_id, payload, priority, attempts, max_attempts,
+                                dedupe_key, reason, error_history, job_created_at)
+      -- a job claimed with its attempts already spent (the reaper recorded the last one) keeps count and history
+      select id, stage, org_id, subject_id, payload, priority,
+             case when attempts >= max_attempts then attempts else attempts + 1 end, max_attempts, dedupe_key, dead_message,
+             case when attempts >= max_attempts then errors
+                  else errors || jsonb_build_array(jsonb_build_object(
+                    'attempt', attempts + 1, 'at', now(), 'tag', dead_tag, 'message', dead_message)) end,
+             created_at
+      from died
+      returning job_id, reason
+    ), requeued as (
+      update jobs j
+      set status = 'queued', locked_by = null, locked_until = null, updated_at = now(),
+          available_at = now() + h.delay_ms * interval '1 millisecond',
+          attempts = j.attempts + (h.action = 'retry')::int,
+          polls = j.polls + (h.action = 'reschedule')::int,
+          last_error = case when h.action = 'retry' then h.message else j.last_error end,
+          errors = case when h.action = 'retry'
+                        then j.errors || jsonb_build_array(jsonb_build_object(
+                          'attempt', j.attempts + 1, 'at', now(), 'tag', h.tag, 'message', h.message))
+                        else j.errors end
+      from held h where j.id = h.id and h.action in ('retry', 'reschedule', 'release')
+      returning j.id, j.stage, h.action, h.delay_ms
     ), woken as (
-      select pg_notify(${channel(schema)}, stage) from (select distinct stage from released) s
+      select pg_notify(${channel(schema)}, stage) from (select distinct stage from requeued where delay_ms <= 0) s
     )
-    -- the aggregate forces the notify CTE to run; the join keeps one row per released job
-    select released.id from released cross join (select count(*) from woken) w
-    union all select id from removed`
+    select id::text, action, null::text as reason from deleted
+    union all select job_id::text, 'dead', reason from buried
+    -- the aggregate forces the notify CTE to run
+    union all select id::text, action, null from requeued cross join (select count(*) from woken) w`
 
 /** Only one reaper runs at a time, across every process: the others skip this round. */
 export const tryReaperLock = (sql: Sql, schema: string) =>
@@ -154,27 +155,11 @@ export const removeExpiredCancelled = (sql: Sql) =>
       select id from jobs where status = 'cancelled' and locked_until < now() for update skip locked)
     returning id`
 
-/** Dead-letters expired leases with no attempt left. Locking: SKIP LOCKED over expired rows. */
-export const deadLetterExpired = (sql: Sql) =>
-  sql<Array<{ id: string }>>`
-    with dead as (
-      delete from jobs where id in (
-        select id from jobs
-        where status = 'running' and locked_until < now() and attempts + 1 >= max_attempts
-        for update skip locked)
-      returning *
-    )
-    insert into dead_letters (job_id, stage, org_id, subject_id, payload, priority, attempts, max_attempts,
-                              dedupe_key, reason, error_history, job_created_at)
-    select id, stage, org_id, subject_id, payload, priority, attempts + 1, max_attempts, dedupe_key,
-           'lease expired: the worker ' || coalesce(locked_by, '?') || ' stopped heartbeating (attempts exhausted)',
-           errors || jsonb_build_array(jsonb_build_object('attempt', attempts + 1, 'at', now(), 'tag', 'LeaseExpired',
-             'message', 'lease expired: the worker ' || coalesce(locked_by, '?') || ' stopped heartbeating')),
-           created_at
-    from dead
-    returning id`
-
-/** Requeues expired leases, spending the attempt, and wakes their stages. Locking: SKIP LOCKED over expired rows. */
+/**
+ * Requeues expired leases, spending the attempt, and wakes their stages; one whose last attempt that was is
+ * requeued too (attempts = max_attempts): the reaper may run in a process that lacks the stage, so the
+ * stage's own claim dead-letters it and runs its onDeadLetter. Locking: SKIP LOCKED over expired rows.
+ */
 export const requeueExpired = (sql: Sql, schema: string) =>
   sql<Array<{ id: string }>>`
     with expired as (

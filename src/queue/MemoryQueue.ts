@@ -7,7 +7,9 @@
 import { Clock, Duration, Effect, Either, Exit, FiberRef, Layer, Option } from "effect"
 import type { DeadLetter, EnqueueResult, ErrorEntry, Job, Lease, NewJob, StageStats, ValidJob } from "./Job.js"
 import { countEnqueued, defaultMaxPayloadBytes, errorEntry, jobFromDeadLetter, JobNotFound, validateAll } from "./Job.js"
-import { Queue, type QueueOptions, type Wakeups } from "./Queue.js"
+import * as Outcome from "./Outcome.js"
+import type { Settled } from "./Outcome.js"
+import { type OnDead, Queue, type QueueOptions, type Wakeups } from "./Queue.js"
 
 type MutableJob = { -readonly [K in keyof Job]: Job[K] }
 
@@ -148,31 +150,10 @@ export const make = (options: QueueOptions = {}) =>
           return [j.id]
         }))
 
-    const completeMany = (leases: ReadonlyArray<Lease>) =>
-      Effect.sync(() =>
-        leases.flatMap((l) => {
-          const j = heldBy(l)
-          if (!j || j.status === "queued") return []
-          jobs.delete(j.id)
-          return [j.id]
-        })
-      )
-
-    const complete = (lease: Lease, followUps: ReadonlyArray<NewJob> = []) => {
-      const valid = validateAll(followUps, validation)
-      if (Either.isLeft(valid)) return Effect.fail(valid.left)
-      return Effect.flatMap(Clock.currentTimeMillis, (now) =>
-        Effect.sync(() => {
-          const j = heldBy(lease)
-          if (!j || j.status === "queued") return false
-          jobs.delete(j.id)
-          insertNow(valid.right, now)
-          return true
-        }))
-    }
-
     const moveToDead = (j: MutableJob, entry: ErrorEntry, now: number) => {
       jobs.delete(j.id)
+      // claimed with its attempts already spent (the reaper recorded the last one): count and history as is
+      const spent = j.attempts >= j.maxAttempts
       const id = String(nextDeadId++)
       dead.set(id, {
         id,
@@ -182,11 +163,11 @@ export const make = (options: QueueOptions = {}) =>
         subjectId: j.subjectId,
         payload: j.payload,
         priority: j.priority,
-        attempts: j.attempts + 1,
+        attempts: spent ? j.attempts : j.attempts + 1,
         maxAttempts: j.maxAttempts,
         dedupeKey: j.dedupeKey,
         reason: entry.message,
-        errorHistory: [...j.errors, entry],
+        errorHistory: spent ? j.errors : [...j.errors, entry],
         jobCreatedAt: j.createdAt,
         deadAt: new Date(now),
         resolutionStatus: null,
@@ -196,72 +177,119 @@ export const make = (options: QueueOptions = {}) =>
       })
     }
 
-    const retry = (lease: Lease, delay: Duration.Duration, error: Omit<ErrorEntry, "attempt" | "at">) =>
-      Effect.map(Clock.currentTimeMillis, (now) => {
-        const j = heldBy(lease)
-        if (!j || j.status !== "running") return "fenced" as const
-        const entry = errorEntry(j.attempts + 1, new Date(now), error.tag, error.message)
-        if (j.attempts + 1 >= j.maxAttempts) {
-          moveToDead(j, entry, now)
-          return "dead-lettered" as const
-        }
-        j.attempts += 1
+    /** One outcome, applied at once; each call is one synchronous step, so a batch is atomic here too. */
+    const settleOne = (o: Outcome.Outcome, followUps: ReadonlyArray<ValidJob> | undefined, invalid: string | undefined, now: number): { settled: Settled; reason?: string; enqueued?: ReadonlyArray<EnqueueResult> } => {
+      const j = heldBy(o.lease)
+      if (!j || j.status === "queued") return { settled: "fenced" }
+      if (o._tag === "Complete" && invalid === undefined) {
+        jobs.delete(j.id)
+        return followUps ? { settled: "completed", enqueued: insertNow(followUps, now) } : { settled: "completed" }
+      }
+      if (j.status === "cancelled") {
+        jobs.delete(j.id)
+        return { settled: "released" }
+      }
+      const requeue = (delay: Duration.Duration) => {
         j.status = "queued"
         j.availableAt = new Date(now + Duration.toMillis(delay))
         j.lockedBy = null
         j.lockedUntil = null
-        j.lastError = error.message
-        j.errors = [...j.errors, entry]
         j.updatedAt = new Date(now)
-        return "retried" as const
+        if (Duration.toMillis(delay) <= 0) wake(j.stage)
+      }
+      switch (o._tag) {
+        case "Complete":
+        case "DeadLetter": {
+          const error = o._tag === "DeadLetter" ? o.error : { tag: "InvalidFollowUp", message: invalid! }
+          const entry = errorEntry(j.attempts + 1, new Date(now), error.tag, error.message)
+          moveToDead(j, entry, now)
+          return { settled: "deadLettered", reason: entry.message }
+        }
+        case "Retry": {
+          const entry = errorEntry(j.attempts + 1, new Date(now), o.error.tag, o.error.message)
+          if (j.attempts + 1 >= j.maxAttempts) {
+            moveToDead(j, entry, now)
+            return { settled: "deadLettered", reason: entry.message }
+          }
+          j.attempts += 1
+          j.lastError = o.error.message
+          j.errors = [...j.errors, entry]
+          requeue(o.delay)
+          return { settled: "retried" }
+        }
+        case "Reschedule":
+          j.polls += 1
+          requeue(o.delay)
+          return { settled: "rescheduled" }
+        case "Release":
+          requeue(Duration.zero)
+          return { settled: "released" }
+      }
+    }
+
+    const settle = (outcomes: ReadonlyArray<Outcome.Outcome>, settleOptions: Outcome.SettleOptions = {}) =>
+      Effect.gen(function*() {
+        const now = yield* Clock.currentTimeMillis
+        const prepared = outcomes.map((o) => {
+          if (o._tag !== "Complete" || o.followUps.length === 0) return { followUps: undefined, invalid: undefined }
+          const valid = validateAll(o.followUps, validation)
+          return Either.isLeft(valid)
+            ? { followUps: undefined, invalid: `follow-up rejected: ${valid.left.message}` }
+            : { followUps: valid.right, invalid: undefined }
+        })
+        const done = outcomes.map((o, i) => settleOne(o, prepared[i]!.followUps, prepared[i]!.invalid, now))
+        for (let i = 0; i < done.length; i++) {
+          if (done[i]!.enqueued) yield* countEnqueued(prepared[i]!.followUps!, done[i]!.enqueued!)
+        }
+        const dead = done.flatMap((d, index): Array<Outcome.DeadLettered> =>
+          d.settled === "deadLettered" ? [{ index, reason: d.reason ?? "", exhausted: outcomes[index]!._tag === "Retry" }] : []
+        )
+        if (dead.length > 0 && settleOptions.onDeadLettered) yield* transaction(settleOptions.onDeadLettered(dead))
+        return done.map((d) => d.settled) as ReadonlyArray<Settled>
       })
+
+    const savepoint = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+      Effect.flatMap(inTransaction, (tx) => {
+        if (tx === undefined) return transaction(effect)
+        // a nested buffer: its enqueues join the outer transaction only when the effect succeeds
+        const nested: Pending = { owner, actions: [] }
+        return Effect.locally(effect, currentTransaction, Option.some(nested)).pipe(
+          Effect.tap(() => Effect.sync(() => tx.actions.push(...nested.actions)))
+        )
+      })
+
+    /** The memory twin has no transaction to roll back: a failing hook is only logged. */
+    const hookLogged = (onDead: OnDead) =>
+      Effect.catchAllCause(savepoint(onDead), (cause) => Effect.logError("onDeadLetter failed; the job is dead-lettered", cause))
+
+    const one = (o: Outcome.Outcome, onDead?: OnDead) =>
+      Effect.map(settle([o], onDead ? { onDeadLettered: () => hookLogged(onDead) } : {}), (r) => r[0]!)
+
+    const completeMany = (leases: ReadonlyArray<Lease>) =>
+      Effect.map(settle(leases.map((l) => Outcome.complete(l))), (r) => leases.filter((_, i) => r[i] === "completed").map((l) => l.id))
+
+    const complete = (lease: Lease, followUps: ReadonlyArray<NewJob> = []) => {
+      const valid = validateAll(followUps, validation)
+      if (Either.isLeft(valid)) return Effect.fail(valid.left)
+      return Effect.map(one(Outcome.complete(lease, followUps)), (r) => r === "completed")
+    }
+
+    const retry = (lease: Lease, delay: Duration.Duration, error: Omit<ErrorEntry, "attempt" | "at">, onDead?: OnDead) =>
+      Effect.map(one(Outcome.retry(lease, delay, error), onDead), (r) =>
+        r === "retried" ? "retried" as const : r === "deadLettered" ? "dead-lettered" as const : "fenced" as const)
 
     const reschedule = (lease: Lease, delay: Duration.Duration) =>
-      Effect.map(Clock.currentTimeMillis, (now) => {
-        const j = heldBy(lease)
-        if (!j || j.status !== "running") return false
-        j.status = "queued"
-        j.polls += 1
-        j.availableAt = new Date(now + Duration.toMillis(delay))
-        j.lockedBy = null
-        j.lockedUntil = null
-        j.updatedAt = new Date(now)
-        return true
-      })
+      Effect.map(one(Outcome.reschedule(lease, delay)), (r) => r === "rescheduled")
 
-    const deadLetter = (lease: Lease, error: Omit<ErrorEntry, "attempt" | "at">) =>
-      Effect.map(Clock.currentTimeMillis, (now) => {
-        const j = heldBy(lease)
-        if (!j || j.status !== "running") return false
-        moveToDead(j, errorEntry(j.attempts + 1, new Date(now), error.tag, error.message), now)
-        return true
-      })
+    const deadLetter = (lease: Lease, error: Omit<ErrorEntry, "attempt" | "at">, onDead?: OnDead) =>
+      Effect.map(one(Outcome.deadLetter(lease, error), onDead), (r) => r === "deadLettered")
 
     const release = (leases: ReadonlyArray<Lease>) =>
-      Effect.map(Clock.currentTimeMillis, (now) => {
-        const stages = new Set<string>()
-        const out = leases.flatMap((l) => {
-          const j = heldBy(l)
-          if (!j || j.status === "queued") return []
-          if (j.status === "cancelled") {
-            jobs.delete(j.id)
-            return [j.id]
-          }
-          j.status = "queued"
-          j.lockedBy = null
-          j.lockedUntil = null
-          j.availableAt = new Date(now)
-          j.updatedAt = new Date(now)
-          stages.add(j.stage)
-          return [j.id]
-        })
-        stages.forEach(wake)
-        return out
-      })
+      Effect.map(settle(leases.map((l) => Outcome.release(l))), (r) => leases.filter((_, i) => r[i] === "released").map((l) => l.id))
 
     const reapExpired = Effect.map(Clock.currentTimeMillis, (now) => {
       let requeued = 0
-      let deadLettered = 0
+      const deadLettered = 0
       let removedCancelled = 0
       const stages = new Set<string>()
       for (const j of [...jobs.values()]) {
@@ -271,13 +299,9 @@ export const make = (options: QueueOptions = {}) =>
           removedCancelled++
           continue
         }
+        // the last attempt's job is requeued too: its stage's claim dead-letters it (see Queue.reapExpired)
         const message = `lease expired: the worker ${j.lockedBy ?? "?"} stopped heartbeating`
         const entry = errorEntry(j.attempts + 1, new Date(now), "LeaseExpired", message)
-        if (j.attempts + 1 >= j.maxAttempts) {
-          moveToDead(j, { ...entry, message: `${message} (attempts exhausted)` }, now)
-          deadLettered++
-          continue
-        }
         j.attempts += 1
         j.status = "queued"
         j.availableAt = new Date(now)
@@ -411,6 +435,8 @@ export const make = (options: QueueOptions = {}) =>
       transaction,
       claim,
       heartbeat,
+      settle,
+      savepoint,
       completeMany,
       complete,
       retry,

@@ -2,12 +2,14 @@
  * The Postgres Queue: jobs live in `<schema>.jobs`; the insert trigger NOTIFYs per stage; one LISTEN
  * connection per process carries wake-ups. Statements are in JobsSql.ts.
  */
-import { Duration, Effect, Either, Layer } from "effect"
+import { Duration, Effect, Either, Exit, Layer } from "effect"
 import * as Db from "../layers/Db.js"
-import type { DeadLetter, ErrorEntry, Job, JobStatus, StageStats } from "./Job.js"
+import type { DeadLetter, ErrorEntry, Job, JobStatus, StageStats, ValidJob } from "./Job.js"
 import { countEnqueued, defaultMaxPayloadBytes, isJobId, jobFromDeadLetter, JobNotFound, validateAll } from "./Job.js"
 import * as JobsSql from "./JobsSql.js"
-import { Queue, type QueueOptions } from "./Queue.js"
+import * as Outcome from "./Outcome.js"
+import type { DeadLettered, Settled, SettleOptions } from "./Outcome.js"
+import { type OnDead, Queue, type QueueOptions } from "./Queue.js"
 
 const str = (v: unknown): string | null => (v === null || v === undefined ? null : String(v))
 const date = (v: unknown): Date => (v instanceof Date ? v : new Date(String(v)))
@@ -62,6 +64,7 @@ const clampLimit = (n: number | undefined, fallback: number) => Math.max(1, Math
 export const make = (options: QueueOptions = {}) =>
   Effect.gen(function*() {
     const db = yield* Db.Db
+    let savepoints = 0
     const validation = {
       maxPayloadBytes: options.maxPayloadBytes ?? defaultMaxPayloadBytes,
       knownStages: options.knownStages ? new Set(options.knownStages) : undefined
@@ -125,73 +128,147 @@ export const make = (options: QueueOptions = {}) =>
       )
     }
 
-    const completeMany = (leases: ReadonlyArray<{ id: string; lease: number }>) => {
-      if (leases.length === 0) return Effect.succeed([])
-      const { ids, tokens } = split(leases)
-      return db.run((sql) => JobsSql.deleteCompleted(sql, ids, tokens)).pipe(
-        Effect.map((rows) => rows.map((r) => String(r.id))),
-        Effect.withSpan("Queue.completeMany")
-      )
+    const settledAs: Record<string, Settled> = {
+      complete: "completed",
+      remove: "released",
+      dead: "deadLettered",
+      retry: "retried",
+      reschedule: "rescheduled",
+      release: "released"
     }
+    const kindOf: Record<Outcome.Outcome["_tag"], string> = {
+      Complete: "complete",
+      Retry: "retry",
+      Reschedule: "reschedule",
+      DeadLetter: "dead",
+      Release: "release"
+    }
+
+    const settle = (outcomes: ReadonlyArray<Outcome.Outcome>, settleOptions: SettleOptions = {}) => {
+      if (outcomes.length === 0) return Effect.succeed([] as ReadonlyArray<Settled>)
+      // follow-ups are validated before anything is written; a job whose follow-ups are invalid dies instead
+      const followUps: Array<ReadonlyArray<ValidJob>> = []
+      const input = {
+        ids: [] as Array<string>,
+        leases: [] as Array<number>,
+        kinds: [] as Array<string>,
+        delays: [] as Array<number>,
+        tags: [] as Array<string | null>,
+        messages: [] as Array<string | null>
+      }
+      let anyFollowUps = false
+      let mayDie = false
+      outcomes.forEach((o, i) => {
+        let kind = kindOf[o._tag]
+        let tag: string | null = null
+        let message: string | null = null
+        let delay = 0
+        if (o._tag === "Complete" && o.followUps.length > 0) {
+          const valid = validateAll(o.followUps, validation)
+          if (Either.isLeft(valid)) {
+            kind = "dead"
+            tag = "InvalidFollowUp"
+            message = `follow-up rejected: ${valid.left.message}`
+          } else {
+            followUps[i] = valid.right
+            anyFollowUps = true
+          }
+        } else if (o._tag === "Retry" || o._tag === "DeadLetter") {
+          tag = o.error.tag
+          message = o.error.message
+        }
+        if (o._tag === "Retry" || o._tag === "Reschedule") delay = ms(o.delay)
+        if (kind === "dead" || kind === "retry") mayDie = true
+        input.ids.push(o.lease.id)
+        input.leases.push(o.lease.lease)
+        input.kinds.push(kind)
+        input.delays.push(delay)
+        input.tags.push(tag)
+        input.messages.push(message)
+      })
+      const write = Effect.gen(function*() {
+        const rows = yield* db.run((sql) => JobsSql.settleOutcomes(sql, db.schema, input))
+        const byId = new Map(rows.map((r) => [r.id, r]))
+        const results = outcomes.map((o): Settled => {
+          const row = byId.get(o.lease.id)
+          return row ? settledAs[row.action]! : "fenced"
+        })
+        if (anyFollowUps) {
+          const next = results.flatMap((r, i) => (r === "completed" && followUps[i] ? followUps[i]! : []))
+          if (next.length > 0) yield* countEnqueued(next, yield* enqueueValid(next))
+        }
+        if (settleOptions.onDeadLettered) {
+          const dead = results.flatMap((r, index): Array<DeadLettered> =>
+            r === "deadLettered"
+              ? [{ index, reason: byId.get(outcomes[index]!.lease.id)!.reason ?? "", exhausted: outcomes[index]!._tag === "Retry" }]
+              : []
+          )
+          if (dead.length > 0) yield* settleOptions.onDeadLettered(dead)
+        }
+        return results as ReadonlyArray<Settled>
+      })
+      // one statement commits on its own; follow-ups and dead-letter hooks need it in one transaction
+      const atomic = anyFollowUps || (mayDie && settleOptions.onDeadLettered !== undefined)
+      return (atomic ? db.transaction(write) : write).pipe(Effect.withSpan("Queue.settle", { captureStackTrace: false }))
+    }
+
+    const savepoint = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+      Effect.flatMap(db.inTransaction, (inside) => {
+        if (!inside) return db.transaction(effect)
+        const name = `pgfiber_sp_${savepoints++}`
+        return db.run((sql) => sql.unsafe(`savepoint ${name}`)).pipe(
+          Effect.zipRight(effect),
+          Effect.onExit((exit) =>
+            Exit.isSuccess(exit)
+              ? db.run((sql) => sql.unsafe(`release savepoint ${name}`)).pipe(Effect.orDie)
+              : db.run((sql) => sql.unsafe(`rollback to savepoint ${name}`)).pipe(Effect.orDie)
+          )
+        )
+      })
+
+    /** A failing hook rolls back its own writes only; the dead letter stays, and the failure is logged. */
+    const hookInSavepoint = (onDead: OnDead) =>
+      savepoint(onDead).pipe(
+        Effect.catchAllCause((cause) => Effect.logError("onDeadLetter failed; its writes were rolled back, the job is dead-lettered", cause))
+      )
+
+    const one = (outcome: Outcome.Outcome, onDead?: OnDead) =>
+      Effect.map(settle([outcome], onDead ? { onDeadLettered: () => hookInSavepoint(onDead) } : {}), (r) => r[0]!)
+
+    const completeMany = (leases: ReadonlyArray<{ id: string; lease: number }>) =>
+      Effect.map(settle(leases.map((l) => Outcome.complete(l))), (r) => leases.filter((_, i) => r[i] === "completed").map((l) => l.id))
 
     const complete = Effect.fn("Queue.complete")(function*(
       lease: { id: string; lease: number },
       followUps: ReadonlyArray<import("./Job.js").NewJob> = []
     ) {
-      if (followUps.length === 0) return (yield* completeMany([lease])).length === 1
+      // a caller completing one job hears about its invalid follow-ups; a settled batch dead-letters instead
       const valid = validateAll(followUps, validation)
       if (Either.isLeft(valid)) return yield* valid.left
-      // the hand-off is atomic: the job leaves and its follow-ups arrive in one transaction, or neither
-      return yield* db.transaction(
-        Effect.gen(function*() {
-          const done = yield* db.run((sql) => JobsSql.deleteCompleted(sql, [lease.id], [lease.lease]))
-          if (done.length === 0) return false
-          yield* countEnqueued(valid.right, yield* enqueueValid(valid.right))
-          return true
-        })
-      )
+      return (yield* one(Outcome.complete(lease, followUps))) === "completed"
     })
 
-    const retry = Effect.fn("Queue.retry")(function*(
-      lease: { id: string; lease: number },
-      delay: Duration.Duration,
-      error: Omit<ErrorEntry, "attempt" | "at">
-    ) {
-      const requeued = yield* db.run((sql) => JobsSql.requeueForRetry(sql, lease.id, lease.lease, ms(delay), error.tag, error.message))
-      if (requeued.length === 1) return "retried" as const
-      const dead = yield* db.run((sql) => JobsSql.moveToDeadLetters(sql, lease.id, lease.lease, error.tag, error.message, true))
-      return dead.length === 1 ? ("dead-lettered" as const) : ("fenced" as const)
-    })
+    const retry = (lease: { id: string; lease: number }, delay: Duration.Duration, error: Omit<ErrorEntry, "attempt" | "at">, onDead?: OnDead) =>
+      Effect.map(one(Outcome.retry(lease, delay, error), onDead), (r) =>
+        r === "retried" ? "retried" as const : r === "deadLettered" ? "dead-lettered" as const : "fenced" as const)
 
     const reschedule = (lease: { id: string; lease: number }, delay: Duration.Duration) =>
-      db.run((sql) => JobsSql.rescheduleAfterPoll(sql, lease.id, lease.lease, ms(delay))).pipe(
-        Effect.map((rows) => rows.length === 1),
-        Effect.withSpan("Queue.reschedule")
-      )
+      Effect.map(one(Outcome.reschedule(lease, delay)), (r) => r === "rescheduled")
 
-    const deadLetter = (lease: { id: string; lease: number }, error: Omit<ErrorEntry, "attempt" | "at">) =>
-      db.run((sql) => JobsSql.moveToDeadLetters(sql, lease.id, lease.lease, error.tag, error.message, false)).pipe(
-        Effect.map((rows) => rows.length === 1),
-        Effect.withSpan("Queue.deadLetter")
-      )
+    const deadLetter = (lease: { id: string; lease: number }, error: Omit<ErrorEntry, "attempt" | "at">, onDead?: OnDead) =>
+      Effect.map(one(Outcome.deadLetter(lease, error), onDead), (r) => r === "deadLettered")
 
-    const release = (leases: ReadonlyArray<{ id: string; lease: number }>) => {
-      if (leases.length === 0) return Effect.succeed([])
-      const { ids, tokens } = split(leases)
-      return db.run((sql) => JobsSql.releaseLeases(sql, db.schema, ids, tokens)).pipe(
-        Effect.map((rows) => rows.map((r) => String(r.id))),
-        Effect.withSpan("Queue.release")
-      )
-    }
+    const release = (leases: ReadonlyArray<{ id: string; lease: number }>) =>
+      Effect.map(settle(leases.map((l) => Outcome.release(l))), (r) => leases.filter((_, i) => r[i] === "released").map((l) => l.id))
 
     const reapExpired = db.transaction(
       Effect.gen(function*() {
         const [lock] = yield* db.run((sql) => JobsSql.tryReaperLock(sql, db.schema))
         if (!lock?.locked) return { requeued: 0, deadLettered: 0, removedCancelled: 0, ran: false }
         const removed = yield* db.run((sql) => JobsSql.removeExpiredCancelled(sql))
-        const dead = yield* db.run((sql) => JobsSql.deadLetterExpired(sql))
+        // exhausted ones too: their stage's claim dead-letters them, with the stage's onDeadLetter
         const requeued = yield* db.run((sql) => JobsSql.requeueExpired(sql, db.schema))
-        return { requeued: requeued.length, deadLettered: dead.length, removedCancelled: removed.length, ran: true }
+        return { requeued: requeued.length, deadLettered: 0, removedCancelled: removed.length, ran: true }
       })
     ).pipe(Effect.withSpan("Queue.reapExpired"))
 
@@ -278,6 +355,8 @@ export const make = (options: QueueOptions = {}) =>
       transaction: db.transaction,
       claim,
       heartbeat,
+      settle,
+      savepoint,
       completeMany,
       complete,
       retry,

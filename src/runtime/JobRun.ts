@@ -1,51 +1,29 @@
 /**
- * One claimed job, run and recorded: decode the payload, run the handler under its timeout, and map the
- * Exit to the queue — success → complete (+ follow-ups, atomically), typed failure → the stage's RetryPolicy,
- * defect or timeout → transient, interruption or a lost lease → release. StagePool and `tick` both run jobs
- * through here, so a job's fate does not depend on how it was claimed.
+ * One claimed job, run to an outcome value: decode the payload, run the handler, and map its Exit to what
+ * should become of the job — success → Complete (+ follow-ups), typed failure → the stage's RetryPolicy,
+ * defect or timeout → the Defect entry (transient by default), interruption or a lost lease → Release, a
+ * payload that fails its Schema or a job whose attempts are already spent → DeadLetter. Nothing here talks to
+ * the queue: the pool's settler writes the values in batches, so a job's fate does not depend on how it was
+ * claimed (a pool or `tick`) and costs no round trip of its own.
  */
-import { Cause, Data, Duration, Effect, Exit, Metric, Option, Schedule } from "effect"
-import type { Job, Lease } from "../queue/Job.js"
+import { Cause, Data, Duration, Effect, Exit, Option } from "effect"
 import * as Db from "../layers/Db.js"
-import * as Queue from "../queue/Queue.js"
-import * as Metrics from "./Metrics.js"
+import type { Job, Lease } from "../queue/Job.js"
+import * as Outcome from "../queue/Outcome.js"
 import * as RetryPolicy from "./RetryPolicy.js"
-import * as Stage from "./Stage.js"
+import type * as Stage from "./Stage.js"
 
-export type Outcome = "completed" | "retried" | "rescheduled" | "deadLettered" | "released" | "fenced" | "unrecorded"
-
-/** Raised by a lease watch when a heartbeat finds the lease gone (cancelled, or expired and taken over). */
+/** Raised when a heartbeat finds the lease gone (cancelled, or expired and taken over). */
 export class LeaseLost extends Data.TaggedError("LeaseLost")<{}> {}
 
-class HandlerTimeout extends Data.TaggedError("HandlerTimeout")<{ readonly message: string }> {}
-
-export interface Hooks {
-  /** Records a plain success; a pool group-commits here. Default: `queue.complete` on its own. */
-  readonly completeOne?: (lease: Lease) => Effect.Effect<boolean, Queue.QueueError>
-  /** The handler has returned; its outcome is about to be recorded. */
-  readonly onHandlerDone?: Effect.Effect<void>
-  /** Raced with the handler; fails with LeaseLost when the lease is gone (tick's own heartbeat). */
-  readonly leaseWatch?: Effect.Effect<never, LeaseLost>
-  /** The job went back to the queue for later (retry or poll): a pool re-arms its timer. */
-  readonly onRequeued?: Effect.Effect<void>
-  /**
-   * The caller enforces the stage's timeout itself (a pool's watchdog interrupts overdue handlers) and says
-   * here whether an interruption was that timeout. Without it, each run gets its own timer.
-   */
-  readonly timedOut?: () => boolean
+/** What the run decided, plus what the settler needs to report it once the value is written. */
+export interface Decided {
+  readonly outcome: Outcome.Outcome
+  /** Why the job would die here (read by `onDeadLetter` when the settle dead-letters it). */
+  readonly kind: Stage.DeadLettered["kind"]
+  /** Logged (with the job's annotations) once the outcome is settled; only the unusual paths have one. */
+  readonly note?: string | undefined
 }
-
-/** Outcomes keep trying through a database blip; past this the lease will have expired and the reaper owns the job. */
-const settleRetry = Schedule.exponential("100 millis").pipe(
-  Schedule.union(Schedule.spaced("5 seconds")),
-  Schedule.upTo("2 minutes")
-)
-
-const settle = <X, E extends { readonly _tag: string; readonly message: string }>(what: string, effect: Effect.Effect<X, E>) =>
-  effect.pipe(
-    Effect.tapError((e) => Effect.logWarning(`${what} failed; retrying`, e.message)),
-    Effect.retry({ schedule: settleRetry, while: (e) => e._tag === "DbError" })
-  )
 
 /** The error's tag decides; anything untagged, or a thrown bug, is a defect (retried as transient). */
 export const failureOf = (cause: Cause.Cause<unknown>): RetryPolicy.Failure => {
@@ -63,8 +41,6 @@ export const failureOf = (cause: Cause.Cause<unknown>): RetryPolicy.Failure => {
       return { _tag: "RateLimited", error: e as never }
     case "NotReady":
       return { _tag: "NotReady", error: e as never }
-    case "HandlerTimeout":
-      return { _tag: "Defect", message: e.message ?? "handler timed out" }
   }
   return { _tag: "Defect", message: `unexpected failure: ${String(e?.message ?? e)}` }
 }
@@ -80,135 +56,96 @@ export const jobInfo = (job: Job): Stage.JobInfo => ({
   createdAt: job.createdAt
 })
 
-const outcomeMetric: Record<Exclude<Outcome, "unrecorded">, Metric.Metric.Counter<number>> = {
-  completed: Metrics.completed,
-  retried: Metrics.retried,
-  rescheduled: Metrics.rescheduled,
-  deadLettered: Metrics.deadLettered,
-  released: Metrics.released,
-  fenced: Metrics.fenced
-}
+export const leaseOf = (job: Job): Lease => ({ id: job.id, lease: job.lease })
 
-/** Runs a claimed job to a recorded outcome. Never fails: what cannot be recorded is left to the reaper. */
-export const execute = <A, I, R>(stage: Stage.Stage<A, I, R>, job: Job, hooks: Hooks = {}) =>
-  Effect.gen(function*() {
-    const queue = yield* Queue.Queue
-    const lease: Lease = { id: job.id, lease: job.lease }
-    const handlerDone = hooks.onHandlerDone ?? Effect.void
-    const timeoutMessage = `handler timed out after ${Duration.format(stage.timeout)}`
-    const requeued = hooks.onRequeued ?? Effect.void
+/**
+ * Tenancy: the handler's database work runs under the job's org (Db.forOrg: row-level security in the worker
+ * too, each statement or transaction as the tenant, none held open across outside calls). Jobs with no org run
+ * as the owner: the pool's slots are started owner-level (`Db.asOwner`), so they need no wrapper of their own.
+ * Settling the outcome stays owner-level.
+ */
+export const underJobOrg = <A, E, R>(job: Job, handler: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  job.orgId === null ? handler : Db.forOrg(job.orgId)(handler)
 
-    const recordFailure = (failure: RetryPolicy.Failure) =>
-      Effect.gen(function*() {
-        const decision = yield* RetryPolicy.decide(stage.policy, failure, job.attempts + 1, job.polls)
-        const message = failure._tag === "RateLimited" || failure._tag === "NotReady" ? failure.error.message : failure.message
-        switch (decision._tag) {
-          case "Retry": {
-            const outcome = yield* settle("retry", queue.retry(lease, decision.delay, { tag: failure._tag, message }))
-            if (outcome === "fenced") return "fenced" as const
-            if (outcome === "dead-lettered") {
-              yield* Effect.logWarning(`dead-lettered, attempts exhausted: ${message}`)
-              return "deadLettered" as const
-            }
-            yield* Effect.logInfo(`retrying in ${Duration.format(decision.delay)}: ${message}`)
-            yield* requeued
-            return "retried" as const
-          }
-          case "Reschedule": {
-            if (!(yield* settle("reschedule", queue.reschedule(lease, decision.delay)))) return "fenced" as const
-            yield* requeued
-            return "rescheduled" as const
-          }
-          case "DeadLetter": {
-            const ok = yield* settle("dead-letter", queue.deadLetter(lease, { tag: failure._tag, message: decision.reason }))
-            if (ok) yield* Effect.logWarning(`dead-lettered: ${decision.reason}`)
-            return ok ? "deadLettered" as const : "fenced" as const
-          }
-        }
-      })
-
-    const recordSuccess = (completion: Stage.Completion | void) => {
-      // an org's job hands off within its org: a follow-up without an org takes the job's, another org is refused
-      const followUps = (completion ? completion.followUps : []).map((f) =>
-        f.orgId === undefined && job.orgId !== null ? { ...f, orgId: job.orgId } : f
-      )
-      const foreign = job.orgId === null ? undefined : followUps.find((f) => f.orgId !== job.orgId)
-      if (foreign !== undefined) {
-        const message = `follow-up to ${foreign.stage} names another org than the job's`
-        return settle("dead-letter", queue.deadLetter(lease, { tag: "InvalidFollowUp", message })).pipe(
-          Effect.tap(() => Effect.logError(`dead-lettered: ${message}`)),
-          Effect.map((dead) => dead ? "deadLettered" as const : "fenced" as const)
-        )
-      }
-      if (followUps.length === 0 && hooks.completeOne) {
-        return settle("complete", hooks.completeOne(lease)).pipe(Effect.map((ok) => ok ? "completed" as const : "fenced" as const))
-      }
-      return settle("complete", queue.complete(lease, followUps)).pipe(
-        Effect.map((ok) => ok ? "completed" as const : "fenced" as const),
-        Effect.catchTag("InvalidJob", (e) =>
-          settle("dead-letter", queue.deadLetter(lease, { tag: "InvalidFollowUp", message: `follow-up rejected: ${e.message}` })).pipe(
-            Effect.tap(() => Effect.logError(`dead-lettered: the handler produced an invalid follow-up: ${e.message}`)),
-            Effect.map((dead) => dead ? "deadLettered" as const : "fenced" as const)
-          ))
-      )
+/** A failed run, through the stage's policy, to Retry / Reschedule / DeadLetter. */
+export const decideFailure = (
+  stage: Stage.Any,
+  job: Job,
+  failure: RetryPolicy.Failure,
+  kind: Stage.DeadLettered["kind"]
+): Effect.Effect<Decided> =>
+  Effect.map(RetryPolicy.decide(stage.policy, failure, job.attempts + 1, job.polls), (decision): Decided => {
+    const lease = leaseOf(job)
+    const message = failure._tag === "RateLimited" || failure._tag === "NotReady" ? failure.error.message : failure.message
+    switch (decision._tag) {
+      case "Retry":
+        return { outcome: Outcome.retry(lease, decision.delay, { tag: failure._tag, message }), kind }
+      case "Reschedule":
+        return { outcome: Outcome.reschedule(lease, decision.delay), kind }
+      case "DeadLetter":
+        return { outcome: Outcome.deadLetter(lease, { tag: failure._tag, message: decision.reason }), kind }
     }
+  })
 
-    const release = (why: string) =>
-      Effect.zipRight(
-        Effect.logInfo(why),
-        settle("release", queue.release([lease])).pipe(Effect.map((r) => r.length > 0 ? "released" as const : "fenced" as const))
-      )
+/**
+ * A job claimed with no attempt left (its last run's lease expired: the reaper requeues such jobs rather than
+ * burying them, so that the stage's own `onDeadLetter` runs here): dead-lettered without running.
+ */
+export const exhaustedOnClaim = (job: Job): Decided | undefined =>
+  job.attempts >= job.maxAttempts
+    ? {
+      outcome: Outcome.deadLetter(leaseOf(job), { tag: "LeaseExpired", message: `${job.lastError ?? "lease expired"} (attempts exhausted)` }),
+      kind: "exhausted"
+    }
+    : undefined
 
-    const outcome: Outcome = yield* Effect.uninterruptibleMask((restore) =>
-      Effect.gen(function*() {
-        const payload = yield* Effect.either(Stage.decodePayload(stage, job.payload))
-        if (payload._tag === "Left") {
-          yield* handlerDone
-          return yield* recordFailure({ _tag: "Permanent", message: payload.left })
-        }
-        const started = Date.now()
-        // Tenancy: the handler's database work runs under the job's org (Db.forOrg: row-level security in the
-        // worker too, each statement or transaction as the tenant, none held open across outside calls). Jobs
-        // with no org run as the owner, as they always have. Recording the outcome below stays owner-level.
-        const run = job.orgId === null
-          ? Db.asOwner(stage.handler(payload.right, jobInfo(job)))
-          : Db.forOrg(job.orgId)(stage.handler(payload.right, jobInfo(job)))
-        const handler = hooks.timedOut
-          ? run
-          : run.pipe(Effect.timeoutFail({ duration: stage.timeout, onTimeout: () => new HandlerTimeout({ message: timeoutMessage }) }))
-        const exit = yield* Effect.exit(restore(hooks.leaseWatch ? Effect.raceFirst(handler, hooks.leaseWatch) : handler))
-        yield* Metric.update(Metrics.forStage(Metrics.duration, stage.name), (Date.now() - started) / 1000)
-        yield* handlerDone
-        if (Exit.isSuccess(exit)) return yield* recordSuccess(exit.value as Stage.Completion | void)
-        if (Cause.isInterruptedOnly(exit.cause)) {
-          if (hooks.timedOut?.()) {
-            yield* Effect.logError(`handler failed: ${timeoutMessage}`)
-            return yield* recordFailure({ _tag: "Defect", message: timeoutMessage })
-          }
-          return yield* release("interrupted; job released")
-        }
-        const failure = Cause.failureOption(exit.cause)
-        if (Option.isSome(failure) && (failure.value as { _tag?: string })?._tag === "LeaseLost") {
-          return yield* release("lease lost (cancelled or expired); job stopped")
-        }
-        const classified = failureOf(exit.cause)
-        if (classified._tag === "Defect") yield* Effect.logError(`handler failed: ${classified.message}`, exit.cause)
-        return yield* recordFailure(classified)
-      })
-    ).pipe(
-      Effect.catchAllCause((cause) =>
-        Effect.logError("could not record the job's outcome; the reaper will requeue it", cause).pipe(
-          Effect.as("unrecorded" as const)
-        )
-      )
+export const invalidPayload = (job: Job, message: string): Decided => ({
+  outcome: Outcome.deadLetter(leaseOf(job), { tag: "Permanent", message }),
+  kind: "invalidPayload"
+})
+
+/**
+ * The handler's Exit as an outcome. `timedOut` and `leaseLost` say why an interruption happened (the pool's
+ * watchdog and heartbeat interrupt from outside); any other interruption is shutdown: release.
+ */
+export const decideExit = (
+  stage: Stage.Any,
+  job: Job,
+  exit: Exit.Exit<void | Stage.Completion, unknown>,
+  why: { readonly timedOut: boolean; readonly leaseLost: boolean }
+): Decided | Effect.Effect<Decided> => {
+  if (Exit.isSuccess(exit)) {
+    // an org's job hands off within its org: a follow-up without an org takes the job's, another org is refused
+    const followUps = (exit.value ? exit.value.followUps : []).map((f) =>
+      f.orgId === undefined && job.orgId !== null ? { ...f, orgId: job.orgId } : f
     )
-    if (outcome === "fenced") {
-      yield* Effect.logWarning("lease lost before the outcome was recorded (expired or cancelled); another worker owns the job")
+    const foreign = job.orgId === null ? undefined : followUps.find((f) => f.orgId !== job.orgId)
+    if (foreign !== undefined) {
+      const message = `follow-up to ${foreign.stage} names another org than the job's`
+      return { outcome: Outcome.deadLetter(leaseOf(job), { tag: "InvalidFollowUp", message }), kind: "defect", note: `dead-lettered: ${message}` }
     }
-    if (outcome !== "unrecorded") yield* Metric.increment(Metrics.forStage(outcomeMetric[outcome], stage.name))
-    return outcome
-  }).pipe(
-    Effect.annotateLogs({ stage: stage.name, jobId: job.id, attempt: job.attempts + 1 }),
-    // no stack capture: it costs more than a no-op job itself
-    Effect.withSpan(`stage.${stage.name}`, { attributes: { jobId: job.id, attempt: job.attempts + 1 }, captureStackTrace: false })
-  )
+    return { outcome: Outcome.complete(leaseOf(job), followUps), kind: "defect" }
+  }
+  if (Cause.isInterruptedOnly(exit.cause)) {
+    if (why.timedOut) {
+      const message = `handler timed out after ${Duration.format(stage.timeout)}`
+      return decideFailure(stage, job, { _tag: "Defect", message }, "timeout").pipe(
+        Effect.map((d) => ({ ...d, note: `handler failed: ${message}` }))
+      )
+    }
+    return {
+      outcome: Outcome.release(leaseOf(job)),
+      kind: "defect",
+      note: why.leaseLost ? "lease lost (cancelled or expired); job stopped" : "interrupted; job released"
+    }
+  }
+  const failed = Cause.failureOption(exit.cause)
+  if (Option.isSome(failed) && (failed.value as { _tag?: string })?._tag === "LeaseLost") {
+    return { outcome: Outcome.release(leaseOf(job)), kind: "defect", note: "lease lost (cancelled or expired); job stopped" }
+  }
+  const failure = failureOf(exit.cause)
+  const decided = decideFailure(stage, job, failure, failure._tag === "Defect" ? "defect" : "failure")
+  return failure._tag === "Defect"
+    ? Effect.map(decided, (d) => ({ ...d, note: `handler failed: ${failure.message}` }))
+    : decided
+}

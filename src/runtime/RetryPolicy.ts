@@ -45,7 +45,7 @@ export const exponential = (options: { readonly base: Duration.DurationInput; re
 /** Seed 004's curve, the default: 1 s, 2 s, 4 s … capped at 60 s, jittered. */
 export const defaultBackoff = exponential({ base: "1 second", cap: "60 seconds" })
 
-/** Seed 000's curve, for slow external work: 30 s × 2^n, capped at 10 minutes. */
+/** The 30 s…10 min curve, for slow outside services (SpeechKit, transcription): 30 s × 2^n, capped at 10 minutes. */
 export const slowBackoff = exponential({ base: "30 seconds", cap: "10 minutes" })
 
 export const defaultPolicy: RetryPolicy = {

@@ -29,6 +29,19 @@ export interface Completion {
 
 export const complete = (followUps: ReadonlyArray<Job.NewJob> = []): Completion => ({ _tag: "Completion", followUps })
 
+/** A job that died for good, as its stage's `onDeadLetter` sees it. */
+export interface DeadLettered {
+  readonly job: JobInfo
+  /** The message that lands in the dead-letter row. */
+  readonly reason: string
+  /**
+   * What killed it: a typed failure the policy dead-letters (Permanent, a poll budget spent), a defect or a
+   * timeout the policy dead-letters, attempts exhausted (the last run failed, or its lease expired), or a
+   * payload that fails the stage's Schema.
+   */
+  readonly kind: "failure" | "defect" | "timeout" | "exhausted" | "invalidPayload"
+}
+
 /**
  * Who may submit jobs to a stage: `public` stages tenants may submit over the HTTP API (`POST /jobs`);
  * `internal` ones (pipeline steps, sweeps) only the system (hand-offs, triggers, sweeps) and operators (CLI).
@@ -52,11 +65,12 @@ export interface StageOptions<A, I, R> {
   readonly maxAttempts?: number
   readonly priority?: Job.Priority
   /**
-   * Finished jobs whose outcome may still be on its way to the database while their slot already runs the
-   * next job. 0 (the default) means a crash repeats at most `concurrency` finished handlers; raising it
-   * lifts throughput for very short jobs, and a crash may then repeat up to `concurrency + settleAhead`.
+   * Runs when a job of this stage dies for good, whatever the cause, inside the transaction that moves it to
+   * the dead-letter table (so `Db.run` joins it) and a savepoint of its own: its writes commit with the dead
+   * letter; when it fails, its writes roll back, the failure is logged and the dead letter still commits.
+   * A pipeline marks its subject failed here.
    */
-  readonly settleAhead?: number
+  readonly onDeadLetter?: (dead: DeadLettered) => Effect.Effect<void, unknown, R>
 }
 
 export interface Stage<A, I, R> {
@@ -70,7 +84,7 @@ export interface Stage<A, I, R> {
   readonly policy: RetryPolicy.RetryPolicy
   readonly maxAttempts: number
   readonly priority: Job.Priority
-  readonly settleAhead: number
+  readonly onDeadLetter: ((dead: DeadLettered) => Effect.Effect<void, unknown, R>) | undefined
 }
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -91,7 +105,7 @@ export const make = <A, I, R>(options: StageOptions<A, I, R>): Stage<A, I, R> =>
   policy: options.policy ?? RetryPolicy.defaultPolicy,
   maxAttempts: options.maxAttempts ?? 5,
   priority: options.priority ?? "normal",
-  settleAhead: Math.max(0, Math.floor(options.settleAhead ?? 0))
+  onDeadLetter: options.onDeadLetter
 })
 
 export type EnqueueOptions = Omit<Job.NewJob, "stage" | "payload">

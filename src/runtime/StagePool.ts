@@ -1,16 +1,36 @@
 /**
- * StagePool: one stage's supervised pool. It claims in batches sized to its free capacity when the Waker says
- * there is work, runs each job in its own fiber (through JobRun, which maps the job's Exit to the queue) with
- * the leases heartbeated, and group-commits plain completions. A failing handler never takes the pool down;
- * a lost database pauses claiming until it is back. Closing the pool's scope is shutdown: stop claiming,
- * drain within the grace period, interrupt and release the rest.
+ * StagePool: one stage's supervised pool, in named parts that share one table of held leases.
+ *
+ * - claimer (`run` only): when the Waker says there is work, one statement claims a batch sized to free
+ *   capacity, plus a batch ahead while there is a backlog; a lost database pauses it until it is back.
+ * - executor: runs each claimed job's handler in a fiber of its own (so each is interruptible alone:
+ *   timeout, lease loss, shutdown) and turns its Exit into an outcome value (JobRun). Its slot frees the
+ *   moment the handler returns, and the next waiting job starts at once.
+ * - settler (Settler.ts): writes the outcome values in batches, one statement each, while the next batch
+ *   accumulates.
+ * - heartbeat and watchdog: one loop extends every held lease in one statement and stops a job whose lease
+ *   was lost; one loop interrupts handlers past the stage's timeout.
+ * - shutdown (`run` only): stop claiming, release what never started, drain within the grace period,
+ *   interrupt and release the rest, settle everything, then close.
+ * `once` (what `tick` runs) is the same executor, settler and heartbeat with one claim instead of a claimer.
+ *
+ * Invariants every part keeps:
+ * 1. A job is in `held` from its claim until its outcome is settled (or given up on): exactly one of
+ *    waiting (claimed, not started), running (its fiber has the slot) or settling (outcome handed over).
+ * 2. At most `concurrency` jobs are running; a slot frees when the handler returns, not when its outcome
+ *    commits. So a crash repeats at most the running jobs plus those finished within one settle window.
+ * 3. Nothing touches the queue for a job except through its lease; the database fences stale leases.
+ * 4. A job that never started is released, never retried: it spent no attempt.
  */
-import { Clock, Deferred, Duration, Effect, Fiber, FiberSet, Metric, Option, Queue as Q, Schedule, Scope } from "effect"
+import { Cause, Clock, Deferred, Duration, Effect, Exit, Fiber, FiberRef, HashMap, HashSet, Logger, Metric, Option, Queue as Q, Runtime, Schedule, Schema, Scope } from "effect"
+import * as Db from "../layers/Db.js"
 import * as JobRun from "./JobRun.js"
 import * as Metrics from "./Metrics.js"
+import * as Settler from "./Settler.js"
 import type * as Stage from "./Stage.js"
 import * as Waker from "./Waker.js"
 import type { Job, Lease } from "../queue/Job.js"
+import * as Outcome from "../queue/Outcome.js"
 import * as Queue from "../queue/Queue.js"
 
 export interface PoolOptions {
@@ -33,11 +53,309 @@ export interface PoolHealth {
   readonly lastClaimAt: Date | null
 }
 
+type Phase = "waiting" | "running" | "settling"
+
+interface Slot {
+  current: Held | undefined
+  fiber: Fiber.RuntimeFiber<void, never> | undefined
+}
+
+interface Held {
+  readonly job: Job
+  readonly lease: Lease
+  phase: Phase
+  /** The slot running it (while running): interrupting the slot's fiber stops this job's handler. */
+  slot: Slot | undefined
+  startedAt: number
+  timedOut: boolean
+  leaseLost: boolean
+}
+
+export type Counts = Record<Outcome.Settled | "unrecorded", number>
+
+/** The tracer every runtime has unless one is installed: spans per job only when someone collects them. */
+const nativeTracer = Effect.runSync(Effect.tracer)
+
+// ---- the core: executor, settler, heartbeat and watchdog over one table of held leases --------------------
+
+/**
+ * Most finished jobs a pool holds with their outcomes not yet written. In normal running the settle window
+ * keeps it far lower (what finishes during one or two settle statements); it binds only when the database is
+ * slow or away, and it is the hard cap on what a crash repeats beyond the running jobs.
+ */
+export const maxUnsettledFor = (concurrency: number) => Math.max(100, 10 * concurrency)
+
+const makeCore = <A, I, R>(stage: Stage.Stage<A, I, R>, concurrency: number, onRequeued: Effect.Effect<void>) =>
+  Effect.gen(function*() {
+    const maxUnsettled = maxUnsettledFor(concurrency)
+    const queue = yield* Queue.Queue
+    const held = new Map<string, Held>()
+    const waiting: Array<Held> = []
+    let running = 0
+    const counts: Counts = { completed: 0, retried: 0, rescheduled: 0, deadLettered: 0, released: 0, fenced: 0, unrecorded: 0 }
+    const idleWaiters: Array<() => void> = []
+    // called whenever a slot frees or outcomes settle: the claimer's cue (set by `run`)
+    let onCapacity: () => void = () => undefined
+
+    const checkIdle = () => {
+      if (held.size === 0 && idleWaiters.length > 0) idleWaiters.splice(0).forEach((resume) => resume())
+    }
+
+    const settler = yield* Settler.make(stage, {
+      requeued: onRequeued,
+      settled: (batch, results) => {
+        for (let i = 0; i < batch.length; i++) {
+          const job = batch[i]!.job
+          // a released job may already be claimed again by this pool, under a new lease: keep that entry
+          if (held.get(job.id)?.job === job) held.delete(job.id)
+          counts[results[i]!]++
+        }
+        startWaiting()
+        checkIdle()
+      }
+    })
+
+    // ---- executor ----
+    // A slot is a fiber that runs jobs one after another while jobs wait, so a job costs no fiber of its own.
+    // Interrupting a slot stops its current handler only: the slot settles that job and ends, and a fresh
+    // slot takes over. Log lines get the job's id and attempt from the slot at logging time (lazily), not
+    // from annotations set per job.
+    const decode = Schema.decodeUnknownEither(stage.payload)
+    // the Clock service (TestClock in tests), read without an effect per job
+    const clock = yield* Effect.clock
+    const traced = (yield* Effect.tracer) !== nativeTracer
+    const slots = new Set<Slot>()
+    const slotByFiber = new Map<number, Slot>()
+    const withJob = (logger: Logger.Logger<unknown, unknown>) =>
+      Logger.make<unknown, unknown>((o) => {
+        const entry = o.fiberId._tag === "Runtime" ? slotByFiber.get(o.fiberId.id)?.current : undefined
+        logger.log(entry === undefined ? o : {
+          ...o,
+          annotations: HashMap.set(HashMap.set(o.annotations, "jobId", entry.job.id), "attempt", entry.job.attempts + 1)
+        })
+      })
+    const loggers = yield* FiberRef.get(FiberRef.currentLoggers)
+    // the slots inherit this fiber's context and the stage's annotation, set once for the pool
+    const runtime = yield* Effect.runtime<R | Queue.Queue>().pipe(
+      Db.asOwner,
+      Effect.annotateLogs({ stage: stage.name }),
+      Effect.locally(FiberRef.currentLoggers, HashSet.map(loggers, withJob))
+    )
+    const fork = Runtime.runFork(runtime)
+
+    /** Hands a job's outcome to the settler; its slot (if it had one) is free from here on. */
+    const finish = (entry: Held, decided: JobRun.Decided, seconds: number | undefined) => {
+      if (entry.phase === "running") running--
+      entry.phase = "settling"
+      settler.post({ job: entry.job, decided, seconds })
+    }
+
+    const handlerOf = (entry: Held, payload: A): Effect.Effect<void | Stage.Completion, unknown, R> => {
+      const job = entry.job
+      const run = JobRun.underJobOrg(job, stage.handler(payload, JobRun.jobInfo(job)))
+      return traced
+        ? Effect.withSpan(run, `stage.${stage.name}`, { attributes: { jobId: job.id, attempt: job.attempts + 1 }, captureStackTrace: false })
+        : run
+    }
+
+    /** The next waiting job that should run; those that die without running (spent, bad payload) settle here. */
+    const takeNext = (): { entry: Held; payload: A } | undefined => {
+      // finished jobs whose outcomes are not yet written are what a crash would repeat: past the cap (a slow or
+      // absent database), the slots wait for the settler instead of running more
+      while (!stopped && waiting.length > 0 && held.size - running - waiting.length < maxUnsettled) {
+        const entry = waiting.shift()!
+        const early = JobRun.exhaustedOnClaim(entry.job)
+        if (early) {
+          finish(entry, early, undefined)
+          continue
+        }
+        const payload = decode(entry.job.payload)
+        if (payload._tag === "Left") {
+          finish(entry, JobRun.invalidPayload(entry.job, `payload does not match the ${stage.name} schema: ${payloadError(payload.left)}`), undefined)
+          continue
+        }
+        return { entry, payload: payload.right }
+      }
+      return undefined
+    }
+
+    const runSlot = (slot: Slot) =>
+      Effect.uninterruptibleMask((restore) => {
+        const next: Effect.Effect<void, never, R> = Effect.suspend(() => {
+          const taken = takeNext()
+          if (taken === undefined) return Effect.void
+          const { entry, payload } = taken
+          slot.current = entry
+          entry.phase = "running"
+          entry.slot = slot
+          running++
+          entry.startedAt = clock.unsafeCurrentTimeMillis()
+          return Effect.flatMap(Effect.exit(restore(handlerOf(entry, payload))), (exit) => {
+            const seconds = (clock.unsafeCurrentTimeMillis() - entry.startedAt) / 1000
+            const decided = JobRun.decideExit(stage, entry.job, exit, entry)
+            const done = (d: JobRun.Decided) => {
+              slot.current = undefined
+              entry.slot = undefined
+              finish(entry, d, seconds)
+              onCapacity()
+            }
+            const settled = Effect.isEffect(decided) ? Effect.map(decided, done) : Effect.sync(() => done(decided))
+            // an interrupted slot ends here (its interruption would hit the next handler); a fresh one takes over
+            return Exit.isFailure(exit) && Cause.isInterrupted(exit.cause) ? Effect.zipRight(settled, Effect.sync(startWaiting)) : Effect.zipRight(settled, next)
+          })
+        })
+        return Effect.fiberIdWith((id) => {
+          slotByFiber.set(id.id, slot)
+          return next.pipe(Effect.ensuring(Effect.sync(() => {
+            slotByFiber.delete(id.id)
+            slots.delete(slot)
+          })))
+        })
+      }).pipe(
+        Effect.catchAllCause((cause) =>
+          // deciding an outcome itself failed (a policy that throws): the job is left to its lease and the reaper
+          Effect.logError("could not decide the job's outcome; the reaper will requeue it", cause).pipe(
+            Effect.zipRight(Effect.sync(() => {
+              const entry = slot.current
+              if (entry) {
+                if (entry.phase === "running") running--
+                held.delete(entry.job.id)
+                counts.unrecorded++
+              }
+              startWaiting()
+              checkIdle()
+            }))
+          )
+        )
+      )
+
+    let stopped = false
+    /** Starts slots for waiting jobs, up to the concurrency; a slot takes jobs until none wait. */
+    function startWaiting() {
+      // a slot forked here may take its first job at once or on its first turn: count the idle ones each time
+      const idle = () => {
+        let n = 0
+        for (const slot of slots) if (slot.current === undefined) n++
+        return n
+      }
+      while (!stopped && slots.size < concurrency && waiting.length > idle() && held.size - running - waiting.length < maxUnsettled) {
+        const slot: Slot = { current: undefined, fiber: undefined }
+        slots.add(slot)
+        slot.fiber = fork(runSlot(slot))
+      }
+      onCapacity()
+    }
+
+    /** Takes claimed jobs into the table and starts as many as there are free slots. */
+    const accept = (jobs: ReadonlyArray<Job>) => {
+      for (const job of jobs) {
+        const entry: Held = { job, lease: { id: job.id, lease: job.lease }, phase: "waiting", slot: undefined, startedAt: 0, timedOut: false, leaseLost: false }
+        held.set(job.id, entry)
+        waiting.push(entry)
+      }
+      startWaiting()
+    }
+
+    /** Jobs claimed but never started go back at once, with no attempt spent (shutdown, a lost lease). */
+    const releaseWaiting = (entries: ReadonlyArray<Held>) => {
+      for (const entry of entries) finish(entry, { outcome: Outcome.release(entry.lease), kind: "defect" }, undefined)
+    }
+
+    // ---- heartbeat: one statement for every held lease; a lease not extended was lost or cancelled ----
+    const heartbeatEvery = Duration.millis(Math.max(50, Duration.toMillis(stage.leaseFor) / 3))
+    yield* Effect.forkScoped(
+      Effect.gen(function*() {
+        yield* Effect.sleep(heartbeatEvery)
+        const leases = [...held.values()].map((e) => e.lease)
+        if (leases.length === 0) return
+        const extended = new Set(yield* queue.heartbeat(leases, stage.leaseFor))
+        for (const lease of leases) {
+          const entry = held.get(lease.id)
+          // a settling job's outcome may have been committed after this heartbeat read its lease
+          if (extended.has(lease.id) || !entry || entry.phase === "settling") continue
+          entry.leaseLost = true
+          const fiber = entry.slot?.fiber
+          if (entry.phase === "running" && fiber) {
+            yield* Effect.logWarning("lease lost (cancelled or expired); stopping the job").pipe(
+              Effect.annotateLogs({ stage: stage.name, jobId: lease.id })
+            )
+            yield* Fiber.interruptFork(fiber)
+          } else if (entry.phase === "waiting") {
+            waiting.splice(waiting.indexOf(entry), 1)
+            releaseWaiting([entry])
+          }
+        }
+      }).pipe(
+        Effect.catchAllCause((cause) => Effect.logWarning("heartbeat failed", cause)),
+        Effect.forever
+      )
+    )
+
+    // ---- watchdog: the stage's timeout for every running handler from one loop, not a timer per job ----
+    const timeoutMs = Duration.toMillis(stage.timeout)
+    yield* Effect.forkScoped(
+      Effect.gen(function*() {
+        yield* Effect.sleep(Duration.millis(Math.min(1000, Math.max(10, timeoutMs / 4))))
+        const now = yield* Clock.currentTimeMillis
+        for (const entry of held.values()) {
+          const fiber = entry.slot?.fiber
+          if (entry.phase === "running" && fiber && !entry.timedOut && now - entry.startedAt >= timeoutMs) {
+            entry.timedOut = true
+            yield* Fiber.interruptFork(fiber)
+          }
+        }
+      }).pipe(Effect.forever)
+    )
+
+    return {
+      accept,
+      counts,
+      held,
+      waiting,
+      get running() {
+        return running
+      },
+      get settling() {
+        return held.size - running - waiting.length
+      },
+      set onCapacity(f: () => void) {
+        onCapacity = f
+      },
+      /** Stops starting jobs; those claimed and not started go back. */
+      stopStarting: () => {
+        stopped = true
+        releaseWaiting(waiting.splice(0))
+      },
+      releaseWaiting,
+      /** Interrupts every running handler; each settles as released. */
+      interruptRunning: Effect.suspend(() =>
+        Effect.forEach([...slots].flatMap((slot) => (slot.fiber ? [slot.fiber] : [])), Fiber.interrupt, { discard: true })
+      ),
+      /** Waits until every held job is settled. */
+      awaitIdle: Effect.async<void>((resume) => {
+        if (held.size === 0) return resume(Effect.void)
+        idleWaiters.push(() => resume(Effect.void))
+      }),
+      /** Waits until no handler runs. */
+      awaitNoneRunning: Effect.suspend(() => {
+        const fibers = [...slots].flatMap((slot) => (slot.fiber ? [slot.fiber] : []))
+        return Effect.forEach(fibers, Fiber.await, { discard: true })
+      })
+    }
+  })
+
+const payloadError = (e: unknown) => {
+  const message = (e as { message?: unknown })?.message
+  return typeof message === "string" ? message : String(e)
+}
+
 /** A failed group commit keeps trying through a database blip; past this the leases have expired. */
-const completeRetry = Schedule.exponential("100 millis").pipe(
+const releaseRetry = Schedule.exponential("100 millis").pipe(
   Schedule.union(Schedule.spaced("5 seconds")),
   Schedule.upTo("2 minutes")
 )
+
+// ---- run: the core plus the claimer and shutdown, woken by the Waker --------------------------------------
 
 export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) =>
   Effect.gen(function*() {
@@ -46,22 +364,8 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
     const concurrency = Math.max(1, options.concurrency ?? stage.concurrency)
     const claimOptions = { workerId: options.workerId, leaseFor: stage.leaseFor }
     const claimedMetric = Metrics.forStage(Metrics.claimed, stage.name)
-    const releasedMetric = Metrics.forStage(Metrics.released, stage.name)
+    const core = yield* makeCore(stage, concurrency, waker.rearm)
 
-    // every job this pool holds a lease on: running (fiber set) or buffered (claimed ahead, not started yet)
-    const inFlight = new Map<string, {
-      lease: Lease
-      fiber: Fiber.RuntimeFiber<void> | undefined
-      startedAt?: number
-      settling?: boolean
-      timedOut?: boolean
-    }>()
-    const buffered: Array<Job> = []
-    let running = 0
-    // handlers finished, outcomes not yet recorded, whose slots were handed on (at most stage.settleAhead)
-    let settlingFreed = 0
-    // the last claim came back full: there is a backlog, so claim a batch ahead to keep every slot busy
-    let backlog = false
     let stopping = false
     let paused = false
     let lastClaimAt: Date | null = null
@@ -69,91 +373,43 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
       get stage() { return stage.name },
       get state() { return stopping ? "stopping" as const : "running" as const },
       get concurrency() { return concurrency },
-      get inFlight() { return running },
+      get inFlight() { return core.running },
       get paused() { return paused },
       get lastClaimAt() { return lastClaimAt }
     })
     yield* Effect.addFinalizer(() => Effect.sync(() => options.health?.delete(stage.name)))
-    // set by a wake-up or a full batch: there may be more to claim once capacity frees
+
+    // ---- claimer ----
+    // moreWork: a wake-up or a full batch says there may be more to claim once capacity frees
     let moreWork = false
+    // backlog: the last claim came back full, so claim a batch ahead to keep every slot busy; `ahead` grows
+    // while the pool runs dry between claims (fast jobs) and shrinks while jobs wait (slow ones)
+    let backlog = false
+    // up to 500 ahead (graphile-worker's documented local queue) for fast jobs; slow ones never grow it
+    const maxAhead = Math.max(concurrency, Math.min(50 * concurrency, 500))
+    let ahead = concurrency
+    const maxSettling = maxUnsettledFor(concurrency)
     const signal = yield* Q.sliding<void>(1)
     const poke = () => Q.unsafeOffer(signal, undefined)
-    const fibers = yield* FiberSet.make<void>()
-
-    // group commit: completions queue up while one batch is in flight, then go out together
-    const completions = yield* Q.unbounded<{ readonly lease: Lease; readonly done: Deferred.Deferred<boolean> }>()
-    const completer = Effect.gen(function*() {
-      const first = yield* Q.takeBetween(completions, 1, 1000)
-      // let the jobs finishing right now join this batch rather than the next one
-      yield* Effect.yieldNow()
-      const batch = [...first, ...(yield* Q.takeUpTo(completions, 1000))]
-      const leases = batch.map((c) => c.lease)
-      const ok = yield* queue.completeMany(leases).pipe(
-        Effect.tapError((e) => Effect.logWarning("completing a batch failed; retrying", e.message)),
-        Effect.retry(completeRetry),
-        Effect.orElseSucceed(() => null)
-      )
-      const held = new Set(ok ?? [])
-      for (const c of batch) yield* Deferred.succeed(c.done, ok !== null && held.has(c.lease.id))
-    }).pipe(Effect.forever)
-    yield* Effect.forkScoped(completer)
-
-    const completeOne = (lease: Lease) =>
-      Effect.flatMap(Deferred.make<boolean>(), (done) =>
-        Q.offer(completions, { lease, done }).pipe(Effect.zipRight(Deferred.await(done))))
-
-    const runJob = (job: Job) => {
-      // a job keeps its slot until its outcome is recorded, so a crash repeats at most `concurrency` finished
-      // handlers (plus the stage's settleAhead, when it allows handing the slot on early); the heartbeat
-      // leaves a finished job alone (its lease may just have been released)
-      let slotHeld = true
-      const handlerDone = Effect.sync(() => {
-        const entry = inFlight.get(job.id)
-        if (entry) entry.settling = true
-        if (settlingFreed < stage.settleAhead) {
-          slotHeld = false
-          running--
-          settlingFreed++
-          if (!stopping && (moreWork || buffered.length > 0)) poke()
-        }
-      })
-      const timedOut = () => inFlight.get(job.id)?.timedOut === true
-      return JobRun.execute(stage, job, { completeOne, onHandlerDone: handlerDone, onRequeued: waker.rearm, timedOut }).pipe(
-        Effect.ensuring(
-          Effect.sync(() => {
-            inFlight.delete(job.id)
-            if (slotHeld) running--
-            else settlingFreed--
-            if (!stopping && (moreWork || buffered.length > 0)) poke()
-          })
-        ),
-        Effect.asVoid
-      )
+    core.onCapacity = () => {
+      if (!stopping && moreWork) poke()
     }
 
-    const startBuffered = Effect.gen(function*() {
-      while (!stopping && running < concurrency && buffered.length > 0) {
-        const job = buffered.shift()!
-        const entry = inFlight.get(job.id)
-        if (!entry) continue // its lease was lost while it waited
-        running++
-        entry.startedAt = yield* Clock.currentTimeMillis
-        entry.fiber = yield* FiberSet.run(fibers, runJob(job))
-      }
-    })
-
-    // claimReady: one statement fills free capacity; with a backlog it also claims one batch ahead, so the
-    // next jobs are in hand when slots free. A lost database pauses here until it is back.
+    // the claim round in flight: shutdown waits for it, so jobs claimed as the signal arrived go back too
+    let round: Deferred.Deferred<void> | null = null
     const claimLoop = Effect.gen(function*() {
       yield* Q.take(signal)
-      yield* startBuffered
       while (!stopping && moreWork) {
-        const ahead = concurrency + stage.settleAhead
+        const inHand = core.running + core.waiting.length
         const limit = backlog ? concurrency + ahead : concurrency
-        const want = limit - running - buffered.length
-        // under a backlog, refill the jobs in hand only once they run low: fewer, larger claims
-        if (want <= 0 || (backlog && buffered.length > Math.floor(ahead / 2))) break
+        const want = limit - inHand
+        // under a backlog, refill only once the jobs in hand run low: fewer, larger claims
+        if (want <= 0 || (backlog && core.waiting.length > Math.floor(ahead / 2)) || core.settling >= maxSettling) break
+        // grow only when slots stand idle for want of jobs (fast jobs); busy slots with jobs waiting shrink it
+        if (backlog && core.waiting.length === 0 && core.running < concurrency) ahead = Math.min(maxAhead, ahead * 2)
+        else if (backlog && core.waiting.length > 0) ahead = Math.max(concurrency, Math.floor(ahead * 3 / 4))
         moreWork = false
+        round = yield* Deferred.make<void>()
         const jobs = yield* queue.claim(stage.name, want, claimOptions).pipe(
           Effect.tapError((e) =>
             Effect.zipRight(
@@ -169,96 +425,51 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
         if (jobs.length > 0) yield* Metric.incrementBy(claimedMetric, jobs.length)
         if (stopping) {
           // shutdown began while the claim was in flight: hand them straight back
-          yield* queue.release(jobs).pipe(Effect.ignore)
+          yield* queue.release(jobs).pipe(Effect.retry({ schedule: releaseRetry, while: (e) => e.unavailable }), Effect.ignore)
+          yield* Deferred.succeed(round, undefined)
+          round = null
           break
-        }
-        for (const job of jobs) {
-          inFlight.set(job.id, { lease: { id: job.id, lease: job.lease }, fiber: undefined })
-          buffered.push(job)
         }
         backlog = jobs.length === want
         if (backlog) moreWork = true
-        else yield* waker.rearm
-        yield* startBuffered
+        core.accept(jobs)
+        yield* Deferred.succeed(round, undefined)
+        round = null
+        if (!backlog) yield* waker.rearm
       }
     }).pipe(
+      Effect.ensuring(Effect.suspend(() => (round ? Deferred.succeed(round, undefined) : Effect.void))),
       Effect.catchAllCause((cause) => Effect.logError("claim loop failed; continuing", cause)),
       Effect.forever,
       Effect.annotateLogs({ stage: stage.name })
     )
-    yield* Effect.forkScoped(claimLoop)
+    const claimer = yield* Effect.forkScoped(claimLoop)
 
-    // heartbeats: one statement for all of the pool's leases; a lease not extended was lost or cancelled
-    const heartbeatEvery = Duration.millis(Math.max(50, Duration.toMillis(stage.leaseFor) / 3))
-    const heartbeat = Effect.gen(function*() {
-      yield* Effect.sleep(heartbeatEvery)
-      const held = [...inFlight.values()].map((e) => e.lease)
-      if (held.length === 0) return
-      const extended = new Set(yield* queue.heartbeat(held, stage.leaseFor))
-      for (const lease of held) {
-        const entry = inFlight.get(lease.id)
-        // a finished job's outcome may have been committed after this heartbeat read its lease
-        if (extended.has(lease.id) || !entry || entry.settling) continue
-        if (entry.fiber) {
-          yield* Effect.logWarning("lease lost (cancelled or expired); stopping the job").pipe(
-            Effect.annotateLogs({ stage: stage.name, jobId: lease.id })
-          )
-          yield* Fiber.interruptFork(entry.fiber)
-        } else {
-          // never started: forget it, and hand back a cancelled one so it is removed
-          inFlight.delete(lease.id)
-          yield* queue.release([lease]).pipe(Effect.ignore)
-        }
-      }
-    }).pipe(
-      Effect.catchAllCause((cause) => Effect.logWarning("heartbeat failed", cause)),
-      Effect.forever
-    )
-    yield* Effect.forkScoped(heartbeat)
-
-    // the stage's timeout, for every running handler from one loop rather than a timer per job
-    const timeoutMs = Duration.toMillis(stage.timeout)
-    const watchdog = Effect.gen(function*() {
-      yield* Effect.sleep(Duration.millis(Math.min(1000, Math.max(10, timeoutMs / 4))))
-      const now = yield* Clock.currentTimeMillis
-      for (const entry of inFlight.values()) {
-        if (entry.fiber && !entry.settling && !entry.timedOut && entry.startedAt !== undefined && now - entry.startedAt >= timeoutMs) {
-          entry.timedOut = true
-          yield* Fiber.interruptFork(entry.fiber)
-        }
-      }
-    }).pipe(Effect.forever)
-    yield* Effect.forkScoped(watchdog)
-
-    // shutdown: registered last, so it runs first when the scope closes
+    // ---- shutdown: registered last, so it runs first when the scope closes ----
     yield* Effect.addFinalizer(() =>
       Effect.gen(function*() {
         stopping = true
-        // jobs claimed ahead never started: hand them back at once
-        const notStarted = buffered.splice(0).map((job) => inFlight.get(job.id)?.lease).filter((l): l is Lease => l !== undefined)
-        if (notStarted.length > 0) {
-          notStarted.forEach((l) => inFlight.delete(l.id))
-          const released = yield* queue.release(notStarted).pipe(
-            Effect.retry({ schedule: completeRetry, while: (e) => e.unavailable }),
-            Effect.orElseSucceed(() => [])
-          )
-          yield* Metric.incrementBy(releasedMetric, released.length)
-        }
-        const busy = inFlight.size
+        // a claim in flight finishes and hands its jobs back; then nothing new starts
+        if (round) yield* Deferred.await(round).pipe(Effect.interruptible, Effect.timeout(Duration.seconds(30)), Effect.interruptible, Effect.ignore)
+        yield* Fiber.interrupt(claimer).pipe(Effect.asVoid)
+        core.stopStarting()
+        const busy = core.running
         if (busy > 0) {
           yield* Effect.logInfo(`shutting down: waiting up to ${Duration.format(options.shutdownGrace)} for ${busy} job(s)`)
         }
         // finalizers run uninterruptibly; the wait must be interruptible or the timeout could not cut it short
-        const drained = yield* FiberSet.awaitEmpty(fibers).pipe(
+        const drained = yield* core.awaitNoneRunning.pipe(
           Effect.interruptible,
           Effect.timeout(options.shutdownGrace),
           Effect.interruptible,
           Effect.option
         )
         if (Option.isNone(drained)) {
-          yield* Effect.logWarning(`grace period over: interrupting ${inFlight.size} job(s) and releasing them`)
-          yield* FiberSet.clear(fibers)
+          yield* Effect.logWarning(`grace period over: interrupting ${core.running} job(s) and releasing them`)
+          yield* core.interruptRunning
         }
+        // every outcome, the releases included, is written before the pool's scope closes
+        yield* core.awaitIdle.pipe(Effect.interruptible, Effect.timeout(Duration.minutes(2)), Effect.interruptible, Effect.ignore)
       }).pipe(Effect.annotateLogs({ stage: stage.name }))
     )
 
@@ -271,3 +482,32 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
 /** The stage as a Layer: its pool runs for the life of the layer. */
 export const scoped = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions): Effect.Effect<void, never, Queue.Queue | Waker.Waker | R | Scope.Scope> =>
   run(stage, options) as Effect.Effect<void, never, Queue.Queue | Waker.Waker | R | Scope.Scope>
+
+// ---- once: the same core, one claim, run to settled, stop (what `tick` does) ------------------------------
+
+export interface OnceOptions {
+  readonly workerId: string
+  readonly max: number
+  /** Wraps the claim, e.g. in `db.withOrg` so row-level security limits it to one org's jobs. */
+  readonly claimScope?: <X, E, RC>(claim: Effect.Effect<X, E, RC>) => Effect.Effect<X, E | Queue.QueueError, RC>
+}
+
+/** Claims up to `max` (at most the stage's concurrency) jobs once, runs them, settles them, and returns the counts. */
+export const once = <A, I, R>(stage: Stage.Stage<A, I, R>, options: OnceOptions) =>
+  Effect.scoped(
+    Effect.gen(function*() {
+      const queue = yield* Queue.Queue
+      const claimScope = options.claimScope ?? (<X, E, RC>(e: Effect.Effect<X, E, RC>) => e)
+      const limit = Math.min(Math.max(0, Math.floor(options.max)), stage.concurrency)
+      const jobs = limit === 0 ? [] : yield* claimScope(queue.claim(stage.name, limit, { workerId: options.workerId, leaseFor: stage.leaseFor }))
+      if (jobs.length === 0) return { claimed: 0, counts: undefined }
+      yield* Metric.incrementBy(Metrics.forStage(Metrics.claimed, stage.name), jobs.length)
+      const core = yield* makeCore(stage, stage.concurrency, Effect.void)
+      core.accept(jobs)
+      // interrupted (the caller gave up): release what runs, then wait for the writes
+      yield* core.awaitIdle.pipe(
+        Effect.onInterrupt(() => Effect.zipRight(core.interruptRunning, core.awaitIdle))
+      )
+      return { claimed: jobs.length, counts: { ...core.counts } }
+    })
+  )

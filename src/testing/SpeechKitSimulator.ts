@@ -25,7 +25,13 @@
  *    audio's duration and channel count: one utterance per `utteranceMs` per channel.
  *
  * getRecognition before the operation is done answers 404, after it failed the operation's error (the docs
- * do not say what the real service answers; both are `Permanent` to the client). When done, it sends, per
+ * do not say what the real service answers; both are `Permanent` to the client).
+ *
+ * Quirks it can play, for fault tests: `operationErrors` (the first operations end with given gRPC codes, e.g.
+ * 14 then success), `resultsNotFoundAfterDone` (getRecognition 404s for a while after `done`), `maxDurationMs` /
+ * `maxBytes` (SpeechKit's 4 h, all channels counted, and 1 GB limits, ending the operation with code 3), and via
+ * `faults` any status with headers (a 429 with an outsized `Retry-After`, a malformed 2xx body). A
+ * multi-channel OGG is recognised per channel: utterances carry `channelTag` "0", "1", …. When done, it sends, per
  * utterance: a `partial`, a `final` (with `audioCursors.finalIndex`, counted per
  * channel), a `finalRefinement.normalizedText` when the request enabled text normalization, an `eouUpdate`.
  * int64 fields are JSON strings, as proto3 JSON writes them.
@@ -90,6 +96,22 @@ export interface Options {
   readonly utteranceMs?: number | undefined
   /** Ends every operation with this error, whatever the audio. */
   readonly operationError?: { readonly code: number; readonly message: string } | undefined
+  /**
+   * The fates of the first operations started, one each in order: an error ends it the way a recognizer that
+   * crashed or timed out does, `null` lets it work (e.g. `[{ code: 14, … }, null]`); later operations work.
+   */
+  readonly operationErrors?: ReadonlyArray<{ readonly code: number; readonly message: string } | null> | undefined
+  /**
+   * getRecognition answers 404 this many times per operation after the operation is done (results not yet
+   * readable: seen on the real service shortly after `done`). Default 0.
+   */
+  readonly resultsNotFoundAfterDone?: number | undefined
+  /**
+   * SpeechKit's async limits: audio longer than this, all channels counted, or larger, ends the operation with
+   * `error { code: 3 }`. Default 4 hours and 1 GB.
+   */
+  readonly maxDurationMs?: number | undefined
+  readonly maxBytes?: number | undefined
   readonly faults?: { readonly [R in Route]?: ReadonlyArray<Fault> } | undefined
 }
 
@@ -338,6 +360,8 @@ interface OperationState {
   readonly id: string
   readonly createdAt: string
   readonly polls: number
+  /** getRecognition calls answered so far (the 404s after done count). */
+  readonly reads: number
   readonly outcome:
     | { readonly _tag: "Recognized"; readonly lines: ReadonlyArray<string> }
     | { readonly _tag: "Failed"; readonly code: number; readonly message: string }
@@ -369,6 +393,9 @@ export const make = (options: Options = {}): Effect.Effect<Handle, never, HttpCl
     })
     const operations = yield* Ref.make(new Map<string, OperationState>())
     const counter = yield* Ref.make(0)
+    const scriptedErrors = yield* Ref.make(options.operationErrors ?? [])
+    const maxDurationMs = options.maxDurationMs ?? 4 * 3600 * 1000
+    const maxBytes = options.maxBytes ?? 1024 ** 3
 
     const record = (route: Route, request: RecordedRequest) =>
       SubscriptionRef.update(traffic, (t) => ({
@@ -489,18 +516,31 @@ export const make = (options: Options = {}): Effect.Effect<Handle, never, HttpCl
         const codes = request.recognitionModel?.languageRestriction?.languageCode ?? []
         const language = codes.find((code) => code.toLowerCase() !== "auto") ?? "ru-RU"
         const normalize = request.recognitionModel?.textNormalization?.textNormalization === "TEXT_NORMALIZATION_ENABLED"
+        const scripted = yield* Ref.modify(scriptedErrors, (all) => [all[0] ?? undefined, all.slice(1)] as const)
+        // every channel is recognised separately and counts toward the limit (stt/limits)
+        const overLimit = Either.isRight(info) && Either.isRight(audio)
+          ? info.right.durationMs * info.right.channels > maxDurationMs
+            ? `audio too long: ${info.right.durationMs} ms × ${info.right.channels} channel(s) is over ${maxDurationMs} ms`
+            : audio.right.byteLength > maxBytes
+            ? `audio too large: ${audio.right.byteLength} bytes is over ${maxBytes}`
+            : undefined
+          : undefined
         const outcome: OperationState["outcome"] = options.operationError
           ? { _tag: "Failed", ...options.operationError }
+          : scripted
+          ? { _tag: "Failed", ...scripted }
           : Either.isLeft(info)
           ? { _tag: "Failed", code: 3, message: info.left }
+          : overLimit
+          ? { _tag: "Failed", code: 3, message: overLimit }
           : {
             _tag: "Recognized",
             lines: recognitionLines(id, options.transcript ?? derivedTranscript(info.right, utteranceMs), normalize, language)
           }
         const createdAt = new Date(yield* Clock.currentTimeMillis).toISOString()
-        yield* Ref.update(operations, (map) => new Map(map).set(id, { id, createdAt, polls: 0, outcome }))
+        yield* Ref.update(operations, (map) => new Map(map).set(id, { id, createdAt, polls: 0, reads: 0, outcome }))
         yield* log(`operation ${id} started (${outcome._tag === "Failed" ? `will fail: ${outcome.message}` : "audio OK"})`)
-        return jsonAnswer(operationJson({ id, createdAt, polls: 0, outcome }, false))
+        return jsonAnswer(operationJson({ id, createdAt, polls: 0, reads: 0, outcome }, false))
       })
 
     const operationJson = (operation: OperationState, done: boolean) => ({
@@ -536,10 +576,18 @@ export const make = (options: Options = {}): Effect.Effect<Handle, never, HttpCl
 
     const recognition = (id: string) =>
       Effect.gen(function*() {
-        const operation = (yield* Ref.get(operations)).get(id)
+        const operation = yield* Ref.modify(operations, (map): [OperationState | undefined, Map<string, OperationState>] => {
+          const found = map.get(id)
+          if (!found || !isDone(found)) return [found, map]
+          const next = { ...found, reads: found.reads + 1 }
+          return [next, new Map(map).set(id, next)]
+        })
         if (!operation) return notFound(id)
         // The docs do not say what an unfinished or failed operation answers here; NOT_FOUND is our guess.
         if (!isDone(operation)) return statusAnswer(404, `results of operation ${id} are not ready`)
+        if (operation.reads <= (options.resultsNotFoundAfterDone ?? 0)) {
+          return statusAnswer(404, `results of operation ${id} not found`)
+        }
         if (operation.outcome._tag === "Failed") {
           return statusAnswer(httpStatusOf(operation.outcome.code), operation.outcome.message)
         }

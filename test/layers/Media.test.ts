@@ -106,7 +106,7 @@ it.layer(Media.layer, { timeout: 30_000 })("Media (real ffmpeg)", (it) => {
       expect(peak(0, 3.6, 3.9) + peak(1, 3.6, 3.9)).toBe(0)
     }))
 
-  it.scoped("converts to OGG Opus, mono, 48 kHz", () =>
+  it.scoped("converts to OGG Opus, 48 kHz, keeping a two-channel call's two channels (mono stays mono)", () =>
     Effect.gen(function*() {
       const media = yield* Media.Media
       const dir = yield* tempDirectory
@@ -119,8 +119,12 @@ it.layer(Media.layer, { timeout: 30_000 })("Media (real ffmpeg)", (it) => {
       expect(bytes.indexOf("OpusHead")).toBeGreaterThan(0)
       const probed = yield* media.probe(ogg)
       expect(probed.formatName).toBe("ogg")
-      expect(probed.audio).toEqual({ codecName: "opus", sampleRate: 48000, channels: 1 })
+      expect(probed.audio).toEqual({ codecName: "opus", sampleRate: 48000, channels: 2 })
       expect(probed.durationSeconds).toBeCloseTo(5, 1)
+      const mono = NodePath.join(dir, "mono.wav")
+      yield* media.generateTestCall(mono, { seconds: 1, channels: 1 })
+      yield* media.toOggOpus(mono, NodePath.join(dir, "mono.ogg"))
+      expect((yield* media.probe(NodePath.join(dir, "mono.ogg"))).audio?.channels).toBe(1)
     }))
 
   it.scoped("takes the audio out of a video with sound", () =>

@@ -68,6 +68,8 @@ const setup = (
       sttUrl: sim.url,
       operationUrl: `${sim.url}/`,
       timeout: Duration.seconds(5),
+      // a 404 is retried with real waits; TestClock would hold them (the quirk has its own live test)
+      resultNotFoundRetries: 0,
       ...client
     })
     return { sim, speechKit, audio }
@@ -217,16 +219,69 @@ describe("SpeechKit client against the simulator", () => {
       )
     }))
 
-  it.scoped("an operation that ends with error is Permanent with its code and message", () =>
+  it.scoped("an operation that ends with gRPC 4, 13 or 14 is done and retryable; any other code is Permanent", () =>
     Effect.gen(function*() {
-      const { speechKit, audio } = yield* setup({ operationError: { code: 13, message: "recognizer crashed" } })
-      const operationId = yield* speechKit.startRecognition({ uri: `${audio}/call.ogg` })
-      assert.deepStrictEqual(yield* speechKit.getOperation(operationId), { done: false })
+      const { speechKit, audio } = yield* setup({
+        pollsUntilDone: 0,
+        operationErrors: [
+          { code: 13, message: "recognizer crashed" },
+          { code: 14, message: "backend unavailable" },
+          { code: 4, message: "deadline exceeded" },
+          { code: 7, message: "permission denied on the bucket" }
+        ]
+      })
+      for (const [code, message] of [[13, "recognizer crashed"], [14, "backend unavailable"], [4, "deadline exceeded"]] as const) {
+        const operationId = yield* speechKit.startRecognition({ uri: `${audio}/call.ogg` })
+        assert.deepStrictEqual(yield* speechKit.getOperation(operationId), { done: true, retryable: { code, message } })
+      }
+      const denied = yield* speechKit.startRecognition({ uri: `${audio}/call.ogg` })
       assertTag(
-        yield* failure(speechKit.getOperation(operationId)),
+        yield* failure(speechKit.getOperation(denied)),
         "Permanent",
-        new RegExp(`operation ${operationId} failed \\(gRPC code 13\\): recognizer crashed`)
+        new RegExp(`operation ${denied} failed \\(gRPC code 7\\): permission denied on the bucket`)
       )
+      // the scripted errors are used up: the next operation works
+      const fine = yield* speechKit.startRecognition({ uri: `${audio}/call.ogg` })
+      assert.deepStrictEqual(yield* speechKit.getOperation(fine), { done: true })
+    }))
+
+  it.scopedLive("getRecognition's 404 right after done is asked again, up to resultNotFoundRetries, then Permanent", () =>
+    Effect.gen(function*() {
+      const quick = { resultNotFoundRetries: 3, resultRetryDelay: Duration.millis(10) }
+      const late = yield* setup({ pollsUntilDone: 0, resultsNotFoundAfterDone: 2 }, quick)
+      const operationId = yield* late.speechKit.startRecognition({ uri: `${late.audio}/call.ogg` })
+      assert.deepStrictEqual(yield* late.speechKit.getOperation(operationId), { done: true })
+      const { segments } = yield* late.speechKit.getRecognition(operationId)
+      assert.isAbove(segments.length, 0)
+      assert.strictEqual(yield* late.sim.count("getRecognition"), 3)
+
+      const never = yield* setup({ pollsUntilDone: 0, resultsNotFoundAfterDone: 10 }, quick)
+      const lost = yield* never.speechKit.startRecognition({ uri: `${never.audio}/call.ogg` })
+      yield* never.speechKit.getOperation(lost)
+      assertTag(yield* failure(never.speechKit.getRecognition(lost)), "Permanent", /HTTP 404: .* \(still not found after 3 retries\)$/)
+      assert.strictEqual(yield* never.sim.count("getRecognition"), 4)
+    }))
+
+  it.scoped("Retry-After is capped at maxRetryAfter (default 10 minutes)", () =>
+    Effect.gen(function*() {
+      const day = { status: 429, headers: { "retry-after": "86400" } }
+      const capped = yield* setup({ faults: { recognizeFileAsync: [day] } })
+      const tenMinutes = yield* failure(capped.speechKit.startRecognition({ uri: `${capped.audio}/call.ogg` }))
+      assert.deepStrictEqual(tenMinutes._tag === "RateLimited" && Duration.toMillis(tenMinutes.retryAfter), 600_000)
+      const configured = yield* setup({ faults: { recognizeFileAsync: [day, { status: 429 }] } }, { maxRetryAfter: Duration.seconds(30) })
+      const thirty = yield* failure(configured.speechKit.startRecognition({ uri: `${configured.audio}/call.ogg` }))
+      assert.deepStrictEqual(thirty._tag === "RateLimited" && Duration.toMillis(thirty.retryAfter), 30_000)
+      // the 60 s default for a 429 without the header is held to the cap too
+      const absent = yield* failure(configured.speechKit.startRecognition({ uri: `${configured.audio}/call.ogg` }))
+      assert.deepStrictEqual(absent._tag === "RateLimited" && Duration.toMillis(absent.retryAfter), 30_000)
+    }))
+
+  it.scoped("audio over SpeechKit's limits (all channels counted) ends the operation with code 3", () =>
+    Effect.gen(function*() {
+      // call.ogg is 7 s of stereo: under a 10 s limit by its length, over it with both channels counted
+      const { speechKit, audio } = yield* setup({ pollsUntilDone: 0, maxDurationMs: 10_000 })
+      const stereo = yield* speechKit.startRecognition({ uri: `${audio}/call.ogg` })
+      assertTag(yield* failure(speechKit.getOperation(stereo)), "Permanent", /gRPC code 3\): audio too long: \d+ ms × 2 channel/)
     }))
 
   it.scoped("a uri that is not OGG Opus ends the operation with an error: Permanent", () =>
@@ -236,7 +291,7 @@ describe("SpeechKit client against the simulator", () => {
       assertTag(yield* failure(speechKit.getOperation(operationId)), "Permanent", /gRPC code 3\): audio is not an OGG stream/)
     }))
 
-  it.scoped("a malformed 2xx is Transient, on every route", () =>
+  it.scoped("a malformed 2xx is Permanent, on every route (the documents client's rule too)", () =>
     Effect.gen(function*() {
       const { speechKit, audio } = yield* setup({
         pollsUntilDone: 0,
@@ -246,12 +301,12 @@ describe("SpeechKit client against the simulator", () => {
           getRecognition: [{ status: 200, body: "{\"result\": {\"final\": {\"alternatives\": \"oops\"}}}" }, { status: 200, body: "{\"result\": {" }]
         }
       })
-      assertTag(yield* failure(speechKit.startRecognition({ uri: `${audio}/call.ogg` })), "Transient", /unexpected response body.*id/s)
+      assertTag(yield* failure(speechKit.startRecognition({ uri: `${audio}/call.ogg` })), "Permanent", /unexpected response body.*id/s)
       const operationId = yield* speechKit.startRecognition({ uri: `${audio}/call.ogg` })
-      assertTag(yield* failure(speechKit.getOperation(operationId)), "Transient", /unexpected response body/)
+      assertTag(yield* failure(speechKit.getOperation(operationId)), "Permanent", /unexpected response body/)
       assert.deepStrictEqual(yield* speechKit.getOperation(operationId), { done: true })
-      assertTag(yield* failure(speechKit.getRecognition(operationId)), "Transient", /unexpected response body/)
-      assertTag(yield* failure(speechKit.getRecognition(operationId)), "Transient", /malformed result stream/)
+      assertTag(yield* failure(speechKit.getRecognition(operationId)), "Permanent", /unexpected response body/)
+      assertTag(yield* failure(speechKit.getRecognition(operationId)), "Permanent", /malformed result stream/)
     }))
 
   it.scoped("an {error} line inside the result stream maps by gRPC code", () =>

@@ -161,6 +161,27 @@ export const contract = (target: ContractTarget) =>
           expect(yield* q.completeMany([again!])).toEqual([again!.id])
         }))
 
+      test("an expired lease on the last attempt is requeued spent; dead-lettering it keeps its count and history", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("expire_last")
+          const [created] = yield* q.enqueue([{ stage, maxAttempts: 1 }])
+          yield* q.claim(stage, 1, worker("killed", 100))
+          yield* target.advance("250 millis")
+          expect((yield* q.reapExpired).deadLettered).toBe(0)
+          expect(yield* q.get(created!.id)).toMatchObject({ status: "queued", attempts: 1 })
+          expect(yield* q.deadLetters.list({ stage })).toEqual([])
+          // the stage's claim finds it spent and dead-letters it (JobRun does this, with the stage's hook)
+          const [again] = yield* q.claim(stage, 1, worker("w2"))
+          expect(again!.attempts).toBe(again!.maxAttempts)
+          let heard = 0
+          expect(yield* q.deadLetter(again!, { tag: "LeaseExpired", message: "exhausted" }, Effect.sync(() => heard++))).toBe(true)
+          expect(heard).toBe(1)
+          const [dead] = yield* q.deadLetters.list({ stage })
+          expect(dead!.attempts).toBe(1)
+          expect(dead!.errorHistory.map((e) => e.tag)).toEqual(["LeaseExpired"])
+        }))
+
       test("exhausted attempts land in the dead-letter table with the whole error history", () =>
         Effect.gen(function*() {
           const q = yield* Queue.Queue
@@ -270,6 +291,111 @@ export const contract = (target: ContractTarget) =>
           expect(yield* q.get(job!.id)).toBeNull()
           const followUps = yield* q.list({ stage: next })
           expect(followUps.map((j) => [j.subjectId, j.payload])).toEqual([["call-1", { op: "abc" }]])
+        }))
+
+      test("settle writes a mixed batch in one call: complete + follow-ups, retry, exhausted retry, reschedule, dead-letter, release, fenced", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("settle")
+          const next = stage + "_next"
+          const created = yield* q.enqueue([
+            { stage, payload: { n: 0 } },
+            { stage, payload: { n: 1 } },
+            { stage, payload: { n: 2 }, maxAttempts: 1 },
+            { stage, payload: { n: 3 } },
+            { stage, payload: { n: 4 }, orgId: "o1" },
+            { stage, payload: { n: 5 } },
+            { stage, payload: { n: 6 } },
+            { stage, payload: { n: 7 } }
+          ])
+          const jobs = yield* q.claim(stage, 10, worker("w"))
+          expect(jobs.map((j) => j.id)).toEqual(created.map((c) => c.id))
+          const [done, retried, exhausted, polled, dead, released, stale, badHandOff] = jobs
+          const settled = yield* q.settle([
+            Queue.Outcome.complete(done!, [{ stage: next, payload: { from: 0 } }]),
+            Queue.Outcome.retry(retried!, Duration.millis(300), { tag: "Transient", message: "503" }),
+            Queue.Outcome.retry(exhausted!, Duration.zero, { tag: "Transient", message: "last try" }),
+            Queue.Outcome.reschedule(polled!, Duration.zero),
+            Queue.Outcome.deadLetter(dead!, { tag: "Permanent", message: "no audio stream" }),
+            Queue.Outcome.release(released!),
+            // fenced: a lease this worker never held
+            Queue.Outcome.complete({ id: stale!.id, lease: stale!.lease + 1 }, [{ stage: next, payload: { from: 6 } }]),
+            Queue.Outcome.complete(badHandOff!, [{ stage: "" }])
+          ])
+          expect(settled).toEqual(["completed", "retried", "deadLettered", "rescheduled", "deadLettered", "released", "fenced", "deadLettered"])
+          // completed: gone, and its follow-up (only its) is queued; the fenced one's follow-up was not written
+          expect(yield* q.get(done!.id)).toBeNull()
+          expect((yield* q.list({ stage: next })).map((j) => j.payload)).toEqual([{ from: 0 }])
+          const r = yield* q.get(retried!.id)
+          expect([r!.status, r!.attempts, r!.lastError, r!.errors.map((e) => e.tag)]).toEqual(["queued", 1, "503", ["Transient"]])
+          const p = yield* q.get(polled!.id)
+          expect([p!.status, p!.attempts, p!.polls]).toEqual(["queued", 0, 1])
+          const back = yield* q.get(released!.id)
+          expect([back!.status, back!.attempts, back!.lockedBy]).toEqual(["queued", 0, null])
+          // the fenced job is still running under its lease, untouched
+          const s = yield* q.get(stale!.id)
+          expect([s!.status, s!.lease]).toEqual(["running", stale!.lease])
+          const letters = yield* q.deadLetters.list({ stage })
+          expect(letters.map((d) => [d.jobId, d.reason, d.attempts])).toEqual([
+            [exhausted!.id, "last try", 1],
+            [dead!.id, "no audio stream", 1],
+            [badHandOff!.id, expect.stringContaining("follow-up rejected"), 1]
+          ])
+          expect(letters[1]!.orgId).toBe("o1")
+          expect(letters[0]!.errorHistory.map((e) => e.tag)).toEqual(["Transient"])
+          // the released and rescheduled jobs are claimable now; the retried one after its delay
+          const again = yield* q.claim(stage, 10, worker("w2"))
+          expect(again.map((j) => j.id).sort()).toEqual([polled!.id, released!.id].sort())
+          // the fenced job's own holder still settles it
+          expect(yield* q.settle([Queue.Outcome.complete(stale!)])).toEqual(["completed"])
+        }))
+
+      test("settle removes a job cancelled while it ran, whatever the outcome but completion", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("settle_cancel")
+          yield* q.enqueue([{ stage }, { stage }, { stage }])
+          const [a, b, c] = yield* q.claim(stage, 3, worker("w"))
+          for (const j of [a!, b!, c!]) expect(yield* q.cancel(j.id)).toBe("cancelling")
+          expect(yield* q.settle([
+            Queue.Outcome.retry(a!, Duration.zero, { tag: "Transient", message: "x" }),
+            Queue.Outcome.release(b!),
+            Queue.Outcome.complete(c!)
+          ])).toEqual(["released", "released", "completed"])
+          expect(yield* q.list({ stage })).toEqual([])
+          expect(yield* q.deadLetters.list({ stage })).toEqual([])
+        }))
+
+      test("settle's onDeadLettered runs in the settle's transaction: its enqueues commit with the dead letters", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("settle_hook")
+          const marks = stage + "_marks"
+          yield* q.enqueue([{ stage, maxAttempts: 1 }, { stage }, { stage }])
+          const [a, b, c] = yield* q.claim(stage, 3, worker("w"))
+          const seen: Array<ReadonlyArray<Queue.Outcome.DeadLettered>> = []
+          const settled = yield* q.settle([
+            Queue.Outcome.retry(a!, Duration.zero, { tag: "Transient", message: "out of attempts" }),
+            Queue.Outcome.complete(b!),
+            Queue.Outcome.deadLetter(c!, { tag: "Permanent", message: "bad input" })
+          ], {
+            onDeadLettered: (dead) =>
+              Effect.gen(function*() {
+                seen.push(dead)
+                // one hook's writes roll back to its savepoint; the other's commit
+                yield* Effect.ignore(q.savepoint(Effect.zipRight(q.enqueue([{ stage: marks, payload: { lost: true } }]), Effect.fail("hook failed"))))
+                yield* q.savepoint(q.enqueue(dead.map((d) => ({ stage: marks, payload: { index: d.index, exhausted: d.exhausted } }))))
+              }).pipe(Effect.orDie)
+          })
+          expect(settled).toEqual(["deadLettered", "completed", "deadLettered"])
+          expect(seen).toEqual([[
+            { index: 0, reason: "out of attempts", exhausted: true },
+            { index: 2, reason: "bad input", exhausted: false }
+          ]])
+          expect((yield* q.list({ stage: marks })).map((j) => j.payload)).toEqual([
+            { index: 0, exhausted: true },
+            { index: 2, exhausted: false }
+          ])
         }))
 
       test("an enqueue in a rolled-back transaction leaves no job and wakes nobody; a committed one does both", () =>

@@ -38,9 +38,11 @@ export const make = (options: Settings.CallStageOptions = {}) =>
     visibility: "internal",
     payload: Payload,
     concurrency: options.concurrency?.analyze ?? 4,
-    timeout: "5 minutes",
+    timeout: options.timeout?.analyze ?? "5 minutes",
+    ...(options.leaseFor?.analyze === undefined ? {} : { leaseFor: options.leaseFor.analyze }),
     maxAttempts,
     policy: policy(options),
+    onDeadLetter: CallStore.markFailedOnDeath(name),
     handler: ({ callId }, info) =>
       Effect.gen(function*() {
         const analyzer = yield* Analyzer.Analyzer
@@ -69,5 +71,5 @@ export const make = (options: Settings.CallStageOptions = {}) =>
             CallStore.advance(callId, "done")
           )
         )
-      }).pipe(CallStore.recordFailure(name, callId, info))
+      })
   })

@@ -56,21 +56,22 @@ export const transcript = (callId: string) => Effect.map(run((sql) => CallsSql.s
 export const advance = (callId: string, status: (typeof CallsSql.statusOrder)[number]) =>
   Effect.asVoid(run((sql) => CallsSql.advanceStatus(sql, callId, status)))
 
-/** True when the runtime will dead-letter the job on this error: the call is marked failed before it does. */
-const givesUp = (error: JobError.JobError, job: Stage.JobInfo) =>
-  error._tag === "Permanent" ||
-  ((error._tag === "Transient" || error._tag === "RateLimited") && job.attempt >= job.maxAttempts)
+const uuidPattern = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
 /**
- * Marks the call failed with the stage's reason when this run is the job's last (best effort: a failure to
- * record it must not change the job's own outcome). Defects and payload errors are left to the dead letter.
+ * A call stage's `onDeadLetter`: whatever killed the job (a Permanent error, attempts exhausted, a defect or
+ * timeout on the last attempt, a worker killed during its last attempt, a bad payload), the call is marked
+ * failed with the stage and the reason, in the transaction that dead-letters the job. The call is the job's
+ * subject, so this works even when the payload could not be read; a finished call stays done.
  */
-export const recordFailure = (stage: string, callId: string, job: Stage.JobInfo) =>
-<A, R>(effect: Effect.Effect<A, JobError.JobError, R>): Effect.Effect<A, JobError.JobError, R | Db.Db> =>
-  Effect.tapError(effect, (error) =>
-    givesUp(error, job)
-      ? Effect.ignore(run((sql) => CallsSql.markFailed(sql, callId, job.orgId, `${stage}: ${error.message}`)))
-      : Effect.void)
+export const markFailedOnDeath = (stage: string) => (dead: Stage.DeadLettered) =>
+  Effect.gen(function*() {
+    const callId = dead.job.subjectId
+    if (callId === null || !uuidPattern.test(callId)) return
+    const db = yield* Db.Db
+    const [marked] = yield* db.run((sql) => CallsSql.markFailed(sql, callId, dead.job.orgId, `${stage}: ${dead.reason}`))
+    if (marked) yield* Effect.logWarning(`call failed (${dead.kind}): ${dead.reason}`).pipe(Effect.annotateLogs({ callId }))
+  })
 
 export interface HandOff {
   readonly callId: string

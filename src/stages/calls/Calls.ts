@@ -89,6 +89,8 @@ export interface Artifact {
   readonly durationMs: number | null
   readonly channels: number | null
   readonly createdAt: Date
+  /** When storage retention removed the object (the row stays); null while it is kept. */
+  readonly removedAt: Date | null
 }
 
 export interface StoredTranscript {
@@ -217,7 +219,8 @@ const toArtifact = (row: CallsSql.ArtifactRow): Artifact => ({
   bytes: bytesOf(row.bytes),
   durationMs: row.duration_ms,
   channels: row.channels,
-  createdAt: row.created_at
+  createdAt: row.created_at,
+  removedAt: row.removed_at ?? null
 })
 
 const isUuid = Schema.is(CallStore.CallId)

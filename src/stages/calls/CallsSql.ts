@@ -31,6 +31,8 @@ export interface ArtifactRow {
   readonly duration_ms: number | null
   readonly channels: number | null
   readonly created_at: Date
+  /** When retention removed its object from storage; null while the object is kept. */
+  readonly removed_at: Date | null
 }
 
 export interface TranscriptRow {
@@ -104,6 +106,16 @@ export const recordOperation = (sql: Sql, id: string, operationId: string, start
     where id = ${id} and operation_id is null
     returning operation_id, operation_started_at`
 
+/**
+ * Forgets a recognition that failed in a way a new one may cure, so transcribe_start starts another; only if
+ * it is still the one recorded (a redelivered poll clears nothing twice). Locking: that call's row.
+ */
+export const clearOperation = (sql: Sql, id: string, operationId: string) =>
+  sql<Array<{ id: string }>>`
+    update calls set operation_id = null, operation_started_at = null, updated_at = now()
+    where id = ${id} and operation_id = ${operationId}
+    returning id`
+
 /** Inserts an artifact once per call and kind. Locking: the (call_id, kind) key; a duplicate is a no-op. */
 export const insertArtifact = (
   sql: Sql,
@@ -128,6 +140,15 @@ export const insertArtifact = (
 /** Locking: none. */
 export const selectArtifact = (sql: Sql, callId: string, kind: string) =>
   sql<Array<ArtifactRow>>`select * from call_artifacts where call_id = ${callId} and kind = ${kind}`
+
+/**
+ * Stamps an artifact whose object retention removed (the first removal's time stays). Locking: that artifact's row.
+ */
+export const markArtifactRemoved = (sql: Sql, callId: string, kind: string) =>
+  sql<Array<{ kind: string }>>`
+    update call_artifacts set removed_at = coalesce(removed_at, now())
+    where call_id = ${callId} and kind = ${kind}
+    returning kind`
 
 /** Locking: none. */
 export const selectArtifacts = (sql: Sql, callId: string) =>

@@ -57,10 +57,11 @@ export const make = (options: Settings.CallStageOptions = {}) =>
     visibility: "internal",
     payload: Payload,
     concurrency: options.concurrency?.extract_audio ?? 2,
-    leaseFor: "30 seconds",
-    timeout: "30 minutes",
+    leaseFor: options.leaseFor?.extract_audio ?? "30 seconds",
+    timeout: options.timeout?.extract_audio ?? "30 minutes",
     maxAttempts,
     policy: policy(options),
+    onDeadLetter: CallStore.markFailedOnDeath(name),
     handler: ({ callId }, info) =>
       Effect.gen(function*() {
         const storage = yield* Storage.Storage
@@ -74,8 +75,9 @@ export const make = (options: Settings.CallStageOptions = {}) =>
         const key = CallStore.audioKey(call.org_id, call.id)
 
         const existing = yield* CallStore.artifact(callId, "audio")
-        if (existing !== undefined && (yield* storage.exists(key))) {
-          yield* Effect.logInfo(`audio artifact ${key} already present; handing off`)
+        // removed by retention (the transcript is stored): done long ago, the source may be gone too
+        if (existing !== undefined && (existing.removed_at !== null || (yield* storage.exists(key)))) {
+          yield* Effect.logInfo(`audio artifact ${key} already made; handing off`)
           return yield* handOff
         }
 
@@ -118,9 +120,6 @@ export const make = (options: Settings.CallStageOptions = {}) =>
           )
         )
         return yield* handOff
-      }).pipe(
-        Effect.scoped,
-        CallStore.recordFailure(name, callId, info)
-      )
+      }).pipe(Effect.scoped)
   })
 

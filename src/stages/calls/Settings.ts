@@ -6,9 +6,11 @@
 import { Config, Duration, Effect, Option } from "effect"
 import * as Os from "node:os"
 import * as JobError from "../../JobError.js"
+import * as SpeechKit from "../../layers/SpeechKit.js"
 import type * as RetryPolicy from "../../runtime/RetryPolicy.js"
+import type { RetentionOptions } from "./Retention.js"
 
-export interface CallStageOptions {
+export interface CallStageOptions extends RetentionOptions {
   /** The first poll waits max(pollFirstMin, audio duration × pollFirstFraction). Default 5 s and 1/6. */
   readonly pollFirstMin?: Duration.DurationInput | undefined
   readonly pollFirstFraction?: number | undefined
@@ -17,14 +19,25 @@ export interface CallStageOptions {
   readonly pollCap?: Duration.DurationInput | undefined
   /** Give up (dead-letter) when the recognition is not done this long after it started. Default 24 h. */
   readonly pollDeadline?: Duration.DurationInput | undefined
+  /** Re-submissions of a recognition that ended with gRPC code 4, 13 or 14. Default 2. */
+  readonly maxResubmits?: number | undefined
+  /** Audio longer (all channels together) or larger than this is refused before starting. Default SpeechKit's 4 h, 1 GB. */
+  readonly maxAudioDuration?: Duration.DurationInput | undefined
+  readonly maxAudioBytes?: number | undefined
   /** Let transcribe_start hand the recognizer `file://` URIs (the local simulator). Default false. */
   readonly allowFileUris?: boolean | undefined
   /** Where extract_audio makes its temporary directories. Default the OS temp directory. */
   readonly tempDir?: string | undefined
   /** The Transient backoff of every call stage (tests shorten it). Default per stage. */
   readonly backoff?: RetryPolicy.Backoff | undefined
-  readonly concurrency?: Partial<Record<"extract_audio" | "transcribe_start" | "transcribe_poll" | "analyze", number>> | undefined
+  readonly concurrency?: Partial<Record<CallStageName, number>> | undefined
+  /** A run longer than this is interrupted and counts as a failure (defaults per stage, see docs/calls.md). */
+  readonly timeout?: Partial<Record<CallStageName, Duration.DurationInput>> | undefined
+  /** How long a claim holds without a heartbeat (default 30 s; analyze 10 s). */
+  readonly leaseFor?: Partial<Record<CallStageName, Duration.DurationInput>> | undefined
 }
+
+export type CallStageName = "extract_audio" | "transcribe_start" | "transcribe_poll" | "analyze"
 
 /** The handler-time settings, every one resolved. */
 export interface Settings {
@@ -35,6 +48,9 @@ export interface Settings {
   readonly pollDeadline: Duration.Duration
   readonly allowFileUris: boolean
   readonly tempDir: string
+  readonly maxResubmits: number
+  readonly maxAudioDuration: Duration.Duration
+  readonly maxAudioBytes: number
 }
 
 export const defaults = {
@@ -42,7 +58,8 @@ export const defaults = {
   pollFirstFraction: 1 / 6,
   pollFactor: 1.5,
   pollCap: Duration.seconds(60),
-  pollDeadline: Duration.hours(24)
+  pollDeadline: Duration.hours(24),
+  maxResubmits: 2
 } as const
 
 const positiveMillis = (name: string) =>
@@ -53,11 +70,17 @@ const positiveMillis = (name: string) =>
     )
   )
 
-/** The environment's part: `TRANSCRIBE_POLL_CAP_MS`, `TRANSCRIBE_POLL_DEADLINE_MS`, `SPEECHKIT_ALLOW_FILE_URIS`, `MEDIA_TEMP_DIR`. */
+/**
+ * The environment's part: `TRANSCRIBE_POLL_CAP_MS`, `TRANSCRIBE_POLL_DEADLINE_MS`, `SPEECHKIT_ALLOW_FILE_URIS`,
+ * `SPEECHKIT_MAX_RESUBMITS`, `MEDIA_TEMP_DIR` (and the retention switches, see Retention.ts).
+ */
 export const config = Config.all({
   pollCap: positiveMillis("TRANSCRIBE_POLL_CAP_MS"),
   pollDeadline: positiveMillis("TRANSCRIBE_POLL_DEADLINE_MS"),
   allowFileUris: Config.boolean("SPEECHKIT_ALLOW_FILE_URIS").pipe(Config.withDefault(false)),
+  maxResubmits: Config.option(
+    Config.integer("SPEECHKIT_MAX_RESUBMITS").pipe(Config.validate({ message: "must be 0 or more", validation: (n) => n >= 0 }))
+  ),
   tempDir: Config.option(Config.nonEmptyString("MEDIA_TEMP_DIR"))
 })
 
@@ -74,6 +97,9 @@ export const resolve = (options: CallStageOptions): Effect.Effect<Settings, JobE
       ? Duration.decode(options.pollDeadline)
       : Option.getOrElse(env.pollDeadline, () => defaults.pollDeadline),
     allowFileUris: options.allowFileUris ?? env.allowFileUris,
+    maxResubmits: options.maxResubmits ?? Option.getOrElse(env.maxResubmits, () => defaults.maxResubmits),
+    maxAudioDuration: options.maxAudioDuration !== undefined ? Duration.decode(options.maxAudioDuration) : SpeechKit.limits.maxDuration,
+    maxAudioBytes: options.maxAudioBytes ?? SpeechKit.limits.maxBytes,
     tempDir: options.tempDir ?? Option.getOrElse(env.tempDir, () => Os.tmpdir())
   })).pipe(
     Effect.mapError((error) => new JobError.Permanent({ message: `call pipeline configuration: ${String(error)}` }))

@@ -12,7 +12,9 @@ import * as Stage from "../../runtime/Stage.js"
 import * as Analyze from "./Analyze.js"
 import * as CallsSql from "./CallsSql.js"
 import * as CallStore from "./CallStore.js"
+import * as Retention from "./Retention.js"
 import * as Settings from "./Settings.js"
+import * as TranscribeStart from "./TranscribeStartJob.js"
 
 export const name = "transcribe_poll"
 
@@ -21,7 +23,9 @@ export const Payload = Schema.Struct({
   operationId: Schema.NonEmptyString,
   /** When the recognition started: the deadline counts from here, not from this job's creation. */
   startedAt: Schema.Date,
-  audioDurationMs: Schema.Number.pipe(Schema.nonNegative())
+  audioDurationMs: Schema.Number.pipe(Schema.nonNegative()),
+  /** Recognitions of this call already started again after a code 4/13/14 (see transcribe_start). */
+  resubmits: Schema.optional(Schema.Int.pipe(Schema.nonNegative()))
 })
 export type Payload = typeof Payload.Type
 
@@ -30,7 +34,8 @@ export const maxAttempts = 20
 
 export const job = CallStore.jobBuilder(name, Payload, maxAttempts)
 
-export const defaultBackoff = RetryPolicy.exponential({ base: "5 seconds", cap: "5 minutes" })
+/** Failed looks (5xx, timeouts) back off on the 30 s…10 min curve, like transcribe_start; polls spend no attempts. */
+export const defaultBackoff = RetryPolicy.slowBackoff
 
 export const policy = (options: Settings.CallStageOptions) =>
   RetryPolicy.make({
@@ -48,19 +53,22 @@ export const make = (options: Settings.CallStageOptions = {}) =>
     visibility: "internal",
     payload: Payload,
     concurrency: options.concurrency?.transcribe_poll ?? 16,
-    leaseFor: "30 seconds",
-    timeout: "2 minutes",
+    leaseFor: options.leaseFor?.transcribe_poll ?? "30 seconds",
+    timeout: options.timeout?.transcribe_poll ?? "2 minutes",
     maxAttempts,
     policy: policy(options),
-    handler: ({ audioDurationMs, callId, operationId, startedAt }, info) =>
+    onDeadLetter: CallStore.markFailedOnDeath(name),
+    handler: ({ audioDurationMs, callId, operationId, resubmits = 0, startedAt }, info) =>
       Effect.gen(function*() {
         const speechKit = yield* SpeechKit.SpeechKit
         const settings = yield* Settings.resolve(options)
         const call = yield* CallStore.load(callId, info)
         const handOff = Effect.map(Analyze.job({ callId }, { callId, orgId: call.org_id }), (next) => Stage.complete([next]))
 
+        const retention = yield* Retention.resolve(options)
         if ((yield* CallStore.transcript(callId)) !== undefined) {
           yield* Effect.logInfo(`call ${callId} already has its transcript; handing off`)
+          yield* Retention.removeObsoleteInputs(callId, retention)
           return yield* handOff
         }
 
@@ -84,6 +92,23 @@ export const make = (options: Settings.CallStageOptions = {}) =>
           })
         }
 
+        if ("retryable" in status) {
+          const { code, message } = status.retryable
+          if (resubmits >= settings.maxResubmits) {
+            return yield* new JobError.Permanent({
+              message: `SpeechKit operation ${operationId} failed (gRPC code ${code}): ${message}; ` +
+                `given up after ${resubmits} re-submission(s)`
+            })
+          }
+          // a fresh recognition may succeed where this one ended: forget it, and let transcribe_start begin another
+          yield* CallStore.run((sql) => CallsSql.clearOperation(sql, callId, operationId))
+          yield* Effect.logWarning(`recognition ${operationId} ended with gRPC code ${code} (${message}); starting another`)
+          return yield* Effect.map(
+            TranscribeStart.job({ callId, resubmits: resubmits + 1 }, { callId, orgId: call.org_id }),
+            (next) => Stage.complete([next])
+          )
+        }
+
         const recognition = yield* speechKit.getRecognition(operationId)
         yield* CallStore.transaction(
           Effect.zipRight(
@@ -100,6 +125,8 @@ export const make = (options: Settings.CallStageOptions = {}) =>
             CallStore.advance(callId, "analyzing")
           )
         )
+        // only now, with the transcript committed, are the inputs that made it obsolete
+        yield* Retention.removeObsoleteInputs(callId, retention)
         return yield* handOff
-      }).pipe(CallStore.recordFailure(name, callId, info))
+      })
   })

@@ -4,7 +4,7 @@
  * completion; the first poll is delayed by the audio's expected recognition time). A rerun that finds an
  * operation recorded starts nothing: it hands off the recorded one, so a redelivery never pays twice.
  */
-import { Clock, Effect, Schema } from "effect"
+import { Clock, Duration, Effect } from "effect"
 import * as JobError from "../../JobError.js"
 import * as SpeechKit from "../../layers/SpeechKit.js"
 import * as Storage from "../../layers/Storage.js"
@@ -14,18 +14,16 @@ import * as CallsSql from "./CallsSql.js"
 import * as CallStore from "./CallStore.js"
 import * as Settings from "./Settings.js"
 import * as TranscribePoll from "./TranscribePoll.js"
+import { maxAttempts, name, Payload } from "./TranscribeStartJob.js"
 
-export const name = "transcribe_start"
+export { job, maxAttempts, name, Payload } from "./TranscribeStartJob.js"
+export type { Payload as PayloadType } from "./TranscribeStartJob.js"
 
-export const Payload = Schema.Struct({ callId: CallStore.CallId })
-export type Payload = typeof Payload.Type
-
-export const maxAttempts = 8
-
-export const job = CallStore.jobBuilder(name, Payload, maxAttempts)
-
-/** SpeechKit is slow external work: 5 s doubling to 5 min between tries, the server's delay on 429. */
-export const defaultBackoff = RetryPolicy.exponential({ base: "5 seconds", cap: "5 minutes" })
+/**
+ * SpeechKit is a slow outside service: the 30 s…10 min curve (30 s doubling, capped at 10 minutes, jittered), so
+ * eight attempts ride out about half an hour of outage; a 429 waits the server's (capped) Retry-After instead.
+ */
+export const defaultBackoff = RetryPolicy.slowBackoff
 
 export const policy = (options: Settings.CallStageOptions) =>
   RetryPolicy.make({
@@ -52,6 +50,29 @@ const recognizerUri = (uri: string, settings: Settings.Settings): Effect.Effect<
   )
 }
 
+/**
+ * SpeechKit refuses audio over 4 hours (every channel counts: a 3 h stereo call is 6 h of recognition) or over
+ * 1 GB, after it has been paid for and waited on; refusing here says why at once.
+ */
+const withinLimits = (audio: CallsSql.ArtifactRow, settings: Settings.Settings): Effect.Effect<void, JobError.Permanent> => {
+  const channels = Math.max(1, audio.channels ?? 1)
+  const recognitionMs = (audio.duration_ms ?? 0) * channels
+  const bytes = Number(audio.bytes ?? 0)
+  if (recognitionMs > Duration.toMillis(settings.maxAudioDuration)) {
+    return Effect.fail(new JobError.Permanent({
+      message: `the audio is too long for SpeechKit: ${Duration.format(Duration.millis(audio.duration_ms ?? 0))} × ${channels} ` +
+        `channel(s) = ${Duration.format(Duration.millis(recognitionMs))} of recognition, over the ` +
+        `${Duration.format(settings.maxAudioDuration)} limit (split the recording)`
+    }))
+  }
+  if (bytes > settings.maxAudioBytes) {
+    return Effect.fail(new JobError.Permanent({
+      message: `the audio is too large for SpeechKit: ${bytes} bytes, over the ${settings.maxAudioBytes}-byte limit`
+    }))
+  }
+  return Effect.void
+}
+
 export const make = (options: Settings.CallStageOptions = {}) =>
   Stage.make({
     name,
@@ -59,11 +80,12 @@ export const make = (options: Settings.CallStageOptions = {}) =>
     visibility: "internal",
     payload: Payload,
     concurrency: options.concurrency?.transcribe_start ?? 4,
-    leaseFor: "30 seconds",
-    timeout: "2 minutes",
+    leaseFor: options.leaseFor?.transcribe_start ?? "30 seconds",
+    timeout: options.timeout?.transcribe_start ?? "2 minutes",
     maxAttempts,
     policy: policy(options),
-    handler: ({ callId }, info) =>
+    onDeadLetter: CallStore.markFailedOnDeath(name),
+    handler: ({ callId, resubmits = 0 }, info) =>
       Effect.gen(function*() {
         const storage = yield* Storage.Storage
         const speechKit = yield* SpeechKit.SpeechKit
@@ -77,7 +99,7 @@ export const make = (options: Settings.CallStageOptions = {}) =>
         const handOff = (operationId: string, startedAt: Date) =>
           Effect.map(
             TranscribePoll.job(
-              { callId, operationId, startedAt, audioDurationMs },
+              { callId, operationId, startedAt, audioDurationMs, resubmits },
               { callId, orgId: call.org_id, delay: Settings.firstPollAfter(settings, audioDurationMs) }
             ),
             (next) => Stage.complete([next])
@@ -88,6 +110,7 @@ export const make = (options: Settings.CallStageOptions = {}) =>
           return yield* handOff(call.operation_id, call.operation_started_at)
         }
 
+        yield* withinLimits(audio, settings)
         if (!(yield* storage.exists(audio.storage_key))) {
           return yield* new JobError.Permanent({
             message: `the audio artifact ${audio.storage_key} of call ${callId} is missing from storage`
@@ -102,5 +125,5 @@ export const make = (options: Settings.CallStageOptions = {}) =>
         const winner = yield* CallStore.load(callId, info)
         yield* Effect.logWarning(`recognition ${operationId} lost the race to ${winner.operation_id}; polling the latter`)
         return yield* handOff(winner.operation_id ?? operationId, winner.operation_started_at ?? startedAt)
-      }).pipe(CallStore.recordFailure(name, callId, info))
+      })
   })

@@ -17,6 +17,7 @@ import * as TranscribePollStage from "./TranscribePoll.js"
 import * as TranscribeStartStage from "./TranscribeStart.js"
 
 export * as Analyze from "./Analyze.js"
+export * as Retention from "./Retention.js"
 export * as Calls from "./Calls.js"
 export * as CallsSql from "./CallsSql.js"
 export * as CallStore from "./CallStore.js"

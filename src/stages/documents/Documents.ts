@@ -56,7 +56,7 @@ export const markCompleted = (sql: Sql, documentId: string, jobId: string) =>
     returning id`
 
 /**
- * A failed run: back to 'pending' while the job will be retried, 'error' when it will not, with the reason.
+ * A failed run: back to 'pending' with the reason (the job's onDeadLetter errors it if the job dies).
  * Only if this job still holds the document. Locking: the document's row.
  */
 export const recordFailure = (
@@ -66,6 +66,21 @@ export const recordFailure = (
     update documents
     set processing_status = ${status}, processing_error = ${message}, updated_at = now()
     where id = ${documentId} and processing_status = 'processing' and processing_job_id = ${jobId}::bigint
+    returning id`
+
+/** Document ids are uuids; a dead job's subject that is not one names no document. */
+export const isDocumentId = (id: string) => /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(id)
+
+/**
+ * The document's job died for good: 'error' with the reason, unless it was completed or another job took it
+ * (a document this job never reached, e.g. its payload was bad, has no job recorded). Locking: the document's row.
+ */
+export const markErrored = (sql: Sql, documentId: string, jobId: string, reason: string) =>
+  sql<Array<{ id: string }>>`
+    update documents
+    set processing_status = 'error', processing_error = ${reason}, updated_at = now()
+    where id = ${documentId} and processing_status <> 'completed'
+      and (processing_job_id is null or processing_job_id = ${jobId}::bigint)
     returning id`
 
 export interface Transcription {
@@ -107,8 +122,8 @@ export const findOrphanedPending = (sql: Sql, stuckAfterMs: number, limit: numbe
     limit ${limit}`
 
 /**
- * Media documents left in 'processing' for longer than `stuckAfterMs` whose job is gone: its worker died on
- * the last attempt (the reaper dead-lettered it) or it was cancelled. They go to 'error', like any job that
+ * Media documents left in 'processing' for longer than `stuckAfterMs` whose job is gone without its
+ * onDeadLetter reaching them (the job was cancelled, or dead-lettered by a process without the stage). They go to 'error', like any job that
  * ran out of attempts; an operator sets them back to 'pending' to try again.
  * Locking: the rows it changes; the re-check in the outer WHERE skips a row that moved on meanwhile.
  */

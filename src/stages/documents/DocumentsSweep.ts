@@ -3,8 +3,8 @@
  * itself. Each run
  * - enqueues a `transcribe_document` job for every media document pending for longer than `stuckAfter` with
  *   no live job; the job's dedupe key makes this safe against the trigger, a running job or another sweep;
- * - errors media documents left in `processing` for longer than `stuckAfter` whose job is gone (its worker
- *   died on the last attempt and the reaper dead-lettered it, or it was cancelled): the same fate as any
+ * - errors media documents left in `processing` for longer than `stuckAfter` whose job is gone (cancelled, or
+ *   dead-lettered where the stage's onDeadLetter could not reach the document): the same fate as any
  *   document whose job ran out of attempts. Re-enqueueing them instead could loop forever on media that
  *   kills its worker;
  * - completes with a follow-up of itself `interval` later, under one fixed dedupe key, so one chain exists

@@ -8,13 +8,15 @@
  * | document not pending (stale/duplicate job)  | untouched                    | completed (deleted) |
  * | no such document in the job's org           | untouched                    | dead-lettered       |
  * | transcription stored                        | `completed`, `processed_at`  | completed (deleted) |
- * | no media url, or the service says Permanent | `error` + reason             | dead-lettered       |
- * | retryable failure, attempts remain          | back to `pending` + reason   | retried (backoff)   |
- * | retryable failure on the last attempt       | `error` + reason             | dead-lettered       |
- * | interrupted (shutdown, cancel, timeout)     | stays `processing`           | released / retried  |
+ * | a failed run (any error, a defect)          | back to `pending` + reason   | retried (backoff)…  |
+ * | …and the job dies instead (any cause)       | `error` + reason             | dead-lettered       |
+ * | interrupted (shutdown, cancel)              | stays `processing`           | released            |
  *
- * A run interrupted or killed mid-way leaves the document in `processing` under its job id; that job's
- * next run takes it over (the guard accepts it), and the sweep errors it if the job is gone for good.
+ * The job's fate is the runtime's: the handler does not guess it. Every death (a Permanent answer or a
+ * missing url, attempts exhausted, a defect or timeout on the last attempt, a worker killed during its last
+ * attempt, a payload that fails the Schema) reaches `onDeadLetter`, which errors the document in the
+ * dead-letter transaction. A run killed mid-way leaves the document in `processing` under its job id; that
+ * job's next run takes it over (the guard accepts it).
  */
 import { Cause, Duration, Effect, Exit, Option, Schema } from "effect"
 import { Permanent, Transient } from "../../JobError.js"
@@ -75,41 +77,43 @@ export interface TranscribeDocumentOptions {
 
 const asTransient = (e: Db.DbError) => new Transient({ message: `database: ${e.message}` })
 
-/** The same reading of a failed run the runtime makes, so the document's status matches the job's fate. */
-const failureOf = (cause: Cause.Cause<unknown>): RetryPolicy.Failure => {
-  const failure = Cause.failureOption(cause)
-  if (Option.isNone(failure)) return { _tag: "Defect", message: `defect: ${Cause.pretty(cause).split("\n")[0]}` }
-  const e = failure.value as { readonly _tag?: string; readonly message?: string }
-  switch (e._tag) {
-    case "Transient":
-    case "Permanent":
-      return { _tag: e._tag, message: e.message ?? e._tag }
-    case "RateLimited":
-      return { _tag: "RateLimited", error: e as never }
-    case "NotReady":
-      return { _tag: "NotReady", error: e as never }
-  }
-  return { _tag: "Defect", message: String(e.message ?? e) }
-}
+/** The failed run's message for the document: the typed error's, or the defect's first line. */
+const messageOf = (cause: Cause.Cause<unknown>): string =>
+  Option.match(Cause.failureOption(cause), {
+    onNone: () => `defect: ${Cause.pretty(cause).split("\n")[0]}`,
+    onSome: (e) => String((e as { readonly message?: unknown })?.message ?? e)
+  })
 
-const messageOf = (failure: RetryPolicy.Failure) =>
-  failure._tag === "RateLimited" || failure._tag === "NotReady" ? failure.error.message : failure.message
+/**
+ * The job died for good (whatever the cause: a Permanent answer, attempts exhausted, a defect, a timeout, a
+ * worker killed on the last attempt, a bad payload): the document goes to error with the reason, unless it
+ * was completed or another job holds it. Runs in the dead-letter transaction.
+ */
+export const markErrored = (dead: Stage.DeadLettered) =>
+  Effect.gen(function*() {
+    const documentId = dead.job.subjectId
+    if (documentId === null || !Documents.isDocumentId(documentId)) return
+    const db = yield* Db.Db
+    const [row] = yield* db.run((sql) => Documents.markErrored(sql, documentId, dead.job.id, `${stageName}: ${dead.reason}`))
+    if (row) yield* Effect.logWarning(`document in error (${dead.kind}): ${dead.reason}`).pipe(Effect.annotateLogs({ documentId }))
+  })
 
 export const makeTranscribeDocument = (options: TranscribeDocumentOptions = {}) => {
   const stagePolicy = options.policy ?? policy
 
-  /** Back to pending when the job will run again, error when it will not; never masks the run's own error. */
+  /**
+   * A failed run puts the document back to pending with the reason; whether the job runs again is the
+   * runtime's business: when it dies instead, `onDeadLetter` moves the document to error. Never masks the
+   * run's own error.
+   */
   const recordFailure = (documentId: string, job: Stage.JobInfo, cause: Cause.Cause<unknown>) =>
     Effect.gen(function*() {
       // interrupted: the job is released or retried, and its next run takes the document over
       if (Cause.isInterruptedOnly(cause)) return
       const db = yield* Db.Db
-      const failure = failureOf(cause)
-      const decision = yield* RetryPolicy.decide(stagePolicy, failure, job.attempt, job.polls)
-      const willRetry = decision._tag !== "DeadLetter" && job.attempt < job.maxAttempts
-      const status = willRetry ? "pending" : "error"
-      yield* db.run((sql) => Documents.recordFailure(sql, documentId, job.id, status, messageOf(failure)))
-      yield* Effect.logInfo(`${willRetry ? "document back to pending" : "document in error"}: ${messageOf(failure)}`)
+      const message = messageOf(cause)
+      yield* db.run((sql) => Documents.recordFailure(sql, documentId, job.id, "pending", message))
+      yield* Effect.logInfo(`document back to pending: ${message}`)
     }).pipe(
       Effect.catchAllCause((c) => Effect.logWarning("could not record the failure on the document", c))
     )
@@ -179,7 +183,8 @@ export const makeTranscribeDocument = (options: TranscribeDocumentOptions = {}) 
     timeout: options.timeout ?? defaultTimeout,
     ...(options.leaseFor === undefined ? {} : { leaseFor: options.leaseFor }),
     policy: stagePolicy,
-    maxAttempts
+    maxAttempts,
+    onDeadLetter: markErrored
   })
 }
 

@@ -147,9 +147,14 @@ describe("call pipeline under SpeechKit faults", () => {
         // polls spent no attempts: the only one is the deadline's Permanent
         expect(dead[0]!.errorHistory.map((e) => [e.attempt, e.tag])).toEqual([[1, "Permanent"]])
         const expected: Record<number, number> = { 1: 150, 2: 225, 3: 300, 4: 300 }
-        const seen = [...waits].filter(([polls]) => polls in expected)
+        const seen = [...waits].filter(([polls]) => polls in expected).sort(([a], [b]) => a - b)
         expect(seen.length).toBeGreaterThan(0)
-        for (const [polls, wait] of seen) expect([polls, wait]).toEqual([polls, expected[polls]])
+        // the schedule's waits, except that the deadline may cut the last one short on a slow machine
+        const last = Math.max(...[...waits.keys()])
+        for (const [polls, wait] of seen) {
+          if (polls === last) expect(wait).toBeLessThanOrEqual(expected[polls]!)
+          else expect([polls, wait]).toEqual([polls, expected[polls]])
+        }
         const call = yield* Calls.get(id)
         expect(call.status).toBe("failed")
         expect(call.error).toContain("transcribe_poll: recognition")

@@ -30,7 +30,8 @@ const orgId = "org-pipeline"
 
 /** Short polls so the run takes real seconds, not minutes; the schedule's shape is production's. */
 const fastStages = (tempDir: string) =>
-  makeCallStages({ pollFirstMin: "200 millis", pollCap: "500 millis", tempDir, allowFileUris: false })
+  // the audio object is kept here so the test can read its bytes; retention.test.ts checks its removal
+  makeCallStages({ pollFirstMin: "200 millis", pollCap: "500 millis", tempDir, allowFileUris: false, removeAudio: false })
 
 describe("call pipeline end to end", () => {
   layer(worldLayer(), { excludeTestServices: true, timeout: 60_000 })((it) => {
@@ -70,20 +71,27 @@ describe("call pipeline end to end", () => {
         expect(transcript.operationId).toBe(call.operationId)
         expect(transcript.language).toBe("ru-RU")
         expect(transcript.durationMs).toBe(audio.durationMs)
-        // the simulator derives one utterance per 5 s of audio per channel: 12 s mono → 3
+        // the two-channel recording stays two channels, each recognised on its own: the simulator derives one
+        // utterance per 5 s of audio per channel, so 12 s of stereo → 3 per channel, each segment tagged
+        expect(audio.channels).toBe(2)
         expect(transcript.segments.map((s) => [s.startMs, s.channel, s.text])).toEqual([
           [0, "0", "Simulated utterance 1 on channel 0."],
+          [0, "1", "Simulated utterance 1 on channel 1."],
           [5000, "0", "Simulated utterance 2 on channel 0."],
-          [10000, "0", "Simulated utterance 3 on channel 0."]
+          [5000, "1", "Simulated utterance 2 on channel 1."],
+          [10000, "0", "Simulated utterance 3 on channel 0."],
+          [10000, "1", "Simulated utterance 3 on channel 1."]
         ])
         // the simulator times the audio by its last granule, ffprobe by the container: a few ms apart
         expect(Math.abs(transcript.segments.at(-1)!.endMs - audio.durationMs!)).toBeLessThan(50)
 
         const analysis = call.analysis!
         expect(analysis.analyzer).toBe("deterministic/1")
-        expect(analysis.analysis.totalWords).toBe(18)
+        expect(analysis.analysis.totalWords).toBe(36)
         expect(analysis.analysis.durationMs).toBe(audio.durationMs)
-        expect(analysis.analysis.channels.map((c) => c.channel)).toEqual(["0"])
+        // talk time per channel: each side spoke for the whole of its three utterances
+        expect(analysis.analysis.channels.map((c) => [c.channel, c.words, c.share])).toEqual([["0", 18, 0.5], ["1", 18, 0.5]])
+        for (const channel of analysis.analysis.channels) expect(Math.abs(channel.talkMs - audio.durationMs!)).toBeLessThan(50)
         expect(analysis.analysis.language).toBe("ru-RU")
 
         // one recognition, polled until done (the simulator answers "running" once), one result read
@@ -117,9 +125,9 @@ describe("call pipeline end to end", () => {
           ["source", "incoming/upload 1.mp3"],
           ["audio", `orgs/${orgId}/calls/${id}/audio.ogg`]
         ])
-        // 4 s: the first poll waits the 200 ms floor, not a sixth of the audio
-        expect(call.transcript!.segments.length).toBe(1)
-        expect(call.analysis!.analysis.totalWords).toBe(6)
+        // 4 s of stereo: one utterance per channel
+        expect(call.transcript!.segments.map((s) => s.channel)).toEqual(["0", "1"])
+        expect(call.analysis!.analysis.totalWords).toBe(12)
         yield* expectNoneLeft(work)
       }))
 
