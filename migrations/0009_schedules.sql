@@ -19,7 +19,7 @@ create table {{schema}}.schedules (
   enabled        boolean     not null default true,
   -- after downtime: 'skip' fires only the latest missed tick, 'backfill' the latest `backfill_limit` of them
   catch_up       text        not null default 'skip' check (catch_up in ('skip', 'backfill')),
-  backfill_limit integer     not null default 1 check (backfill_limit between 1 and 10000),
+  backfill_limit integer     not null default 1 check (backfill_limit between 1 and 1000),
   next_tick_at   timestamptz not null,
   last_tick_at   timestamptz,
   -- 'code': declared with a stage and upserted at start-up; 'runtime': added by an operator or a tenant

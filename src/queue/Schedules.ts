@@ -18,7 +18,6 @@ import { Cron } from "croner"
 import { Context, Data, Effect, Either, Layer } from "effect"
 import type * as Db from "../layers/Db.js"
 import type { Priority } from "./Job.js"
-import { namedPriorities } from "./Job.js"
 import * as Queue from "./Queue.js"
 
 export type CatchUp = "skip" | "backfill"
@@ -41,6 +40,8 @@ export interface ScheduleSpec {
   readonly backfillLimit?: number | undefined
   readonly priority?: Priority | undefined
   readonly maxAttempts?: number | undefined
+  /** The first tick is the first one after this instant (default: now). */
+  readonly startAfter?: Date | undefined
 }
 
 export interface Schedule {
@@ -153,13 +154,17 @@ export const validate = (spec: ScheduleSpec, now: Date): Either.Either<ValidSche
   const timeZone = spec.timeZone ?? "UTC"
   const t = timing({ cron, everyMs, timeZone })
   if (Either.isLeft(t)) return Either.left(t.left)
-  const nextTickAt = t.right.next(now)
-  if (nextTickAt === null) return fail("cron", `"${cron}" never runs after ${now.toISOString()}`)
+  if (spec.startAfter !== undefined && (!(spec.startAfter instanceof Date) || Number.isNaN(spec.startAfter.getTime()))) {
+    return fail("startAfter", "startAfter must be a valid Date")
+  }
+  const from = spec.startAfter ?? now
+  const nextTickAt = t.right.next(from)
+  if (nextTickAt === null) return fail("cron", `"${cron}" never runs after ${from.toISOString()}`)
   const catchUp = spec.catchUp ?? "skip"
   if (catchUp !== "skip" && catchUp !== "backfill") return fail("catchUp", "catch-up must be skip or backfill")
   const backfillLimit = catchUp === "skip" ? 1 : spec.backfillLimit ?? 10
-  if (!Number.isInteger(backfillLimit) || backfillLimit < 1 || backfillLimit > 10_000) {
-    return fail("backfillLimit", "backfill limit must be a whole number from 1 to 10000")
+  if (!Number.isInteger(backfillLimit) || backfillLimit < 1 || backfillLimit > 1000) {
+    return fail("backfillLimit", "backfill limit must be a whole number from 1 to 1000")
   }
   // the job fields are checked by the queue's own rules
   const job = Queue.validate({
@@ -216,7 +221,7 @@ export interface Firing {
 
 /**
  * Which of a schedule's due ticks to fire at `now`: every tick from its cursor up to `now`, of which only
- * the latest `backfillLimit` (1 for `skip`) are kept. Counting is bounded: past 10,000 ticks only the latest
+ * the latest `backfillLimit` (1 for `skip`) are kept. Counting is bounded: past 1,000 ticks only the latest
  * ones are computed, walking back from `now`.
  */
 export const firing = (s: Pick<Schedule, "cron" | "everyMs" | "timeZone" | "backfillLimit" | "nextTickAt">, now: Date): Either.Either<Firing, InvalidSchedule> =>
@@ -225,7 +230,7 @@ export const firing = (s: Pick<Schedule, "cron" | "everyMs" | "timeZone" | "back
     const ticks: Array<Date> = []
     let count = 0
     let tick: Date | null = s.nextTickAt
-    while (tick !== null && tick.getTime() <= now.getTime() && count < 10_000) {
+    while (tick !== null && tick.getTime() <= now.getTime() && count < 1000) {
       count++
       ticks.push(tick)
       if (ticks.length > limit) ticks.shift()
@@ -387,6 +392,3 @@ export const make = (store: Store) =>
 /** For a layer built from a store effect. */
 export const layerFrom = <E, R>(store: Effect.Effect<Store, E, R>) =>
   Layer.effect(Schedules, Effect.flatMap(store, make))
-
-export const priorityOf = (p: Priority | undefined): number =>
-  p === undefined ? namedPriorities.normal : typeof p === "string" ? namedPriorities[p] : p

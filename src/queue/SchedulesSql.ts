@@ -41,7 +41,7 @@ export const upsertSchedule = (sql: Sql, s: ValidSchedule, source: "code" | "run
   sql<Array<Record<string, unknown>>>`
     insert into schedules as s (org_key, name, stage, payload, priority, max_attempts, cron, interval_ms, time_zone,
                                 enabled, catch_up, backfill_limit, next_tick_at, source, declared)
-    values (${s.orgId ?? ""}, ${s.name}, ${s.stage}, ${s.payloadJson}::jsonb, ${s.priority}, ${s.maxAttempts},
+    values (${s.orgId ?? ""}, ${s.name}, ${s.stage}, ${s.payloadJson}::text::jsonb, ${s.priority}, ${s.maxAttempts},
             ${s.cron}, ${s.everyMs}, ${s.timeZone}, ${s.enabled}, ${s.catchUp}, ${s.backfillLimit},
             ${s.nextTickAt.toISOString()}::timestamptz, ${source},
             ${source === "code" ? s.declared : null}::jsonb)
