@@ -38,22 +38,34 @@ export const make = (options: QueueOptions = {}) =>
       return j !== undefined && j.lease === lease.lease ? j : undefined
     }
 
-    /** Dedupe against live jobs, then reserve ids; `write` makes the rows appear and wakes their stages. */
+    /** Dedupe against live jobs, then reserve ids; `write` makes the rows appear (or updates) and wakes their stages. */
     const prepareInsert = (valid: ReadonlyArray<ValidJob>, now: number) => {
       const results: Array<EnqueueResult> = []
-      const rows: Array<MutableJob> = []
+      const rows = new Map<string, MutableJob>()
+      // duplicates that update a live, still queued job (`replace`, `debounce`), applied at write time
+      const updates = new Map<string, ValidJob>()
       const seen = new Map<string, string>()
+      const availableAt = (v: ValidJob) => v.runAt ?? new Date(now + v.delayMs)
       for (const v of valid) {
         const existing = v.dedupeKey === null
           ? undefined
           : seen.get(v.dedupeKey) ?? [...jobs.values()].find((j) => j.dedupeKey === v.dedupeKey)?.id
         if (existing !== undefined) {
           results.push({ id: existing, deduped: true })
+          if (v.dedupeMode !== "first") {
+            const pending = rows.get(existing)
+            // a duplicate within the batch: the newest enqueue wins, as it would against a live row
+            if (pending) {
+              pending.payload = v.payload
+              pending.priority = v.priority
+              pending.availableAt = v.dedupeMode === "debounce" && pending.availableAt > availableAt(v) ? pending.availableAt : availableAt(v)
+            } else updates.set(existing, v)
+          }
           continue
         }
         const id = String(nextId++)
         if (v.dedupeKey !== null) seen.set(v.dedupeKey, id)
-        rows.push({
+        rows.set(id, {
           id,
           stage: v.stage,
           orgId: v.orgId,
@@ -64,7 +76,7 @@ export const make = (options: QueueOptions = {}) =>
           attempts: 0,
           maxAttempts: v.maxAttempts,
           polls: 0,
-          availableAt: v.runAt ?? new Date(now + v.delayMs),
+          availableAt: availableAt(v),
           lockedBy: null,
           lockedUntil: null,
           lease: 0,
@@ -78,7 +90,18 @@ export const make = (options: QueueOptions = {}) =>
       }
       const write = () => {
         rows.forEach((row) => jobs.set(row.id, row))
-        new Set(rows.map((r) => r.stage)).forEach(wake)
+        const woken = new Set([...rows.values()].map((r) => r.stage))
+        updates.forEach((v, id) => {
+          const j = jobs.get(id)
+          if (j === undefined || j.status !== "queued") return
+          j.payload = v.payload
+          j.priority = v.priority
+          const at = availableAt(v)
+          j.availableAt = v.dedupeMode === "debounce" && j.availableAt > at ? j.availableAt : at
+          j.updatedAt = new Date(now)
+          woken.add(j.stage)
+        })
+        woken.forEach(wake)
       }
       return { results, write }
     }
