@@ -6,7 +6,7 @@
  * no TRANSCRIBE_URL) is not started, with a warning: its jobs wait in the queue, nothing is lost, and
  * another process that has the configuration can run them. Naming such a stage explicitly fails start-up.
  */
-import { Config, Context, Effect, Layer, Option } from "effect"
+import { Config, Effect, Layer, Option } from "effect"
 import * as Db from "./layers/Db.js"
 import * as Migrations from "./queue/Migrations.js"
 import * as PgQueue from "./queue/PgQueue.js"
@@ -65,7 +65,7 @@ export const pipelines: ReadonlyArray<Pipeline> = [
     // the queue's own upkeep: always runs
     name: "housekeeping",
     stages: [Housekeeping.housekeeping],
-    layer: Layer.succeedContext(Context.empty()) as Layer.Layer<any, unknown>,
+    layer: Layer.empty as unknown as Layer.Layer<any, unknown>,
     missing: Effect.succeed(undefined),
     onStart: Effect.void,
     schedules: Effect.succeed(Housekeeping.schedules)
