@@ -9,7 +9,10 @@
  * by the difference, so a host whose clock runs ahead does not spin asking for ticks that are not due yet.
  */
 import { Clock, Duration, Effect, Layer, Queue as Q } from "effect"
+import type * as Queue from "../queue/Queue.js"
 import * as Schedules from "../queue/Schedules.js"
+import type * as Stage from "./Stage.js"
+import * as Submit from "./Submit.js"
 import * as Waker from "./Waker.js"
 
 /** The NOTIFY payload a schedules change sends (migrations/0009): no stage can be called this. */
@@ -88,3 +91,23 @@ export const make = (declared: ReadonlyArray<Schedules.ScheduleSpec>) =>
 
 /** Runs the scheduler in a worker; `declared` are the schedules defined in code, upserted at start-up. */
 export const layer = (declared: ReadonlyArray<Schedules.ScheduleSpec> = []) => Layer.scopedDiscard(make(declared))
+
+/**
+ * A schedule from an operator or a tenant, held to the same rules as a submitted job (Submit.prepare): a stage
+ * this build knows, a payload its Schema decodes (stored as the Schema encodes it), the stage's priority and
+ * attempts unless given. Shared by `pgfiber schedules add` and `POST /schedules`.
+ */
+export const prepare = (
+  stages: ReadonlyArray<Stage.Any>,
+  spec: Schedules.ScheduleSpec
+): Effect.Effect<Schedules.ScheduleSpec, Queue.InvalidJob> =>
+  Effect.map(
+    Submit.prepare(stages, {
+      stage: spec.stage,
+      payload: spec.payload,
+      orgId: spec.orgId,
+      priority: spec.priority,
+      maxAttempts: spec.maxAttempts
+    }),
+    (job) => ({ ...spec, payload: job.payload, priority: job.priority, maxAttempts: job.maxAttempts })
+  )
