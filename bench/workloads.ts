@@ -263,7 +263,8 @@ export const idleScheduled = async (
     schedule: "* * * * *"
   } satisfies WorkerConfig)
   try {
-    await requireMessage(worker, "ready", 30_000)
+    // generous: a loaded machine compiles the worker (tsx) slowly
+    await requireMessage(worker, "ready", 120_000)
     const tick = await worker.waitFor("tick", 90_000)
     if (tick === null) throw new Error(`no scheduled job ran within 90 s; stderr:\n${worker.stderrTail()}`)
     await sleep(options.warmMs)

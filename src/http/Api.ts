@@ -176,6 +176,8 @@ export const EnqueueRequest = Schema.Struct({
   maxAttempts: Schema.optional(Schema.Int.pipe(Schema.between(1, 1000))),
   /** Unique among queued and running jobs: a duplicate returns the live job (`deduped: true`). */
   dedupeKey: Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(1024))),
+  /** What a duplicate does to the still-queued live job: `first` (default) nothing, `replace`, `debounce`. */
+  dedupeMode: Schema.optional(Schema.Literal("first", "replace", "debounce")),
   subjectId: Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(200)))
 })
 

@@ -129,7 +129,8 @@ export const layer = <R>(options: JobsOptions<R>) =>
                 delay: body.delayMs === undefined ? undefined : Duration.millis(body.delayMs),
                 runAt: body.runAt,
                 maxAttempts: body.maxAttempts,
-                dedupeKey: body.dedupeKey
+                dedupeKey: body.dedupeKey,
+                dedupeMode: body.dedupeMode
               }).pipe(Effect.provideService(Queue.Queue, queue))
             )
             yield* Effect.logInfo("job submitted").pipe(

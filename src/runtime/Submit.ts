@@ -20,6 +20,7 @@ export interface SubmitRequest {
   readonly runAt?: Date | undefined
   readonly maxAttempts?: number | undefined
   readonly dedupeKey?: string | undefined
+  readonly dedupeMode?: Queue.DedupeMode | undefined
 }
 
 const invalid = (field: string, message: string) => new Queue.InvalidJob({ field, message })
@@ -45,7 +46,8 @@ export const prepare = (stages: ReadonlyArray<Stage.Any>, request: SubmitRequest
         delay: request.delay,
         runAt: request.runAt,
         maxAttempts: request.maxAttempts,
-        dedupeKey: request.dedupeKey
+        dedupeKey: request.dedupeKey,
+        dedupeMode: request.dedupeMode
       }).filter(([, v]) => v !== undefined)
     )
     return yield* Stage.job(stage, decoded, options)
