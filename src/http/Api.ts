@@ -11,6 +11,7 @@ import { Multipart } from "@effect/platform"
 import { Context, Schema } from "effect"
 import * as Analyzer from "../layers/Analyzer.js"
 import type * as ApiKeys from "../auth/ApiKeys.js"
+import * as Job from "../queue/Job.js"
 
 // ---------------------------------------------------------------------------------------------
 // errors: each carries its status; bodies are `{ "_tag": …, "message": … }`
@@ -171,8 +172,12 @@ export const EnqueueRequest = Schema.Struct({
   priority: Schema.optional(Schema.Union(Schema.Literal("fast", "normal", "bulk"), Schema.Int.pipe(Schema.between(0, 100)))),
   /** Run no sooner than this many milliseconds from now. */
   delayMs: Schema.optional(Schema.Int.pipe(Schema.between(0, 366 * 24 * 3600 * 1000))),
-  /** Run no sooner than this instant (ISO 8601); wins over delayMs. */
-  runAt: Schema.optional(Schema.Date),
+  /** Run no sooner than this instant (ISO 8601, 1970 to 9999); wins over delayMs. */
+  runAt: Schema.optional(Schema.Date.pipe(
+    Schema.filter((d) => d.getTime() >= Job.runAtRange.min && d.getTime() <= Job.runAtRange.max, {
+      message: () => "runAt must be between 1970-01-01 and 9999-12-31 (UTC)"
+    })
+  )),
   maxAttempts: Schema.optional(Schema.Int.pipe(Schema.between(1, 1000))),
   /** Unique among queued and running jobs: a duplicate returns the live job (`deduped: true`). */
   dedupeKey: Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(1024))),
@@ -182,6 +187,11 @@ export const EnqueueRequest = Schema.Struct({
 })
 
 const ListLimit = Schema.optional(Schema.NumberFromString.pipe(Schema.int(), Schema.between(1, 1000)))
+
+/** A page cursor: the last id of the previous page. Anything else is refused (400), never silently ignored. */
+const Cursor = Schema.optional(Schema.String.pipe(
+  Schema.filter(Job.isJobId, { message: () => "after must be an id from a previous page (digits, within bigint)" })
+))
 
 export class JobsApi extends HttpApiGroup.make("jobs")
   .add(
@@ -196,7 +206,7 @@ export class JobsApi extends HttpApiGroup.make("jobs")
         stage: Schema.optional(Schema.String),
         status: Schema.optional(Schema.Literal("queued", "running", "cancelled")),
         limit: ListLimit,
-        after: Schema.optional(Schema.String)
+        after: Cursor
       }))
       .addSuccess(Schema.Struct({ jobs: Schema.Array(JobView) }))
   )
@@ -213,7 +223,7 @@ export class JobsApi extends HttpApiGroup.make("jobs")
         /** `true`: resolved and retried ones too. */
         all: Schema.optional(Schema.BooleanFromString),
         limit: ListLimit,
-        after: Schema.optional(Schema.String)
+        after: Cursor
       }))
       .addSuccess(Schema.Struct({ deadLetters: Schema.Array(DeadLetterView) }))
   )
@@ -330,7 +340,7 @@ export const CallView = Schema.Struct({
   status: Schema.Literal("queued", "extracting", "transcribing", "analyzing", "done", "failed"),
   /** Why the pipeline gave up, with the stage's name; null unless `failed`. */
   error: Schema.NullOr(Schema.String),
-  sourceUri: Schema.String,
+  /** The recording's storage key, relative to the org's prefix `orgs/{org}/` (whole when under a prefix the operator allows). */
   sourceKey: Schema.String,
   operationId: Schema.NullOr(Schema.String),
   createdAt: Schema.Date,
@@ -361,7 +371,10 @@ export const CallView = Schema.Struct({
   }))
 })
 
-/** A recording already in the configured storage: `s3://bucket/key`, its https URL, or `file://` (fs driver). */
+/**
+ * A recording already in the configured storage (`s3://bucket/key`, its https URL, or `file://` for the fs
+ * driver), under the org's prefix `orgs/{org}/` or a prefix STORAGE_ORG_PREFIXES allows the org.
+ */
 export const CreateCallFromUri = Schema.Struct({ uri: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(2048)) })
 
 /** A recording uploaded as `multipart/form-data`, in the part named `file`. */

@@ -1,10 +1,31 @@
 /**
- * The bearer-key middleware: a missing, malformed, unknown or revoked key is 401 (the same answer for each,
- * so a caller learns nothing about which keys exist); a database that cannot be asked is 503.
+ * Authentication, in two places that share one answer. The guard runs first for every request to a keyed
+ * route, before a byte of its body is read: a missing, malformed, unknown or revoked key is 401 (the same for
+ * each, so a caller learns nothing about which keys exist), a client address with too many recent failures is
+ * 429 with `Retry-After` (AuthLimiter), a database that cannot be asked is 503. The API's bearer middleware then
+ * takes the principal the guard verified instead of asking the database again.
  */
-import { Effect, Layer, Option } from "effect"
+import { HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import type { HttpApp } from "@effect/platform"
+import { Effect, Either, FiberRef, Layer, Option, Redacted } from "effect"
 import * as ApiKeys from "../auth/ApiKeys.js"
 import { Authorization, Unauthorized, Unavailable } from "./Api.js"
+import * as AuthLimiter from "./AuthLimiter.js"
+
+/** The principal the guard verified for the request in hand. */
+const verified = FiberRef.unsafeMake<Option.Option<ApiKeys.Principal>>(Option.none())
+
+const unauthorizedMessage = "a valid API key is required: Authorization: Bearer pgf_…"
+const unavailableMessage = "the database is unavailable; try again"
+
+const verify = (keys: ApiKeys.ApiKeys["Type"], token: Redacted.Redacted<string>) =>
+  keys.verify(token).pipe(
+    Effect.catchTag("DbError", (e) =>
+      Effect.zipRight(
+        Effect.logWarning("API key lookup failed", e.message),
+        Effect.fail(new Unavailable({ message: unavailableMessage }))
+      ))
+  )
 
 export const layer = Layer.effect(
   Authorization,
@@ -12,18 +33,57 @@ export const layer = Layer.effect(
     const keys = yield* ApiKeys.ApiKeys
     return Authorization.of({
       bearer: (token) =>
-        keys.verify(token).pipe(
-          Effect.catchTag("DbError", (e) =>
-            Effect.zipRight(
-              Effect.logWarning("API key lookup failed", e.message),
-              Effect.fail(new Unavailable({ message: "the database is unavailable; try again" }))
-            )),
-          Effect.flatMap(Option.match({
-            onNone: () => Effect.fail(new Unauthorized({ message: "a valid API key is required: Authorization: Bearer pgf_…" })),
-            onSome: (principal) => Effect.succeed(principal)
-          })),
-          Effect.tap((p) => Effect.annotateCurrentSpan({ "pgfiber.org": p.orgId, "pgfiber.key": p.keyId }))
-        )
+        Effect.flatMap(FiberRef.get(verified), (already) =>
+          Option.isSome(already) ? Effect.succeed(Option.some(already.value)) : verify(keys, token)).pipe(
+            Effect.flatMap(Option.match({
+              onNone: () => Effect.fail(new Unauthorized({ message: unauthorizedMessage })),
+              onSome: (principal) => Effect.succeed(principal)
+            })),
+            Effect.tap((p) => Effect.annotateCurrentSpan({ "pgfiber.org": p.orgId, "pgfiber.key": p.keyId }))
+          )
     })
   })
 )
+
+const json = (status: number, tag: string, message: string, headers: Record<string, string> = {}) =>
+  HttpServerResponse.unsafeJson({ _tag: tag, message }, { status, headers })
+
+const bearerToken = (header: string | undefined) => {
+  const match = /^Bearer[ \t]+(\S+)[ \t]*$/i.exec(header ?? "")
+  return match === null ? undefined : match[1]!
+}
+
+/**
+ * Authenticates every request whose path is not in `openPaths` before anything else reads it (the body
+ * included), under the failed-authentication limit.
+ */
+export const guard = (
+  openPaths: ReadonlySet<string>,
+  routePath: (url: string) => string,
+  limits: AuthLimiter.AuthLimiterOptions
+) =>
+  Effect.gen(function*() {
+    const keys = yield* ApiKeys.ApiKeys
+    const limiter = AuthLimiter.make(limits)
+    return <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, R> =>
+      Effect.gen(function*() {
+        const request = yield* HttpServerRequest.HttpServerRequest
+        if (openPaths.has(routePath(request.url))) return yield* app
+        const address = Option.getOrElse(request.remoteAddress, () => "unknown")
+        const wait = limiter.blockedForMs(address, Date.now())
+        if (wait > 0) {
+          const seconds = Math.max(1, Math.ceil(wait / 1000))
+          return json(429, "TooManyRequests", `too many failed authentications; retry in ${seconds} s`, { "retry-after": String(seconds) })
+        }
+        const token = bearerToken(request.headers["authorization"])
+        const result = token === undefined
+          ? Either.right(Option.none<ApiKeys.Principal>())
+          : yield* Effect.either(verify(keys, Redacted.make(token)))
+        if (Either.isLeft(result)) return json(503, "Unavailable", unavailableMessage)
+        if (Option.isNone(result.right)) {
+          limiter.recordFailure(address, Date.now())
+          return json(401, "Unauthorized", unauthorizedMessage)
+        }
+        return yield* Effect.locally(app, verified, result.right)
+      })
+  })

@@ -23,7 +23,7 @@ export const dbFailure = (e: Db.DbError) =>
 const selectDeadLetterOfJob = (sql: Db.Sql, jobId: string) =>
   sql<Array<Record<string, unknown>>>`select id from dead_letters where job_id = ${jobId} order by id desc limit 1`
 
-const isId = (id: string) => /^\d{1,19}$/.test(id)
+const isId = Queue.isJobId
 
 export const jobView = (job: Queue.Job) => ({
   id: job.id,
@@ -130,7 +130,8 @@ export const layer = <R>(options: JobsOptions<R>) =>
                 runAt: body.runAt,
                 maxAttempts: body.maxAttempts,
                 dedupeKey: body.dedupeKey,
-                dedupeMode: body.dedupeMode
+                dedupeMode: body.dedupeMode,
+                caller: "tenant"
               }).pipe(Effect.provideService(Queue.Queue, queue))
             )
             yield* Effect.logInfo("job submitted").pipe(

@@ -2,7 +2,8 @@
  * The schedules group: a tenant manages its own org's recurring jobs. Every call runs inside `Db.withOrg` for
  * the key's org, so row-level security (migrations/0009) keeps orgs apart: another org's schedule, and the
  * system schedules (no org: the documents sweep, housekeeping), are simply not there (404). A schedule made
- * here always belongs to the key's org, and its stage and payload pass the same checks as `POST /jobs`.
+ * here always belongs to the key's org, and its stage and payload pass the same checks as `POST /jobs` (a
+ * public stage only).
  */
 import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
@@ -43,7 +44,7 @@ export const layer = HttpApiBuilder.group(Api, "schedules", (handlers) =>
       .handle("putSchedule", ({ path, payload: body }) =>
         asOrg((orgId) =>
           Effect.flatMap(
-            Scheduler.prepare(stages, { ...body, name: path.name, orgId }),
+            Scheduler.prepare(stages, { ...body, name: path.name, orgId }, "tenant"),
             (spec) => schedules.put(spec)
           )
         ).pipe(

@@ -1,7 +1,10 @@
 /**
- * The HTTP server as a Layer over a given stage list: the API (Api.ts) with its handlers, `/openapi.json` and
- * `/docs`, a body-size limit, and an access log through the application's logger. Bad input never reaches a
- * handler as a crash: malformed JSON is 400, a body over the limit 413, both with a JSON reason.
+ * The HTTP server as a Layer over a given stage list: the API (Api.ts) with its handlers on the API listener
+ * (`HTTP_HOST:HTTP_PORT`), and the operational endpoints (`/readyz`, `/metrics`, `/docs`, `/openapi.json`) on a
+ * separate admin listener (`ADMIN_HOST:ADMIN_PORT`, loopback by default); `/healthz` answers on both. Bad input
+ * never reaches a handler as a crash, and every error is JSON `{ "_tag", "message" }`: a request to a keyed route
+ * is authenticated before its body is read (Auth.guard); a body over the limit is 413; malformed JSON, text
+ * PostgreSQL cannot store (NUL, lone surrogates) or nesting past 64 levels is 400; a real fault is a logged 500.
  *
  * Needs Db, Queue, Storage (for calls), ApiKeys and the stages (Submit.KnownStages); WorkerInfo and Waker are
  * optional and, when present (the `start` command), feed `/readyz`.
@@ -18,12 +21,14 @@ import {
 } from "@effect/platform"
 import type { HttpApp } from "@effect/platform"
 import { NodeHttpServer, NodeHttpServerRequest } from "@effect/platform-node"
-import { Cause, Config, Effect, Exit, Layer, LogLevel, Option } from "effect"
+import { Cause, Config, Context, Effect, Exit, Layer, LogLevel, Option } from "effect"
 import type * as NodeHttp from "node:http"
 import { createServer } from "node:http"
 import type * as Stage from "../runtime/Stage.js"
 import { Api } from "./Api.js"
+import * as Queue from "../queue/Queue.js"
 import * as Auth from "./Auth.js"
+import * as AuthLimiter from "./AuthLimiter.js"
 import * as Calls from "./Calls.js"
 import * as Health from "./Health.js"
 import * as Jobs from "./Jobs.js"
@@ -32,6 +37,10 @@ import * as Schedules from "./Schedules.js"
 export interface ServerOptions {
   readonly host: string
   readonly port: number
+  /** The admin listener for `/readyz`, `/metrics`, `/docs`, `/openapi.json`; default 127.0.0.1:9090. */
+  readonly admin?: { readonly host: string; readonly port: number } | undefined
+  /** Failed authentications allowed per client address and window; default 20 a minute. */
+  readonly authFailures?: { readonly max: number; readonly windowMs: number } | undefined
   /** Larger request bodies are refused with 413 (before they are read when they declare their length). */
   readonly maxBodyBytes: number
   /** The same for `multipart/form-data` uploads (recordings to `POST /calls`), which stream to disk. */
@@ -46,6 +55,24 @@ export interface ServerOptions {
 export const config = Config.all({
   host: Config.string("HTTP_HOST").pipe(Config.withDefault("0.0.0.0")),
   port: Config.port("HTTP_PORT").pipe(Config.withDefault(8080)),
+  admin: Config.all({
+    host: Config.string("ADMIN_HOST").pipe(Config.withDefault("127.0.0.1")),
+    // 0 picks a free port (logged at start)
+    port: Config.integer("ADMIN_PORT").pipe(
+      Config.validate({ message: "must be a port number from 0 to 65535", validation: (n) => n >= 0 && n <= 65535 }),
+      Config.withDefault(9090)
+    )
+  }),
+  authFailures: Config.all({
+    max: Config.integer("HTTP_AUTH_FAILURES_MAX").pipe(
+      Config.validate({ message: "must be a whole number from 1 to 1000000", validation: (n) => n >= 1 && n <= 1_000_000 }),
+      Config.withDefault(AuthLimiter.defaults.maxFailures)
+    ),
+    windowMs: Config.integer("HTTP_AUTH_FAILURES_WINDOW_MS").pipe(
+      Config.validate({ message: "must be a number of milliseconds from 1000 to 86400000", validation: (n) => n >= 1000 && n <= 86_400_000 }),
+      Config.withDefault(AuthLimiter.defaults.windowMs)
+    )
+  }),
   // validate before the default: a validation after `withDefault` loses the variable's name in the error
   maxBodyBytes: Config.integer("HTTP_MAX_BODY_BYTES").pipe(
     Config.validate({ message: "must be a whole number of bytes from 1024 to 1073741824", validation: (n) => n >= 1024 && n <= 1 << 30 }),
@@ -60,6 +87,28 @@ export const config = Config.all({
 
 /** Probes and scrapes are frequent and dull: they are logged at debug, everything else at info. */
 const quietPaths = new Set(["/healthz", "/readyz", "/metrics"])
+
+/** Served without a key on every listener: load balancers' liveness check. */
+export const livenessPath = "/healthz"
+/** Served on the admin listener only (and without a key there): operational, some of them across orgs. */
+export const adminPaths: ReadonlySet<string> = new Set(["/readyz", "/metrics", "/docs", "/openapi.json"])
+const openPaths: ReadonlySet<string> = new Set([livenessPath, ...adminPaths])
+
+/**
+ * A request's path as the router will match it (percent-decoded, repeated and trailing slashes folded, case
+ * ignored), so `//metrics`, `/%6Detrics` or `/ReadyZ` cannot reach an admin route through the API listener.
+ */
+export const routePath = (url: string): string => {
+  const raw = url.split("?")[0] ?? url
+  let decoded = raw
+  try {
+    decoded = decodeURIComponent(raw)
+  } catch {
+    // malformed escapes: the router will not match them either
+  }
+  const folded = decoded.replace(/\/+/g, "/").toLowerCase()
+  return folded.length > 1 && folded.endsWith("/") ? folded.slice(0, -1) : folded
+}
 
 const jsonError = (status: number, tag: string, message: string) =>
   HttpServerResponse.unsafeJson({ _tag: tag, message }, { status })
@@ -84,24 +133,44 @@ const bodyFailure = (cause: Cause.Cause<unknown>): Option.Option<HttpServerRespo
 }
 
 /**
- * Reads a body sent without Content-Length (chunked) up to `max` bytes. Past the limit the rest is drained
- * (up to a bound) rather than the socket cut, so the client reads a 413 instead of a connection reset.
+ * Reads a body up to `max` bytes. Past the limit the rest is read and dropped rather than the socket cut, so
+ * the client (already authenticated) reads a 413 instead of a connection reset; memory stays at `max`.
  */
-const readChunkedBody = (source: NodeHttp.IncomingMessage, max: number) =>
+const readBody = (source: NodeHttp.IncomingMessage, max: number) =>
   Effect.async<Buffer | "too-large", Error>((resume) => {
     const chunks: Array<Buffer> = []
     let size = 0
     source.on("data", (chunk: Buffer) => {
       size += chunk.length
       if (size <= max) chunks.push(chunk)
-      else if (size > max * 16) {
-        source.destroy()
-        resume(Effect.succeed("too-large"))
-      }
+      else chunks.length = 0
     })
     source.once("end", () => resume(Effect.succeed(size > max ? "too-large" : Buffer.concat(chunks))))
     source.once("error", (e) => resume(Effect.fail(e)))
   })
+
+/** Text in the query string PostgreSQL could not store is refused here, as in a JSON body. */
+const queryProblem = (url: string): string | undefined => {
+  const at = url.indexOf("?")
+  if (at < 0) return undefined
+  for (const [name, value] of new URLSearchParams(url.slice(at + 1))) {
+    const problem = Queue.textProblem(name) ?? Queue.textProblem(value)
+    if (problem !== undefined) return `query parameter ${JSON.stringify(name.slice(0, 40))} ${problem}`
+  }
+  return undefined
+}
+
+/** A JSON body's problem, if any: not JSON at all, or JSON the queue would refuse (NUL, surrogates, depth). */
+const jsonBodyProblem = (body: Buffer): string | undefined => {
+  if (body.length === 0) return undefined
+  let value: unknown
+  try {
+    value = JSON.parse(body.toString("utf8"))
+  } catch (e) {
+    return `malformed request body: ${e instanceof Error ? e.message : String(e)}`
+  }
+  return Queue.jsonProblem(value, "the request body")
+}
 
 const hasBody = (method: string) => method !== "GET" && method !== "HEAD" && method !== "OPTIONS"
 
@@ -115,14 +184,25 @@ export const bodyLimit = (limits: { readonly maxBodyBytes: number; readonly maxU
     const declared = Number(request.headers["content-length"] ?? NaN)
     // a declared length over the limit is refused before a byte is read
     if (Number.isFinite(declared) && declared > limit) return tooLarge(` of ${declared} bytes`)
+    const badQuery = queryProblem(request.url)
+    if (badQuery !== undefined) return jsonError(400, "BadRequest", badQuery)
     let served = request
-    // uploads stream to disk under the multipart limits; other chunked bodies are read here, up to the limit
-    if (!upload && !Number.isFinite(declared) && hasBody(request.method) && request.headers["transfer-encoding"] !== undefined) {
-      const body = yield* readChunkedBody(NodeHttpServerRequest.toIncomingMessage(request), limit).pipe(Effect.orDie)
+    // uploads stream to disk under the multipart limits; other bodies are read and checked here, up to the limit
+    if (!upload && hasBody(request.method)) {
+      const body = yield* readBody(NodeHttpServerRequest.toIncomingMessage(request), limit).pipe(
+        Effect.catchAll(() => Effect.succeed("unreadable" as const))
+      )
       if (body === "too-large") return tooLarge("")
-      const { "transfer-encoding": _chunked, ...headers } = request.headers
+      if (body === "unreadable") return jsonError(400, "BadRequest", "the request body could not be read")
+      const problem = jsonBodyProblem(body)
+      if (problem !== undefined) return jsonError(400, "BadRequest", problem)
+      const { "transfer-encoding": _chunked, "content-length": _length, ...headers } = request.headers
       served = HttpServerRequest.fromWeb(
-        new Request(`http://localhost${request.url}`, { method: request.method, headers: { ...headers }, body })
+        new Request(`http://localhost${request.url}`, {
+          method: request.method,
+          headers: { ...headers },
+          ...(body.length > 0 ? { body } : {})
+        })
       )
     }
     return yield* app.pipe(
@@ -132,6 +212,32 @@ export const bodyLimit = (limits: { readonly maxBodyBytes: number; readonly maxU
       Effect.catchAllCause((cause) => Option.match(bodyFailure(cause), { onNone: () => Effect.failCause(cause), onSome: Effect.succeed }))
     )
   })
+
+/**
+ * Every error leaves as JSON `{ "_tag", "message" }`. What the API did not answer itself is either the
+ * router's (no such route: 404) or a real fault: a 500 whose cause is logged, and whose body says nothing more.
+ */
+export const jsonErrors = <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<never, R> =>
+  app.pipe(
+    // an error answered with no body (the router's own 404 for a method it does not route) gets one
+    Effect.map((response) =>
+      response.status >= 400 && response.body._tag === "Empty"
+        ? jsonError(response.status, response.status === 404 ? "NotFound" : "BadRequest", response.status === 404 ? "no such route" : "the request was refused")
+        : response
+    ),
+    Effect.catchAllCause((cause) =>
+    Effect.gen(function*() {
+      if (Cause.isInterruptedOnly(cause)) return yield* Effect.failCause(cause as Cause.Cause<never>)
+      const [response] = yield* HttpServerError.causeResponse(cause)
+      if (response.status === 404) return jsonError(404, "NotFound", "no such route")
+      if (response.status < 500) {
+        const tag = (Cause.squash(cause) as { _tag?: unknown })?._tag
+        return jsonError(response.status, typeof tag === "string" ? tag : "BadRequest", "the request was refused")
+      }
+      yield* Effect.logError("request failed: internal server error", cause)
+      return jsonError(500, "InternalServerError", "internal server error; the cause is in the server's log")
+    }))
+  )
 
 /** One line per request through the application's logger (JSON by default): method, path, status, duration. */
 export const accessLog = <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, R> =>
@@ -151,13 +257,30 @@ export const accessLog = <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, 
     return yield* exit
   })
 
+/** What one listener serves: the API listener everything but the admin paths, the admin listener only those. */
+const listenerFilter = (listener: "api" | "admin") => <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, R> =>
+  Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
+    const path = routePath(request.url)
+    const served = path === livenessPath || (listener === "admin") === adminPaths.has(path)
+    return served ? app : Effect.succeed(jsonError(404, "NotFound", "no such route"))
+  })
+
 /** The API's handlers and docs, without a listening socket (tests may serve it however they like). */
 export const layerApi = <R = never>(
-  options: Pick<ServerOptions, "devTick" | "workerId" | "tickStages" | "maxBodyBytes" | "maxUploadBytes">
+  options: Pick<ServerOptions, "devTick" | "workerId" | "tickStages" | "maxBodyBytes" | "maxUploadBytes" | "authFailures">
 ) =>
   Layer.mergeAll(
-    // API-level, so it runs inside the router's error handling and its 400/413 is the response sent
-    HttpApiBuilder.middleware(bodyLimit(options)),
+    // API-level, so it runs inside the router's error handling and its 401/413/400 is the response sent;
+    // authentication first, so nothing of an unauthenticated request's body is read
+    HttpApiBuilder.middleware(
+      Effect.map(
+        Auth.guard(openPaths, routePath, {
+          ...AuthLimiter.defaults,
+          ...(options.authFailures ? { maxFailures: options.authFailures.max, windowMs: options.authFailures.windowMs } : {})
+        }),
+        (guard) => (app: HttpApp.Default) => guard(bodyLimit(options)(app))
+      )
+    ),
     HttpApiSwagger.layer({ path: "/docs" }),
     HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" })
   ).pipe(
@@ -169,10 +292,36 @@ export const layerApi = <R = never>(
     Layer.provide(Auth.layer)
   )
 
-/** Serves the API on `host:port` for the life of the layer; `HttpServer.HttpServer` tells the bound address. */
-export const layer = <R = never>(options: ServerOptions) =>
-  HttpApiBuilder.serve(accessLog).pipe(
-    Layer.provide(layerApi<R>(options)),
-    HttpServer.withLogAddress,
-    Layer.provideMerge(NodeHttpServer.layer(createServer, { port: options.port, host: options.host }))
+/** The admin listener's server, to tell its bound address (`HttpServer.HttpServer` is the API listener's). */
+export class AdminServer extends Context.Tag("pgfiber/http/AdminServer")<AdminServer, HttpServer.HttpServer>() {}
+
+/**
+ * Serves the API on `host:port` and the operational endpoints on `admin.host:admin.port` for the life of the
+ * layer; `HttpServer.HttpServer` and `AdminServer` tell the bound addresses.
+ */
+export const layer = <R = never>(options: ServerOptions) => {
+  const api = layerApi<R>(options)
+  const admin = options.admin ?? { host: "127.0.0.1", port: 9090 }
+  // what HttpApiBuilder.serve does, with the JSON error bodies inside the app: a serve middleware only sees
+  // the exit after the platform has already answered a failure (with an empty body)
+  const serveOn = (listener: "api" | "admin") =>
+    Layer.unwrapEffect(
+      Effect.map(HttpApiBuilder.httpApp, (app) => HttpServer.serve(jsonErrors(listenerFilter(listener)(app)), accessLog))
+    ).pipe(
+      Layer.provide([HttpApiBuilder.Router.Live, HttpApiBuilder.Middleware.layer]),
+      Layer.provide(api)
+    )
+  const adminListener = Layer.mergeAll(
+    serveOn("admin"),
+    Layer.effect(AdminServer, HttpServer.HttpServer),
+    Layer.effectDiscard(Effect.flatMap(HttpServer.HttpServer, (server) =>
+      Effect.logInfo(`admin listener (readyz, metrics, docs) on ${HttpServer.formatAddress(server.address)}`)))
+  ).pipe(Layer.provide(NodeHttpServer.layer(createServer, { port: admin.port, host: admin.host })))
+  return Layer.merge(
+    serveOn("api").pipe(
+      HttpServer.withLogAddress,
+      Layer.provideMerge(NodeHttpServer.layer(createServer, { port: options.port, host: options.host }))
+    ),
+    adminListener
   )
+}

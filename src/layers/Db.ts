@@ -1,6 +1,8 @@
 /**
  * Db: the one way pgfiber talks to Postgres. A scoped porsager `postgres` pool, a FiberRef that carries the
- * caller's transaction so queue operations can join it, and `withOrg` for row-level-security scoped work.
+ * caller's transaction so queue operations can join it, `withOrg` for one row-level-security scoped
+ * transaction, and `forOrg` / `asOwner` for a whole stretch of work done for one org (a job's handler) or, named
+ * as such, as the owner (sweeps, maintenance).
  */
 import { Config, Context, Data, Effect, Exit, FiberRef, Layer, Option, Redacted, Schedule } from "effect"
 import postgres from "postgres"
@@ -47,17 +49,52 @@ export interface DbOptions {
 }
 
 /** The transaction a fiber is inside, if any; queue operations run on it instead of the pool. */
-const currentTransaction = FiberRef.unsafeMake<Option.Option<{ readonly owner: object; readonly sql: Sql }>>(
+const currentTransaction = FiberRef.unsafeMake<Option.Option<{ readonly owner: object; readonly sql: Sql; readonly orgId: string | null }>>(
   Option.none()
 )
+
+/**
+ * The org a fiber's database work is done for, if any. While set, `run` outside a transaction sends each
+ * statement in a short transaction of its own under the tenant role with `pgfiber.org_id` set, and
+ * `transaction` begins under them: row-level security applies to every row, and no transaction is held open
+ * across the outside calls between statements (SpeechKit, ffmpeg). Set by `forOrg`, cleared by `asOwner`.
+ */
+const currentOrg = FiberRef.unsafeMake<Option.Option<string>>(Option.none())
+
+/**
+ * Runs `effect` with every statement of every `Db` under `orgId`'s row-level security (see `currentOrg`).
+ * JobRun wraps each handler of a job that has an org in it. A transaction already open when this starts is
+ * joined as it is (the org applies to the transactions and statements begun inside).
+ */
+export const forOrg = (orgId: string) => <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  Effect.locally(effect, currentOrg, Option.some(orgId))
+
+/**
+ * Owner-level work, named as such: statements run as the service's own role, outside row-level security
+ * (sweeps across every org, maintenance, the queue's own bookkeeping). Inside a tenant transaction it does
+ * not join it: owner work never borrows a tenant's transaction, nor a tenant its privileges.
+ */
+export const asOwner = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  Effect.flatMap(FiberRef.get(currentTransaction), (tx) =>
+    Effect.locally(
+      Option.isSome(tx) && tx.value.orgId !== null ? Effect.locally(effect, currentTransaction, Option.none()) : effect,
+      currentOrg,
+      Option.none()
+    ))
+
+/** The org the current fiber's database work is scoped to (`forOrg`), if any. */
+export const currentOrgId: Effect.Effect<Option.Option<string>> = FiberRef.get(currentOrg)
 
 export class Db extends Context.Tag("pgfiber/Db")<Db, {
   readonly pool: Sql
   readonly schema: string
   readonly url: Redacted.Redacted<string>
-  /** Runs a query on the caller's transaction when there is one, else on the pool. Interruption cancels it. */
+  /**
+   * Runs a query on the caller's transaction when there is one, else on the pool (under `forOrg`, in a short
+   * transaction of its own as the tenant). Interruption cancels it.
+   */
   readonly run: <A>(query: (sql: Sql) => PromiseLike<A>) => Effect.Effect<A, DbError>
-  /** Runs `effect` inside one transaction; joins the caller's transaction if already inside one. */
+  /** Runs `effect` inside one transaction (as the tenant under `forOrg`); joins the caller's transaction if already inside one. */
   readonly transaction: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | DbError, R>
   /** A transaction under the tenant role with `pgfiber.org_id` set, so row-level security scopes every row. */
   readonly withOrg: <A, E, R>(orgId: string, effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | DbError, R>
@@ -125,24 +162,29 @@ export const make = (options: DbOptions) =>
       Option.isSome(tx) && tx.value.owner === owner ? tx.value.sql : pool
     )
 
-    const run = <A>(query: (sql: Sql) => PromiseLike<A>) =>
-      Effect.flatMap(current, (sql) => runQuery<A>(() => query(sql)))
-
     const inTransaction = Effect.map(FiberRef.get(currentTransaction), (tx) => Option.isSome(tx) && tx.value.owner === owner)
 
-    const begin = <A, E, R>(effect: Effect.Effect<A, E, R>, setup: (sql: Sql) => Effect.Effect<void, DbError>) =>
+    /** BEGIN and the org's settings pipelined on one connection; both must succeed before any statement runs. */
+    const beginAsTenant = (conn: Sql, orgId: string) =>
+      runQuery(() =>
+        Promise.all([
+          conn`begin`,
+          conn`select set_config('role', ${tenantRole}, true), set_config('pgfiber.org_id', ${orgId}, true)`
+        ])
+      ).pipe(Effect.asVoid)
+
+    const begin = <A, E, R>(effect: Effect.Effect<A, E, R>, orgId: string | null) =>
       Effect.flatMap(inTransaction, (inside) =>
         inside
-          ? Effect.zipRight(Effect.flatMap(current, setup), effect)
+          ? orgId === null ? effect : Effect.zipRight(Effect.flatMap(current, (sql) => setOrg(sql, orgId)), effect)
           : Effect.uninterruptibleMask((restore) =>
             Effect.gen(function*() {
               const reserved = yield* runQuery(() => pool.reserve())
               const conn = reserved as unknown as Sql
               const exit = yield* Effect.exit(
                 restore(
-                  runQuery(() => conn`begin`).pipe(
-                    Effect.zipRight(setup(conn)),
-                    Effect.zipRight(Effect.locally(effect, currentTransaction, Option.some({ owner, sql: conn })))
+                  (orgId === null ? runQuery(() => conn`begin`) : beginAsTenant(conn, orgId)).pipe(
+                    Effect.zipRight(Effect.locally(effect, currentTransaction, Option.some({ owner, sql: conn, orgId })))
                   )
                 )
               )
@@ -154,13 +196,27 @@ export const make = (options: DbOptions) =>
             })
           ))
 
-    const transaction = <A, E, R>(effect: Effect.Effect<A, E, R>) => begin(effect, () => Effect.void)
+    const setOrg = (sql: Sql, orgId: string) =>
+      runQuery(() => sql`select set_config('role', ${tenantRole}, true), set_config('pgfiber.org_id', ${orgId}, true)`).pipe(
+        Effect.asVoid
+      )
 
-    const withOrg = <A, E, R>(orgId: string, effect: Effect.Effect<A, E, R>) =>
-      begin(effect, (sql) =>
-        runQuery(() => sql`select set_config('role', ${tenantRole}, true), set_config('pgfiber.org_id', ${orgId}, true)`).pipe(
-          Effect.asVoid
-        ))
+    // a transaction already open is joined as it is; a new one begins as the tenant under `forOrg`
+    const transaction = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+      Effect.flatMap(inTransaction, (inside) =>
+        inside ? effect : Effect.flatMap(FiberRef.get(currentOrg), (org) => begin(effect, Option.getOrNull(org))))
+
+    const withOrg = <A, E, R>(orgId: string, effect: Effect.Effect<A, E, R>) => begin(effect, orgId)
+
+    const run = <A>(query: (sql: Sql) => PromiseLike<A>): Effect.Effect<A, DbError> =>
+      Effect.flatMap(inTransaction, (inside) =>
+        inside
+          ? Effect.flatMap(current, (sql) => runQuery<A>(() => query(sql)))
+          : Effect.flatMap(FiberRef.get(currentOrg), (org) =>
+            Option.isNone(org)
+              ? runQuery<A>(() => query(pool))
+              // one statement for an org: its own short transaction under the tenant role
+              : begin(Effect.flatMap(current, (sql) => runQuery<A>(() => query(sql))), org.value)))
 
     return Db.of({ pool, schema: options.schema, url: options.url, run, transaction, withOrg, inTransaction })
   })

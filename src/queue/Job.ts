@@ -185,10 +185,38 @@ export const stagePattern = /^[a-z][a-z0-9_.:-]{0,62}$/
 const describe = (value: unknown): string =>
   value === null ? "null" : Array.isArray(value) ? "array" : typeof value === "object" ? (value.constructor?.name ?? "object") : typeof value
 
-/** Plain JSON only: JSON.stringify would silently drop undefined and functions, and turn NaN into null. */
-const jsonProblem = (value: unknown, path: string, seen: Set<unknown>): string | undefined => {
+/** The largest job id Postgres's bigint holds: a longer or larger id names no job. */
+const maxBigint = 9223372036854775807n
+
+/** A job or dead-letter id as the queue stores it: digits, within bigint. */
+export const isJobId = (id: string): boolean => /^\d{1,19}$/.test(id) && BigInt(id) <= maxBigint
+
+const loneSurrogate = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/
+
+/**
+ * What PostgreSQL cannot store in text or jsonb: a NUL character, or a lone UTF-16 surrogate (not Unicode).
+ * Refused, never silently altered, wherever a producer's text goes (payload strings and keys, ids, keys).
+ */
+export const textProblem = (text: string): string | undefined =>
+  text.includes("\u0000")
+    ? "contains a NUL character (\\u0000), which PostgreSQL cannot store"
+    : loneSurrogate.test(text)
+    ? "contains a lone UTF-16 surrogate, which is not Unicode text"
+    : undefined
+
+/** Deeper JSON is refused: no real payload needs it, and every reader of it would pay for its depth. */
+export const maxJsonDepth = 64
+
+/**
+ * Plain JSON only: JSON.stringify would silently drop undefined and functions, and turn NaN into null; no
+ * text PostgreSQL cannot store (`textProblem`), in values or keys; at most `maxJsonDepth` levels deep.
+ */
+export const jsonProblem = (value: unknown, path: string, seen: Set<unknown> = new Set()): string | undefined => {
   switch (typeof value) {
-    case "string":
+    case "string": {
+      const problem = textProblem(value)
+      return problem === undefined ? undefined : `${path} ${problem}`
+    }
     case "boolean":
       return undefined
     case "number":
@@ -196,6 +224,7 @@ const jsonProblem = (value: unknown, path: string, seen: Set<unknown>): string |
     case "object": {
       if (value === null) return undefined
       if (seen.has(value)) return `${path} is a circular reference`
+      if (seen.size >= maxJsonDepth) return `${path} is nested more than ${maxJsonDepth} levels deep`
       seen.add(value)
       try {
         if (Array.isArray(value)) {
@@ -210,6 +239,8 @@ const jsonProblem = (value: unknown, path: string, seen: Set<unknown>): string |
           return `${path} is a ${describe(value)}, not a plain JSON object (convert it, e.g. a Date to an ISO string)`
         }
         for (const [k, v] of Object.entries(value)) {
+          const keyProblem = textProblem(k)
+          if (keyProblem !== undefined) return `a key of ${path} ${keyProblem}`
           const p = jsonProblem(v, `${path}.${k}`, seen)
           if (p) return p
         }
@@ -223,6 +254,9 @@ const jsonProblem = (value: unknown, path: string, seen: Set<unknown>): string |
   }
 }
 
+/** The instants a job may be scheduled at: inside what PostgreSQL and an ISO 8601 timestamp both hold. */
+export const runAtRange = { min: Date.UTC(1970, 0, 1), max: Date.UTC(9999, 11, 31, 23, 59, 59, 999) } as const
+
 export interface ValidateOptions {
   readonly maxPayloadBytes: number
   /** When set, stages outside it are refused. */
@@ -234,6 +268,8 @@ const optionalText = (value: unknown, field: string, max: number): Either.Either
   if (typeof value !== "string" || value.length === 0 || value.length > max) {
     return Either.left(new InvalidJob({ field, message: `${field} must be a non-empty string of at most ${max} characters` }))
   }
+  const problem = textProblem(value)
+  if (problem !== undefined) return Either.left(new InvalidJob({ field, message: `${field} ${problem}` }))
   return Either.right(value)
 }
 
@@ -271,11 +307,15 @@ export const validate = (job: NewJob, options: ValidateOptions): Either.Either<V
     if (decoded._tag === "None" || !Duration.isFinite(decoded.value)) return fail("delay", "delay must be a finite duration")
     delayMs = Duration.toMillis(decoded.value)
     if (delayMs < 0 || Number.isNaN(delayMs)) return fail("delay", `delay must not be negative`)
+    if (Date.now() + delayMs > runAtRange.max) return fail("delay", "delay must end before 9999-12-31 (UTC)")
   }
   if (typeof job.delay === "number" && job.delay < 0) return fail("delay", "delay must not be negative")
   let runAt: Date | null = null
   if (job.runAt !== undefined) {
     if (!(job.runAt instanceof Date) || Number.isNaN(job.runAt.getTime())) return fail("runAt", "runAt must be a valid Date")
+    if (job.runAt.getTime() < runAtRange.min || job.runAt.getTime() > runAtRange.max) {
+      return fail("runAt", "runAt must be between 1970-01-01 and 9999-12-31 (UTC)")
+    }
     runAt = job.runAt
   }
   const maxAttempts = job.maxAttempts ?? 5

@@ -21,8 +21,9 @@ const columns = (jobs: ReadonlyArray<ValidJob>) => ({
 })
 
 /**
- * Inserts a batch in one statement. Locking: new rows only; a dedupe-key conflict takes the live row's lock
- * for a no-op update so its id comes back (`deduped`), which waits for a concurrent completion to settle.
+ * Inserts a batch in one statement. Locking: new rows only; a dedupe-key conflict (per org: `jobs_dedupe` is
+ * unique on (org_id, dedupe_key), no-org jobs in a space of their own) takes the live row's lock for a no-op
+ * update so its id comes back (`deduped`), which waits for a concurrent completion to settle.
  */
 export const insertJobs = (sql: Sql, jobs: ReadonlyArray<ValidJob>) => {
   const c = columns(jobs)
@@ -35,7 +36,7 @@ export const insertJobs = (sql: Sql, jobs: ReadonlyArray<ValidJob>) => {
                 ${c.dedupeKeys}::text[]) with ordinality
          as t(stage, org_id, subject_id, payload, priority, delay_ms, run_at, max_attempts, dedupe_key, ord)
     order by ord
-    on conflict (dedupe_key) where dedupe_key is not null do update set dedupe_key = excluded.dedupe_key
+    on conflict (org_id, dedupe_key) where dedupe_key is not null do update set dedupe_key = excluded.dedupe_key
     returning id, (xmax <> 0) as deduped`
 }
 
@@ -47,7 +48,7 @@ export const insertJobs = (sql: Sql, jobs: ReadonlyArray<ValidJob>) => {
  */
 export const insertJobsReplacing = (sql: Sql, schema: string, jobs: ReadonlyArray<ValidJob>, mode: "replace" | "debounce") => {
   const c = columns(jobs)
-  return sql<Array<{ id: string; deduped: boolean; dedupe_key: string }>>`
+  return sql<Array<{ id: string; deduped: boolean; org_id: string | null; dedupe_key: string }>>`
     with written as (
       insert into jobs as j (stage, org_id, subject_id, payload, priority, available_at, max_attempts, dedupe_key)
       select stage, org_id, subject_id, payload::jsonb, priority,
@@ -57,7 +58,7 @@ export const insertJobsReplacing = (sql: Sql, schema: string, jobs: ReadonlyArra
                   ${c.dedupeKeys}::text[]) with ordinality
            as t(stage, org_id, subject_id, payload, priority, delay_ms, run_at, max_attempts, dedupe_key, ord)
       order by ord
-      on conflict (dedupe_key) where dedupe_key is not null do update set
+      on conflict (org_id, dedupe_key) where dedupe_key is not null do update set
         payload = case when j.status = 'queued' then excluded.payload else j.payload end,
         priority = case when j.status = 'queued' then excluded.priority else j.priority end,
         available_at = case
@@ -65,11 +66,11 @@ export const insertJobsReplacing = (sql: Sql, schema: string, jobs: ReadonlyArra
           when ${mode}::text = 'debounce' then greatest(j.available_at, excluded.available_at)
           else excluded.available_at end,
         updated_at = case when j.status = 'queued' then now() else j.updated_at end
-      returning j.id, j.stage, j.dedupe_key, (j.xmax <> 0) as deduped
+      returning j.id, j.stage, j.org_id, j.dedupe_key, (j.xmax <> 0) as deduped
     ), woken as (
       select pg_notify(${channel(schema)}, stage) from (select distinct stage from written where deduped) s
     )
-    select written.id, written.deduped, written.dedupe_key from written cross join (select count(*) from woken) w`
+    select written.id, written.deduped, written.org_id, written.dedupe_key from written cross join (select count(*) from woken) w`
 }
 
 /** Claims due jobs. Locking: FOR UPDATE SKIP LOCKED on the ready index, so claimers never wait on each other. */

@@ -47,9 +47,12 @@ export const make = (options: QueueOptions = {}) =>
       const seen = new Map<string, string>()
       const availableAt = (v: ValidJob) => v.runAt ?? new Date(now + v.delayMs)
       for (const v of valid) {
-        const existing = v.dedupeKey === null
+        // dedupe keys are per org (jobs with no org share a space of their own), as in Postgres's jobs_dedupe
+        const scoped = v.dedupeKey === null ? null : JSON.stringify([v.orgId, v.dedupeKey])
+        const existing = scoped === null
           ? undefined
-          : seen.get(v.dedupeKey) ?? [...jobs.values()].find((j) => j.dedupeKey === v.dedupeKey)?.id
+          : seen.get(scoped) ??
+            [...jobs.values()].find((j) => j.dedupeKey === v.dedupeKey && j.orgId === v.orgId)?.id
         if (existing !== undefined) {
           results.push({ id: existing, deduped: true })
           if (v.dedupeMode !== "first") {
@@ -64,7 +67,7 @@ export const make = (options: QueueOptions = {}) =>
           continue
         }
         const id = String(nextId++)
-        if (v.dedupeKey !== null) seen.set(v.dedupeKey, id)
+        if (scoped !== null) seen.set(scoped, id)
         rows.set(id, {
           id,
           stage: v.stage,

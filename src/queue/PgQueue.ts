@@ -5,7 +5,7 @@
 import { Duration, Effect, Either, Layer } from "effect"
 import * as Db from "../layers/Db.js"
 import type { DeadLetter, ErrorEntry, Job, JobStatus, StageStats } from "./Job.js"
-import { countEnqueued, defaultMaxPayloadBytes, jobFromDeadLetter, JobNotFound, validateAll } from "./Job.js"
+import { countEnqueued, defaultMaxPayloadBytes, isJobId, jobFromDeadLetter, JobNotFound, validateAll } from "./Job.js"
 import * as JobsSql from "./JobsSql.js"
 import { Queue, type QueueOptions } from "./Queue.js"
 
@@ -56,7 +56,7 @@ export const rowToDeadLetter = (r: Record<string, unknown>): DeadLetter => ({
 })
 
 const ms = (d: Duration.Duration) => Math.max(0, Math.round(Duration.toMillis(d)))
-const isId = (id: string) => /^\d{1,19}$/.test(id)
+const isId = isJobId
 const clampLimit = (n: number | undefined, fallback: number) => Math.max(1, Math.min(n ?? fallback, 10_000))
 
 export const make = (options: QueueOptions = {}) =>
@@ -70,19 +70,20 @@ export const make = (options: QueueOptions = {}) =>
     const enqueueValid = (jobs: ReadonlyArray<import("./Job.js").ValidJob>) =>
       Effect.gen(function*() {
         if (jobs.length === 0) return []
-        // a batch may repeat a dedupe key; ON CONFLICT cannot touch a row twice, so collapse them first: the
-        // first one stands for `first`, the last one for `replace` and `debounce` (the newest enqueue wins)
+        // a batch may repeat a dedupe key (per org); ON CONFLICT cannot touch a row twice, so collapse them first:
+        // the first one stands for `first`, the last one for `replace` and `debounce` (the newest enqueue wins)
         const byKey = new Map<string, number>()
         const unique: Array<import("./Job.js").ValidJob> = []
         const slot: Array<number> = []
         for (const job of jobs) {
-          const seen = job.dedupeKey === null ? undefined : byKey.get(job.dedupeKey)
+          const key = job.dedupeKey === null ? null : JSON.stringify([job.orgId, job.dedupeKey])
+          const seen = key === null ? undefined : byKey.get(key)
           if (seen !== undefined) {
             if (job.dedupeMode !== "first") unique[seen] = job
             slot.push(-1 - seen)
             continue
           }
-          if (job.dedupeKey !== null) byKey.set(job.dedupeKey, unique.length)
+          if (key !== null) byKey.set(key, unique.length)
           slot.push(unique.length)
           unique.push(job)
         }
@@ -97,9 +98,9 @@ export const make = (options: QueueOptions = {}) =>
           }
           for (const [mode, js] of replacing) {
             const written = yield* db.run((sql) => JobsSql.insertJobsReplacing(sql, db.schema, js, mode))
-            const byDedupeKey = new Map(written.map((r) => [r.dedupe_key, r]))
+            const byDedupeKey = new Map(written.map((r) => [JSON.stringify([r.org_id, r.dedupe_key]), r]))
             for (const j of js) {
-              const r = byDedupeKey.get(j.dedupeKey!)!
+              const r = byDedupeKey.get(JSON.stringify([j.orgId, j.dedupeKey]))!
               rows.set(j, { id: String(r.id), deduped: r.deduped })
             }
           }

@@ -6,6 +6,7 @@
  */
 import { Cause, Data, Duration, Effect, Exit, Metric, Option, Schedule } from "effect"
 import type { Job, Lease } from "../queue/Job.js"
+import * as Db from "../layers/Db.js"
 import * as Queue from "../queue/Queue.js"
 import * as Metrics from "./Metrics.js"
 import * as RetryPolicy from "./RetryPolicy.js"
@@ -127,7 +128,18 @@ export const execute = <A, I, R>(stage: Stage.Stage<A, I, R>, job: Job, hooks: H
       })
 
     const recordSuccess = (completion: Stage.Completion | void) => {
-      const followUps = completion ? completion.followUps : []
+      // an org's job hands off within its org: a follow-up without an org takes the job's, another org is refused
+      const followUps = (completion ? completion.followUps : []).map((f) =>
+        f.orgId === undefined && job.orgId !== null ? { ...f, orgId: job.orgId } : f
+      )
+      const foreign = job.orgId === null ? undefined : followUps.find((f) => f.orgId !== job.orgId)
+      if (foreign !== undefined) {
+        const message = `follow-up to ${foreign.stage} names another org than the job's`
+        return settle("dead-letter", queue.deadLetter(lease, { tag: "InvalidFollowUp", message })).pipe(
+          Effect.tap(() => Effect.logError(`dead-lettered: ${message}`)),
+          Effect.map((dead) => dead ? "deadLettered" as const : "fenced" as const)
+        )
+      }
       if (followUps.length === 0 && hooks.completeOne) {
         return settle("complete", hooks.completeOne(lease)).pipe(Effect.map((ok) => ok ? "completed" as const : "fenced" as const))
       }
@@ -155,7 +167,12 @@ export const execute = <A, I, R>(stage: Stage.Stage<A, I, R>, job: Job, hooks: H
           return yield* recordFailure({ _tag: "Permanent", message: payload.left })
         }
         const started = Date.now()
-        const run = stage.handler(payload.right, jobInfo(job))
+        // Tenancy: the handler's database work runs under the job's org (Db.forOrg: row-level security in the
+        // worker too, each statement or transaction as the tenant, none held open across outside calls). Jobs
+        // with no org run as the owner, as they always have. Recording the outcome below stays owner-level.
+        const run = job.orgId === null
+          ? Db.asOwner(stage.handler(payload.right, jobInfo(job)))
+          : Db.forOrg(job.orgId)(stage.handler(payload.right, jobInfo(job)))
         const handler = hooks.timedOut
           ? run
           : run.pipe(Effect.timeoutFail({ duration: stage.timeout, onTimeout: () => new HandlerTimeout({ message: timeoutMessage }) }))

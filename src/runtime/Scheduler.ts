@@ -94,15 +94,17 @@ export const layer = (declared: ReadonlyArray<Schedules.ScheduleSpec> = []) => L
 
 /**
  * A schedule from an operator or a tenant, held to the same rules as a submitted job (Submit.prepare): a stage
- * this build knows, a payload its Schema decodes (stored as the Schema encodes it), the stage's priority and
+ * this build knows (a public one for a tenant), a payload its Schema decodes (stored as the Schema encodes it), the stage's priority and
  * attempts unless given. Shared by `pgfiber schedules add` and `POST /schedules`.
  */
 export const prepare = (
   stages: ReadonlyArray<Stage.Any>,
-  spec: Schedules.ScheduleSpec
+  spec: Schedules.ScheduleSpec,
+  caller: "tenant" | "operator" = "operator"
 ): Effect.Effect<Schedules.ScheduleSpec, Queue.InvalidJob> =>
   Effect.map(
     Submit.prepare(stages, {
+      caller,
       stage: spec.stage,
       payload: spec.payload,
       orgId: spec.orgId,

@@ -29,8 +29,16 @@ export interface Completion {
 
 export const complete = (followUps: ReadonlyArray<Job.NewJob> = []): Completion => ({ _tag: "Completion", followUps })
 
+/**
+ * Who may submit jobs to a stage: `public` stages tenants may submit over the HTTP API (`POST /jobs`);
+ * `internal` ones (pipeline steps, sweeps) only the system (hand-offs, triggers, sweeps) and operators (CLI).
+ */
+export type Visibility = "public" | "internal"
+
 export interface StageOptions<A, I, R> {
   readonly name: string
+  /** Default `internal`: a stage is exposed to tenants only when it says so. */
+  readonly visibility?: Visibility
   readonly payload: Schema.Schema<A, I>
   readonly handler: (payload: A, job: JobInfo) => Effect.Effect<void | Completion, JobError, R>
   /** Jobs of this stage run at once in one process. */
@@ -53,6 +61,7 @@ export interface StageOptions<A, I, R> {
 
 export interface Stage<A, I, R> {
   readonly name: string
+  readonly visibility: Visibility
   readonly payload: Schema.Schema<A, I>
   readonly handler: (payload: A, job: JobInfo) => Effect.Effect<void | Completion, JobError, R>
   readonly concurrency: number
@@ -73,6 +82,7 @@ export const defaultLease = Duration.seconds(10)
 
 export const make = <A, I, R>(options: StageOptions<A, I, R>): Stage<A, I, R> => ({
   name: options.name,
+  visibility: options.visibility ?? "internal",
   payload: options.payload,
   handler: options.handler,
   concurrency: options.concurrency ?? 4,

@@ -1,7 +1,9 @@
 /**
  * The one way an operator or an API client submits a job: the stage must be one this build knows, the payload
  * must decode with that stage's Schema (and is stored as the Schema encodes it), the stage's defaults apply.
- * Shared by `POST /jobs` and `pgfiber enqueue`, so both refuse exactly the same input with the same message.
+ * Shared by `POST /jobs` and `pgfiber enqueue`, so both refuse exactly the same input with the same message,
+ * except that a tenant (`caller: "tenant"`) sees only `public` stages: an internal one is refused exactly as an
+ * unknown one, and the refusal lists public names only. An operator may submit any stage.
  */
 import { Context, Duration, Effect, ParseResult, Schema } from "effect"
 import * as Queue from "../queue/Queue.js"
@@ -21,6 +23,8 @@ export interface SubmitRequest {
   readonly maxAttempts?: number | undefined
   readonly dedupeKey?: string | undefined
   readonly dedupeMode?: Queue.DedupeMode | undefined
+  /** `tenant` (the HTTP API) may submit public stages only; `operator` (the CLI, the default) any stage. */
+  readonly caller?: "tenant" | "operator" | undefined
 }
 
 const invalid = (field: string, message: string) => new Queue.InvalidJob({ field, message })
@@ -28,10 +32,11 @@ const invalid = (field: string, message: string) => new Queue.InvalidJob({ field
 /** The NewJob for a request, or the reason it is refused (nothing is written either way). */
 export const prepare = (stages: ReadonlyArray<Stage.Any>, request: SubmitRequest): Effect.Effect<Queue.NewJob, Queue.InvalidJob> =>
   Effect.gen(function*() {
-    const stage = stages.find((s) => s.name === request.stage)
+    const visible = request.caller === "tenant" ? stages.filter((s) => s.visibility === "public") : stages
+    const stage = visible.find((s) => s.name === request.stage)
     if (stage === undefined) {
-      const known = stages.map((s) => s.name).sort().join(", ") || "(none)"
-      return yield* invalid("stage", `unknown stage "${request.stage}"; known: ${known}`)
+      const known = visible.map((s) => s.name).sort().join(", ") || "(none)"
+      return yield* invalid("stage", `unknown stage ${JSON.stringify(request.stage)}; known: ${known}`)
     }
     const decoded = yield* Schema.decodeUnknown(stage.payload)(request.payload ?? {}).pipe(
       Effect.mapError((e) =>

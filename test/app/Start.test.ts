@@ -26,7 +26,9 @@ const startService = (dataDir: string, httpPort: number) => {
     PGFIBER_DATA_DIR: dataDir,
     LOG_LEVEL: "info",
     HTTP_HOST: "127.0.0.1",
-    HTTP_PORT: String(httpPort)
+    HTTP_PORT: String(httpPort),
+    // any free port: several test runs share this machine
+    ADMIN_PORT: "0"
   }
   delete env.DATABASE_URL
   delete env.SPEECHKIT_API_KEY

@@ -12,7 +12,7 @@ import * as ApiKeys from "../../src/auth/ApiKeys.js"
 import { CallsSql } from "../../src/stages/calls/index.js"
 import { layerDb, rawSql } from "../support/pg.js"
 import * as Db from "../../src/layers/Db.js"
-import { baseUrl, call, eventually, layerService, parsePrometheus } from "./support.js"
+import { adminUrl, baseUrl, call, eventually, layerService, parsePrometheus } from "./support.js"
 
 const keysFor = Effect.gen(function*() {
   const keys = yield* ApiKeys.ApiKeys
@@ -23,26 +23,36 @@ const keysFor = Effect.gen(function*() {
 
 describe("HTTP API", () => {
   layer(layerService(layerDb()), { excludeTestServices: true, timeout: 60_000 })((it) => {
-    it.effect("health, readiness, OpenAPI and docs answer without a key", () =>
+    it.effect("health on both listeners; readiness, metrics, OpenAPI and docs on the admin listener only, without a key", () =>
       Effect.gen(function*() {
         const base = yield* baseUrl
-        const health = yield* call(base, "GET", "/healthz")
-        expect(health.status).toBe(200)
-        expect(health.json.status).toBe("ok")
-        const ready = yield* eventually(call(base, "GET", "/readyz"), (r) => r.status === 200)
+        const admin = yield* adminUrl
+        expect(admin).not.toBe(base)
+        for (const url of [base, admin]) {
+          const health = yield* call(url, "GET", "/healthz")
+          expect(health.status).toBe(200)
+          expect(health.json.status).toBe("ok")
+        }
+        // the API listener does not serve them, key or not; the admin listener serves nothing else
+        for (const path of ["/readyz", "/metrics", "/docs", "/openapi.json", "//metrics", "/metrics/", "/%6Detrics", "/ReadyZ", "/DOCS"]) {
+          const refused = yield* call(base, "GET", path)
+          expect([refused.status, refused.json?._tag]).toEqual([404, "NotFound"])
+        }
+        expect((yield* call(admin, "GET", "/jobs")).status).toBe(404)
+        const ready = yield* eventually(call(admin, "GET", "/readyz"), (r) => r.status === 200)
         expect(ready.status).toBe(200)
         expect(ready.json).toMatchObject({ status: "ready", problems: [], checks: { database: { ok: true } } })
         expect(ready.json.listener.state).toBe("listening")
         expect(ready.json.stages.map((s: any) => s.stage)).toEqual(expect.arrayContaining(["echo", "manual"]))
         expect(ready.json.stages.find((s: any) => s.stage === "echo").pool.state).toBe("running")
-        const openapi = yield* call(base, "GET", "/openapi.json")
+        const openapi = yield* call(admin, "GET", "/openapi.json")
         expect(openapi.status).toBe(200)
         expect(Object.keys(openapi.json.paths)).toEqual(
           expect.arrayContaining(["/jobs", "/jobs/{id}", "/jobs/{id}/cancel", "/dlq", "/dlq/{id}/retry", "/calls", "/calls/{id}", "/readyz", "/metrics"])
         )
         expect(Object.keys(openapi.json.paths["/calls"].post.requestBody.content).sort()).toEqual(["application/json", "multipart/form-data"])
         expect(openapi.json.components.securitySchemes).toMatchObject({ bearer: { type: "http", scheme: "bearer" } })
-        const docs = yield* call(base, "GET", "/docs")
+        const docs = yield* call(admin, "GET", "/docs")
         expect(docs.status).toBe(200)
         expect(docs.text).toContain("swagger")
       }))
@@ -193,6 +203,16 @@ describe("HTTP API", () => {
         })
         const chunked = yield* call(base, "POST", "/jobs", { key: a, rawBody: stream, headers: { "content-type": "application/json" } })
         expect(chunked.status).toBe(413)
+        // far past the limit (40×), still a 413 rather than a reset connection; memory stays at the limit
+        let big = 0
+        const huge = new ReadableStream<Uint8Array>({
+          pull(controller) {
+            if (big++ < 160) controller.enqueue(chunk)
+            else controller.close()
+          }
+        })
+        const hugeReply = yield* call(base, "POST", "/jobs", { key: a, rawBody: huge, headers: { "content-type": "application/json" } })
+        expect([hugeReply.status, hugeReply.json?._tag]).toEqual([413, "PayloadTooLarge"])
 
         expect((yield* call(base, "GET", "/healthz")).status).toBe(200)
       }))
@@ -200,8 +220,9 @@ describe("HTTP API", () => {
     it.effect("/metrics is Prometheus text and its counters move when jobs run", () =>
       Effect.gen(function*() {
         const base = yield* baseUrl
+        const admin = yield* adminUrl
         const { a } = yield* keysFor
-        const before = yield* call(base, "GET", "/metrics")
+        const before = yield* call(admin, "GET", "/metrics")
         expect(before.status).toBe(200)
         expect(before.headers.get("content-type")).toContain("text/plain")
         const parsedBefore = parsePrometheus(before.text)
@@ -214,7 +235,7 @@ describe("HTTP API", () => {
 
         for (const n of [1, 2, 3]) yield* call(base, "POST", "/jobs", { key: a, body: { stage: "echo", payload: { n } } })
         const after = yield* eventually(
-          Effect.map(call(base, "GET", "/metrics"), (r) => parsePrometheus(r.text)),
+          Effect.map(call(admin, "GET", "/metrics"), (r) => parsePrometheus(r.text)),
           (p) => completed(p) >= completed(parsedBefore) + 3
         )
         expect(completed(after)).toBe(completed(parsedBefore) + 3)
@@ -243,8 +264,8 @@ describe("HTTP API", () => {
         expect(uploaded.status).toBe(201)
         expect(uploaded.json.status).toBe("queued")
 
-        yield* storage.put("inbox/call-2.mp3", new Uint8Array([1, 2, 3]))
-        const uri = yield* storage.uri("inbox/call-2.mp3")
+        yield* storage.put("orgs/org-calls/inbox/call-2.mp3", new Uint8Array([1, 2, 3]))
+        const uri = yield* storage.uri("orgs/org-calls/inbox/call-2.mp3")
         const byUri = yield* call(base, "POST", "/calls", { key, body: { uri } })
         expect(byUri.status).toBe(201)
 
@@ -252,7 +273,11 @@ describe("HTTP API", () => {
         expect(got.status).toBe(200)
         expect(got.json).toMatchObject({ id: uploaded.json.id, orgId: "org-calls", status: "queued", transcript: null, analysis: null })
         expect(got.json.artifacts).toEqual([expect.objectContaining({ kind: "source", bytes: 2048 })])
-        expect(got.json.artifacts[0].storageKey).toMatch(/\.wav$/)
+        // keys relative to the org's prefix: no server path, no `orgs/<org>/`
+        expect(got.json.artifacts[0].storageKey).toMatch(new RegExp(`^calls/${uploaded.json.id}/source\\.wav$`))
+        expect(got.json.sourceKey).toBe(got.json.artifacts[0].storageKey)
+        expect(got.text).not.toContain("file://")
+        expect(got.json.sourceUri).toBeUndefined()
 
         // what the later stages would write, read back through the API
         const segments = [
@@ -266,7 +291,8 @@ describe("HTTP API", () => {
         yield* db.run((sql) => CallsSql.upsertAnalysis(sql, { callId: byUri.json.id, orgId: "org-calls", analyzer: analysis.analyzer, analysis }))
         const full = yield* call(base, "GET", `/calls/${byUri.json.id}`, { key })
         expect(full.status).toBe(200)
-        expect(full.json.sourceUri).toBe(uri)
+        expect(full.json.sourceKey).toBe("inbox/call-2.mp3")
+        expect(full.text).not.toContain(uri)
         expect(full.json.transcript).toMatchObject({ operationId: "op-1", language: "en-US", segments })
         expect(full.json.analysis.analysis).toMatchObject({ totalWords: analysis.totalWords, durationMs: 3000 })
 

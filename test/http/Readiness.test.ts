@@ -11,7 +11,7 @@ import * as Path from "node:path"
 import * as Db from "../../src/layers/Db.js"
 import * as EmbeddedPg from "../../src/layers/EmbeddedPg.js"
 import * as Migrations from "../../src/queue/Migrations.js"
-import { baseUrl, call, eventually, layerService } from "./support.js"
+import { adminUrl, baseUrl, call, eventually, layerService } from "./support.js"
 
 describe("/readyz", () => {
   it.live("turns 503 when the database stops and 200 when it is back; /healthz stays 200", () =>
@@ -27,7 +27,7 @@ describe("/readyz", () => {
       ).pipe(Layer.orDie)
       const scope = yield* Effect.scope
       const context = yield* Layer.buildWithScope(layerService(dbLayer), scope).pipe(Effect.orDie)
-      const base = yield* Effect.provide(baseUrl, context)
+      const base = yield* Effect.provide(adminUrl, context)
 
       const ready = yield* eventually(call(base, "GET", "/readyz"), (r) => r.status === 200)
       expect(ready.status).toBe(200)
@@ -39,7 +39,9 @@ describe("/readyz", () => {
       expect(down.json.status).toBe("not ready")
       expect(down.json.checks.database.ok).toBe(false)
       expect(down.json.problems.join("\n")).toContain("database unreachable")
+      // /healthz answers on both listeners, the database down or not
       expect((yield* call(base, "GET", "/healthz")).status).toBe(200)
+      expect((yield* call(yield* Effect.provide(baseUrl, context), "GET", "/healthz")).status).toBe(200)
       // metrics still answer, saying the database is down
       const metrics = yield* call(base, "GET", "/metrics")
       expect(metrics.status).toBe(200)

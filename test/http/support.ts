@@ -25,6 +25,7 @@ import { databaseUrl, rawSql } from "../support/pg.js"
 /** `echo`: succeeds, or dead-letters when asked (`fail: true`). */
 export const echo = Stage.make({
   name: "echo",
+  visibility: "public",
   payload: Schema.Struct({ n: Schema.Number, fail: Schema.optional(Schema.Boolean) }),
   concurrency: 4,
   handler: ({ fail, n }) => (fail ? new Permanent({ message: `echo ${n} asked to fail` }) : Effect.void)
@@ -33,6 +34,7 @@ export const echo = Stage.make({
 /** `manual`: known to the API but run by no worker, so only a tick runs it. */
 export const manual = Stage.make({
   name: "manual",
+  visibility: "public",
   payload: Schema.Struct({ n: Schema.Number }),
   handler: () => Effect.void
 })
@@ -57,6 +59,7 @@ export const layerService = <E>(dbLayer: Layer.Layer<Db.Db, E>) => {
   return Server.layer({
     host: "127.0.0.1",
     port: 0,
+    admin: { host: "127.0.0.1", port: 0 },
     maxBodyBytes: 64 * 1024,
     maxUploadBytes: 256 * 1024,
     devTick: true,
@@ -73,6 +76,13 @@ export const layerService = <E>(dbLayer: Layer.Layer<Db.Db, E>) => {
 }
 
 export const baseUrl = Effect.map(HttpServer.HttpServer, (server) => {
+  const address = server.address
+  if (address._tag !== "TcpAddress") throw new Error("expected a TCP address")
+  return `http://127.0.0.1:${address.port}`
+})
+
+/** The admin listener (`/readyz`, `/metrics`, `/docs`, `/openapi.json`). */
+export const adminUrl = Effect.map(Server.AdminServer, (server) => {
   const address = server.address
   if (address._tag !== "TcpAddress") throw new Error("expected a TCP address")
   return `http://127.0.0.1:${address.port}`

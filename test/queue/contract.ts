@@ -139,6 +139,10 @@ export const contract = (target: ContractTarget) =>
           // the default mode is still first-wins
           yield* q.enqueue([{ stage, dedupeKey: "k", payload: { v: 9 } }])
           expect((yield* q.get(first!.id))!.payload).toEqual({ v: 2 })
+          // keys are per org: another org's replace makes its own job and leaves this one alone
+          const [other] = yield* q.enqueue([{ stage, dedupeKey: "k", orgId: "org-x", payload: { v: 5 }, dedupeMode: "replace" }])
+          expect(other!.deduped).toBe(false)
+          expect((yield* q.get(first!.id))!.payload).toEqual({ v: 2 })
         }))
 
       test("dedupe mode debounce: a duplicate pushes the run time later, never earlier, and takes the newest payload", () =>
@@ -158,6 +162,33 @@ export const contract = (target: ContractTarget) =>
           // a mode without a key is refused, nothing written
           const refused = yield* Effect.either(q.enqueue([{ stage, payload: {}, dedupeMode: "debounce" }]))
           expect(Either.isLeft(refused) && refused.left._tag === "InvalidJob" && refused.left.field).toBe("dedupeMode")
+        }))
+
+      test("dedupe keys are per org: two orgs (and the no-org space) each get their own job, one org its live one", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("dedupeorg")
+          const key = `invoice-124-${stage}`
+          const [acme] = yield* q.enqueue([{ stage, orgId: "acme", dedupeKey: key }])
+          const [beta] = yield* q.enqueue([{ stage, orgId: "beta", dedupeKey: key }])
+          const [system] = yield* q.enqueue([{ stage, dedupeKey: key }])
+          expect([acme!.deduped, beta!.deduped, system!.deduped]).toEqual([false, false, false])
+          expect(new Set([acme!.id, beta!.id, system!.id]).size).toBe(3)
+          // one batch mixing orgs collapses per org only
+          const batch = yield* q.enqueue([
+            { stage, orgId: "acme", dedupeKey: key },
+            { stage, orgId: "beta", dedupeKey: key },
+            { stage, dedupeKey: key },
+            { stage, orgId: "gamma", dedupeKey: key },
+            { stage, orgId: "gamma", dedupeKey: key }
+          ])
+          expect(batch.slice(0, 3)).toEqual([
+            { id: acme!.id, deduped: true },
+            { id: beta!.id, deduped: true },
+            { id: system!.id, deduped: true }
+          ])
+          expect(batch[3]!.deduped).toBe(false)
+          expect(batch[4]).toEqual({ id: batch[3]!.id, deduped: true })
         }))
 
       test("an expired lease is requeued by the reaper and counts an attempt", () =>

@@ -34,6 +34,8 @@ const decodeSegments = Schema.decodeUnknown(Schema.Array(Analyzer.Segment))
 export const make = (options: Settings.CallStageOptions = {}) =>
   Stage.make({
     name,
+    // a pipeline step: only the pipeline (and operators) enqueue it
+    visibility: "internal",
     payload: Payload,
     concurrency: options.concurrency?.analyze ?? 4,
     timeout: "5 minutes",
@@ -42,7 +44,7 @@ export const make = (options: Settings.CallStageOptions = {}) =>
     handler: ({ callId }, info) =>
       Effect.gen(function*() {
         const analyzer = yield* Analyzer.Analyzer
-        const call = yield* CallStore.load(callId)
+        const call = yield* CallStore.load(callId, info)
         const stored = yield* CallStore.transcript(callId)
         if (stored === undefined) {
           return yield* new JobError.Permanent({ message: `call ${callId} has no transcript: transcribe_poll has not finished` })

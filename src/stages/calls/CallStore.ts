@@ -33,10 +33,14 @@ export const run = <A>(query: (sql: Db.Sql) => PromiseLike<A>) =>
 export const transaction = <A, E extends JobError.JobError, R>(effect: Effect.Effect<A, E, R>) =>
   Effect.flatMap(Db.Db, (db) => db.transaction(effect).pipe(Effect.catchTag("DbError", (e) => Effect.fail(dbTransient(e)))))
 
-/** The call's row; a call that is not there (deleted, or never committed) cannot be worked on. */
-export const load = (callId: string) =>
+/**
+ * The call's row, checked to belong to the job's org; a call that is not there (deleted, never committed, or
+ * another org's) cannot be worked on. Another org's call is refused with the same words as a missing one, so
+ * the dead letter tells its org nothing about other orgs (under the job's org, RLS hides it anyway).
+ */
+export const load = (callId: string, job: Pick<Stage.JobInfo, "orgId">) =>
   Effect.flatMap(run((sql) => CallsSql.selectCall(sql, callId)), ([row]) =>
-    row === undefined
+    row === undefined || (job.orgId !== null && row.org_id !== job.orgId)
       ? Effect.fail(new JobError.Permanent({ message: `call ${callId} does not exist` }))
       : Effect.succeed(row))
 
@@ -65,7 +69,7 @@ export const recordFailure = (stage: string, callId: string, job: Stage.JobInfo)
 <A, R>(effect: Effect.Effect<A, JobError.JobError, R>): Effect.Effect<A, JobError.JobError, R | Db.Db> =>
   Effect.tapError(effect, (error) =>
     givesUp(error, job)
-      ? Effect.ignore(run((sql) => CallsSql.markFailed(sql, callId, `${stage}: ${error.message}`)))
+      ? Effect.ignore(run((sql) => CallsSql.markFailed(sql, callId, job.orgId, `${stage}: ${error.message}`)))
       : Effect.void)
 
 export interface HandOff {

@@ -6,7 +6,7 @@
  * Both run under row-level security for the call's org when one is given (`Db.withOrg`), so an HTTP handler
  * that passes the caller's org cannot read or create another org's calls.
  */
-import { Data, Effect, Option, Schema } from "effect"
+import { Config, ConfigError, Data, Effect, Either, Option, Schema } from "effect"
 import * as NodeCrypto from "node:crypto"
 import * as NodeFs from "node:fs/promises"
 import * as NodePath from "node:path"
@@ -30,9 +30,56 @@ export interface CreateCall {
   readonly orgId: string
   /** A local recording: uploaded to `orgs/{org}/calls/{call}/source.<ext>`. */
   readonly file?: string | undefined
-  /** A recording already in this storage (`s3://bucket/key`, its https URL, or `file://` for the fs driver). */
+  /**
+   * A recording already in this storage (`s3://bucket/key`, its https URL, or `file://` for the fs driver),
+   * under the org's prefix `orgs/{org}/` or one of `sourcePrefixes`.
+   */
   readonly uri?: string | undefined
+  /** Further key prefixes the org may name recordings under (`STORAGE_ORG_PREFIXES`, for this org). */
+  readonly sourcePrefixes?: ReadonlyArray<string> | undefined
 }
+
+/**
+ * `STORAGE_ORG_PREFIXES`: storage prefixes the operator lets an org name recordings under besides its own
+ * `orgs/{org}/`, as `org=prefix/` pairs separated by commas (an org may appear several times), e.g.
+ * `acme=imports/acme/,acme=shared/recordings/`. Each prefix ends with `/` and has no empty, `.` or `..` segment.
+ */
+export const parseOrgPrefixes = (text: string): Either.Either<ReadonlyMap<string, ReadonlyArray<string>>, string> => {
+  const byOrg = new Map<string, Array<string>>()
+  for (const pair of text.split(",").map((p) => p.trim()).filter(Boolean)) {
+    const eq = pair.indexOf("=")
+    const org = pair.slice(0, eq).trim()
+    const prefix = pair.slice(eq + 1).trim()
+    if (eq < 0 || !CallStore.orgIdPattern.test(org)) return Either.left(`"${pair}" is not org=prefix/ with a valid org id`)
+    if (!prefix.endsWith("/") || prefix.slice(0, -1).split("/").some((s) => s === "" || s === "." || s === "..")) {
+      return Either.left(`prefix "${prefix}" must end with / and have no empty, . or .. segment`)
+    }
+    byOrg.set(org, [...(byOrg.get(org) ?? []), prefix])
+  }
+  return Either.right(byOrg)
+}
+
+export const orgPrefixesConfig: Config.Config<ReadonlyMap<string, ReadonlyArray<string>>> = Config.string("STORAGE_ORG_PREFIXES").pipe(
+  Config.mapOrFail((text) =>
+    Either.mapLeft(parseOrgPrefixes(text), (message) => ConfigError.InvalidData([], message))
+  ),
+  Config.withDefault(new Map<string, ReadonlyArray<string>>())
+)
+
+/** Where an org's own objects live; keys shown to the org are relative to it. */
+export const orgPrefix = (orgId: string) => `orgs/${orgId}/`
+
+/** A storage key as the org sees it: relative to its own prefix (keys under an allowed prefix stay whole). */
+export const keyForOrg = (orgId: string, key: string) =>
+  key.startsWith(orgPrefix(orgId)) ? key.slice(orgPrefix(orgId).length) : key
+
+/**
+ * The one answer for a URI the org may not use: not this storage's, outside its prefixes, or no such object.
+ * It names no path and does not say which, so it reveals nothing of other orgs' objects or the server's layout.
+ */
+export const sourceRefused =
+  "uri must name an existing object in this service's storage under the org's prefix (orgs/<org>/) or a prefix the operator allows for the org"
+
 
 export interface Artifact {
   readonly kind: string
@@ -149,8 +196,11 @@ export const create = (input: CreateCall): Effect.Effect<string, CreateError, Db
       return id
     }
 
-    const key = yield* storage.parseUri(uri!).pipe(Effect.mapError((e) => invalid(e.message)))
-    if (!(yield* storage.exists(key))) return yield* invalid(`no object at ${uri}`)
+    const refused = invalid(sourceRefused)
+    const key = yield* storage.parseUri(uri!).pipe(Effect.mapError(() => refused))
+    const prefixes = [orgPrefix(orgId), ...(input.sourcePrefixes ?? [])]
+    if (!prefixes.some((prefix) => key.startsWith(prefix))) return yield* refused
+    if (!(yield* storage.exists(key))) return yield* refused
     yield* insertCall({ id, orgId, sourceUri: uri!, sourceKey: key, bytes: null })
     return id
   }).pipe(Effect.withSpan("Calls.create"))

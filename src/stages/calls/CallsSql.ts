@@ -84,11 +84,14 @@ export const advanceStatus = (sql: Sql, id: string, status: (typeof statusOrder)
               < array_position(${statusOrder as unknown as Array<string>}::text[], ${status}::text))
     returning id`
 
-/** Records why a stage gave up; a finished call stays done. Locking: that call's row. */
-export const markFailed = (sql: Sql, id: string, error: string) =>
+/**
+ * Records why a stage gave up; a finished call stays done, and a job of one org never marks another's call.
+ * Locking: that call's row.
+ */
+export const markFailed = (sql: Sql, id: string, orgId: string | null, error: string) =>
   sql<Array<{ id: string }>>`
     update calls set status = 'failed', error = ${error}, updated_at = now()
-    where id = ${id} and status <> 'done'
+    where id = ${id} and status <> 'done' and (${orgId}::text is null or org_id = ${orgId}::text)
     returning id`
 
 /**

@@ -53,6 +53,8 @@ const extensionOf = (key: string) => {
 export const make = (options: Settings.CallStageOptions = {}) =>
   Stage.make({
     name,
+    // a pipeline step: only the pipeline (and operators) enqueue it
+    visibility: "internal",
     payload: Payload,
     concurrency: options.concurrency?.extract_audio ?? 2,
     leaseFor: "30 seconds",
@@ -64,7 +66,7 @@ export const make = (options: Settings.CallStageOptions = {}) =>
         const storage = yield* Storage.Storage
         const media = yield* Media.Media
         const settings = yield* Settings.resolve(options)
-        const call = yield* CallStore.load(callId)
+        const call = yield* CallStore.load(callId, info)
         const handOff = Effect.map(
           TranscribeStart.job({ callId }, { callId, orgId: call.org_id }),
           (next) => Stage.complete([next])

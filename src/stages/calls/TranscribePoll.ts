@@ -44,6 +44,8 @@ export const policy = (options: Settings.CallStageOptions) =>
 export const make = (options: Settings.CallStageOptions = {}) =>
   Stage.make({
     name,
+    // a pipeline step: only the pipeline (and operators) enqueue it
+    visibility: "internal",
     payload: Payload,
     concurrency: options.concurrency?.transcribe_poll ?? 16,
     leaseFor: "30 seconds",
@@ -54,7 +56,7 @@ export const make = (options: Settings.CallStageOptions = {}) =>
       Effect.gen(function*() {
         const speechKit = yield* SpeechKit.SpeechKit
         const settings = yield* Settings.resolve(options)
-        const call = yield* CallStore.load(callId)
+        const call = yield* CallStore.load(callId, info)
         const handOff = Effect.map(Analyze.job({ callId }, { callId, orgId: call.org_id }), (next) => Stage.complete([next]))
 
         if ((yield* CallStore.transcript(callId)) !== undefined) {

@@ -55,6 +55,8 @@ const recognizerUri = (uri: string, settings: Settings.Settings): Effect.Effect<
 export const make = (options: Settings.CallStageOptions = {}) =>
   Stage.make({
     name,
+    // a pipeline step: only the pipeline (and operators) enqueue it
+    visibility: "internal",
     payload: Payload,
     concurrency: options.concurrency?.transcribe_start ?? 4,
     leaseFor: "30 seconds",
@@ -66,7 +68,7 @@ export const make = (options: Settings.CallStageOptions = {}) =>
         const storage = yield* Storage.Storage
         const speechKit = yield* SpeechKit.SpeechKit
         const settings = yield* Settings.resolve(options)
-        const call = yield* CallStore.load(callId)
+        const call = yield* CallStore.load(callId, info)
         const audio = yield* CallStore.artifact(callId, "audio")
         if (audio === undefined) {
           return yield* new JobError.Permanent({ message: `call ${callId} has no audio artifact: extract_audio has not run` })
@@ -97,7 +99,7 @@ export const make = (options: Settings.CallStageOptions = {}) =>
         const [recorded] = yield* CallStore.run((sql) => CallsSql.recordOperation(sql, callId, operationId, startedAt))
         if (recorded !== undefined) return yield* handOff(recorded.operation_id, recorded.operation_started_at)
         // another run recorded its operation first: poll that one (ours is left to expire)
-        const winner = yield* CallStore.load(callId)
+        const winner = yield* CallStore.load(callId, info)
         yield* Effect.logWarning(`recognition ${operationId} lost the race to ${winner.operation_id}; polling the latter`)
         return yield* handOff(winner.operation_id ?? operationId, winner.operation_started_at ?? startedAt)
       }).pipe(CallStore.recordFailure(name, callId, info))

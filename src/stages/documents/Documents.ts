@@ -23,13 +23,15 @@ export interface ClaimedDocument {
 /**
  * seed 003's idempotency guard: `pending → processing`, recording the job. A document already in
  * 'processing' under this same job (its previous run's worker died) is taken over; anything else is left
- * alone. Returns the status found (null: no such document) and the document when taken.
+ * alone. Returns the status found (null: no such document, or not the job's org's) and the document when taken.
  * Locking: the document's row, for the length of this one statement.
  */
-export const startProcessing = (sql: Sql, documentId: string, jobId: string) =>
+export const startProcessing = (sql: Sql, documentId: string, jobId: string, orgId: string | null) =>
   sql<Array<{ found_status: ProcessingStatus | null } & Partial<ClaimedDocument>>>`
     with target as (
-      select id, processing_status, processing_job_id from documents where id = ${documentId} for update
+      select id, processing_status, processing_job_id from documents
+      where id = ${documentId} and (${orgId}::text is null or org_id = ${orgId}::text)
+      for update
     ), taken as (
       update documents d
       set processing_status = 'processing', processing_job_id = ${jobId}::bigint, updated_at = now()
@@ -100,7 +102,7 @@ export const findOrphanedPending = (sql: Sql, stuckAfterMs: number, limit: numbe
     select d.id, d.org_id from documents d
     where d.processing_status = 'pending' and d.media_format in ('video', 'audio')
       and d.updated_at < now() - ${stuckAfterMs}::float8 * interval '1 millisecond'
-      and not exists (select 1 from jobs j where j.dedupe_key = 'transcribe_document:' || d.id::text)
+      and not exists (select 1 from jobs j where j.org_id = d.org_id and j.dedupe_key = 'transcribe_document:' || d.id::text)
     order by d.updated_at, d.id
     limit ${limit}`
 

@@ -67,7 +67,10 @@ export interface SweepResult {
   readonly errored: number
 }
 
-/** One sweep, without rescheduling: what the stage runs, and what an operator can run by hand. */
+/**
+ * One sweep, without rescheduling: what the stage runs, and what an operator can run by hand. Owner-level
+ * work, named as such (`Db.asOwner`): it reads every org's documents and enqueues each one's job in its org.
+ */
 export const sweepOnce = (options: Pick<SweepOptions, "stuckAfter" | "batchSize"> = defaults) =>
   Effect.gen(function*() {
     const db = yield* Db.Db
@@ -89,7 +92,7 @@ export const sweepOnce = (options: Pick<SweepOptions, "stuckAfter" | "batchSize"
       if (failed.length < options.batchSize) break
     }
     return { enqueued, errored } satisfies SweepResult
-  }).pipe(Effect.withSpan("DocumentsSweep.sweepOnce"))
+  }).pipe(Db.asOwner, Effect.withSpan("DocumentsSweep.sweepOnce"))
 
 /** The sweep's schedule, declared in code: upserted at start-up, then the operators' to see and change. */
 export const schedule = (options: Pick<SweepOptions, "interval"> = defaults): Schedules.ScheduleSpec => ({
@@ -104,6 +107,7 @@ export const scheduleFromConfig = Effect.map(config, (settings) => [schedule(set
 
 export const documentsSweep = Stage.make({
   name: stageName,
+  visibility: "internal",
   payload: Schema.Struct({}),
   concurrency: 1,
   handler: () =>

@@ -6,6 +6,7 @@
  * | run ends with                               | document                     | job                 |
  * | ------------------------------------------- | ---------------------------- | ------------------- |
  * | document not pending (stale/duplicate job)  | untouched                    | completed (deleted) |
+ * | no such document in the job's org           | untouched                    | dead-lettered       |
  * | transcription stored                        | `completed`, `processed_at`  | completed (deleted) |
  * | no media url, or the service says Permanent | `error` + reason             | dead-lettered       |
  * | retryable failure, attempts remain          | back to `pending` + reason   | retried (backoff)   |
@@ -150,13 +151,16 @@ export const makeTranscribeDocument = (options: TranscribeDocumentOptions = {}) 
   const handler = (payload: TranscribeDocumentPayload, job: Stage.JobInfo) =>
     Effect.gen(function*() {
       const db = yield* Db.Db
-      const [row] = yield* db.run((sql) => Documents.startProcessing(sql, payload.documentId, job.id)).pipe(
+      const [row] = yield* db.run((sql) => Documents.startProcessing(sql, payload.documentId, job.id, job.orgId)).pipe(
         Effect.mapError(asTransient)
       )
-      if (!row?.id) {
+      if (row?.found_status === null || row?.found_status === undefined) {
+        // missing, or another org's (same words either way: the dead letter is no oracle); nothing touched
+        return yield* new Permanent({ message: `document ${payload.documentId} does not exist` })
+      }
+      if (!row.id) {
         // seed 003 acks a stale or duplicate message; here the job simply completes
-        const found = row?.found_status ?? "missing"
-        return yield* Effect.logInfo(`document is ${found}, not pending: nothing to do (stale or duplicate job)`)
+        return yield* Effect.logInfo(`document is ${row.found_status}, not pending: nothing to do (stale or duplicate job)`)
       }
       const document = row as Documents.ClaimedDocument
       yield* transcribe(document, job).pipe(
@@ -166,6 +170,8 @@ export const makeTranscribeDocument = (options: TranscribeDocumentOptions = {}) 
 
   return Stage.make({
     name: stageName,
+    // enqueued by the documents trigger and the sweep, never by a tenant
+    visibility: "internal",
     payload: TranscribeDocumentPayload,
     handler,
     // the worker mostly waits on the service; PGFIBER_CONCURRENCY=transcribe_document=N overrides this

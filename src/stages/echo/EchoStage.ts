@@ -19,6 +19,8 @@ export const Payload = Schema.Struct({
 
 export const stage = Stage.make({
   name,
+  // a diagnostic tenants may run too: it touches nothing but its own job
+  visibility: "public",
   payload: Payload,
   concurrency: 4,
   handler: (payload) =>

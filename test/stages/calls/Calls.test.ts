@@ -65,16 +65,17 @@ describe("Calls", () => {
       Effect.gen(function*() {
         const storage = yield* Storage.Storage
         const { endpoint } = yield* S3Server
-        yield* storage.put("inbox/a.wav", noise(100))
+        const key = `orgs/${orgId}/inbox/a.wav`
+        yield* storage.put(key, noise(100))
         const before = yield* listObjects("")
 
-        const fromS3 = yield* Calls.create({ orgId, uri: `s3://${bucket}/inbox/a.wav` })
-        const fromUrl = yield* Calls.create({ orgId, uri: `${endpoint}/${bucket}/inbox/a.wav` })
+        const fromS3 = yield* Calls.create({ orgId, uri: `s3://${bucket}/${key}` })
+        const fromUrl = yield* Calls.create({ orgId, uri: `${endpoint}/${bucket}/${key}` })
         expect(yield* listObjects("")).toEqual(before)
-        for (const [id, uri] of [[fromS3, `s3://${bucket}/inbox/a.wav`], [fromUrl, `${endpoint}/${bucket}/inbox/a.wav`]] as const) {
+        for (const [id, uri] of [[fromS3, `s3://${bucket}/${key}`], [fromUrl, `${endpoint}/${bucket}/${key}`]] as const) {
           const call = yield* Calls.get(id)
-          expect([call.sourceUri, call.sourceKey]).toEqual([uri, "inbox/a.wav"])
-          expect(call.artifacts.map((a) => [a.kind, a.storageKey, a.bytes])).toEqual([["source", "inbox/a.wav", null]])
+          expect([call.sourceUri, call.sourceKey]).toEqual([uri, key])
+          expect(call.artifacts.map((a) => [a.kind, a.storageKey, a.bytes])).toEqual([["source", key, null]])
         }
       }))
 
@@ -83,6 +84,10 @@ describe("Calls", () => {
         const dir = yield* tempDirectory("calls-bad-")
         const file = NodePath.join(dir, "a.wav")
         yield* Effect.promise(() => NodeFs.writeFile(file, noise(100)))
+        // objects that exist, but another org's or outside every org's prefix
+        const storage = yield* Storage.Storage
+        yield* storage.put("orgs/another-org/inbox/a.wav", noise(100))
+        yield* storage.put("inbox/a.wav", noise(100))
         const rowsBefore = yield* countRows
         const objectsBefore = yield* listObjects("")
         const cases: ReadonlyArray<[Calls.CreateCall, string]> = [
@@ -93,9 +98,12 @@ describe("Calls", () => {
           [{ orgId, file, uri: `s3://${bucket}/x` }, "give exactly one of file or uri"],
           [{ orgId, file: NodePath.join(dir, "missing.wav") }, "no such file"],
           [{ orgId, file: dir }, "not a regular file"],
-          [{ orgId, uri: "s3://another-bucket/inbox/a.wav" }, "bucket is not pgfiber-calls"],
-          [{ orgId, uri: "ftp://example.com/a.wav" }, "unknown scheme ftp:"],
-          [{ orgId, uri: `s3://${bucket}/inbox/never-uploaded.wav` }, "no object at"]
+          // one answer, naming no path, whether the URI is not this storage's, outside the org, or names nothing
+          [{ orgId, uri: `s3://another-bucket/orgs/${orgId}/inbox/a.wav` }, Calls.sourceRefused],
+          [{ orgId, uri: "ftp://example.com/a.wav" }, Calls.sourceRefused],
+          [{ orgId, uri: `s3://${bucket}/orgs/${orgId}/inbox/never-uploaded.wav` }, Calls.sourceRefused],
+          [{ orgId, uri: `s3://${bucket}/orgs/another-org/inbox/a.wav` }, Calls.sourceRefused],
+          [{ orgId, uri: `s3://${bucket}/inbox/a.wav` }, Calls.sourceRefused]
         ]
         for (const [input, message] of cases) {
           const error = yield* Effect.flip(Calls.create(input))
