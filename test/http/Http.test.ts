@@ -204,10 +204,10 @@ describe("HTTP API", () => {
         const chunked = yield* call(base, "POST", "/jobs", { key: a, rawBody: stream, headers: { "content-type": "application/json" } })
         expect(chunked.status).toBe(413)
         // far past the limit (40×), still a 413 rather than a reset connection; memory stays at the limit
-        let big = 0
+        let hugeSent = 0
         const huge = new ReadableStream<Uint8Array>({
           pull(controller) {
-            if (big++ < 160) controller.enqueue(chunk)
+            if (hugeSent++ < 160) controller.enqueue(chunk)
             else controller.close()
           }
         })
