@@ -194,7 +194,8 @@ export const pgfiber = (schema: string, args: ReadonlyArray<string>, env: Record
       let stderr = ""
       child.stdout.on("data", (d) => (stdout += d))
       child.stderr.on("data", (d) => (stderr += d))
-      const timer = setTimeout(() => child.kill("SIGKILL"), 30_000)
+      // generous: on a loaded machine loading the modules alone can take tens of seconds
+      const timer = setTimeout(() => child.kill("SIGKILL"), 120_000)
       child.on("error", reject)
       child.on("close", (code) => {
         clearTimeout(timer)
