@@ -10,7 +10,7 @@ import { layerDb } from "../support/pg.js"
 import { pgfiber, query } from "./support.js"
 
 describe("pgfiber schedules", () => {
-  layer(layerDb(), { excludeTestServices: true, timeout: 600_000 })((it) => {
+  layer(layerDb(), { excludeTestServices: true, timeout: 300_000 })((it) => {
     it.effect("add, list, disable, enable, run-now, remove; bad input exits 2, an unknown name 3", () =>
       Effect.gen(function*() {
         const { schema } = yield* Db.Db
@@ -51,7 +51,7 @@ describe("pgfiber schedules", () => {
           yield* pgfiber(schema, ["schedules", "remove", "nightly", "--org", "acme"])
         ]
         expect([removed.code, removedAgain.code]).toEqual([0, 3])
-      }))
+      }), 300_000)
 
     it.effect("tick fires a due schedule, exactly once, before it claims", () =>
       Effect.gen(function*() {
@@ -70,6 +70,6 @@ describe("pgfiber schedules", () => {
         const claimed = [a, b].map((t) => Number(/^claimed (\d+)/.exec(t.stdout)![1]))
         expect(claimed.reduce((x, y) => x + y, 0)).toBeGreaterThanOrEqual(1)
         expect(claimed.reduce((x, y) => x + y, 0)).toBeLessThanOrEqual(2)
-      }))
+      }), 300_000)
   })
 })
