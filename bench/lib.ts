@@ -162,6 +162,7 @@ export type ChildMessage =
   | { readonly t: "ready"; readonly at: number }
   | { readonly t: "start"; readonly seq: number; readonly at: number }
   | { readonly t: "drained"; readonly at: number; readonly handled: number }
+  | { readonly t: "tick"; readonly at: number }
   | { readonly t: "metrics"; readonly fenced: number; readonly completed: number; readonly claimed: number }
   | { readonly t: "error"; readonly message: string }
 

@@ -243,6 +243,52 @@ export const idle = async (
   }
 }
 
+/**
+ * pgfiber's idle worker with one schedule every minute: the window opens just after a tick (and its job) is
+ * done, so it measures the statements between ticks, which must stay as low as with no schedule at all.
+ */
+export const idleScheduled = async (
+  cluster: Cluster, subject: Subject, run: number, options: { windowMs: number; warmMs: number }
+): Promise<IdleResult & { tickToWindowMs: number }> => {
+  const name = dbName("idlesched", subject.key, run)
+  const url = await cluster.createDatabase(name)
+  await subject.install(url)
+  const worker = spawnWorker(subject.workerScript, {
+    subject: subject.key,
+    variant: subject.variant,
+    url,
+    mode: "idle",
+    expect: 0,
+    concurrency,
+    schedule: "* * * * *"
+  } satisfies WorkerConfig)
+  try {
+    // generous: a loaded machine compiles the worker (tsx) slowly
+    await requireMessage(worker, "ready", 120_000)
+    const tick = await worker.waitFor("tick", 90_000)
+    if (tick === null) throw new Error(`no scheduled job ran within 90 s; stderr:\n${worker.stderrTail()}`)
+    await sleep(options.warmMs)
+    await resetStatements(cluster.admin)
+    // the next tick is a minute after the last: stay clear of it
+    const windowMs = Math.min(options.windowMs, 60_000 - options.warmMs - 5_000)
+    await sleep(windowMs)
+    const statements = await statementCount(cluster.admin, name)
+    const seen = await statementsByQuery(cluster.admin, name, 8)
+    return {
+      windowMs,
+      statements,
+      statementsPer10s: statements / (windowMs / 10_000),
+      connections: await openConnections(cluster.admin, name),
+      rssMiB: rssOf(worker.pid)?.rssMiB ?? null,
+      statementsSeen: seen.map((s) => ({ calls: s.calls, query: s.query })),
+      tickToWindowMs: options.warmMs
+    }
+  } finally {
+    await stopWorker(worker)
+    await cluster.dropDatabase(name)
+  }
+}
+
 // ---- backlog (pgfiber) --------------------------------------------------------------------------------------
 
 const pgfiberSchema = "pgfiber"

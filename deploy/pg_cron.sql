@@ -1,7 +1,8 @@
 -- Optional: pgfiber's housekeeping from pg_cron, inside the database (seed 002's cron.schedule pattern).
 --
 -- You do not need this when a `pgfiber start` or `pgfiber worker` runs somewhere: every worker runs the reaper
--- itself. It is for deployments where nothing runs continuously (`pgfiber tick` from cron or a serverless
+-- itself, and the same two jobs are pgfiber schedules (`pgfiber.reap-expired`, `pgfiber.dead-letter-retention`;
+-- `pgfiber schedules disable …` them if you run this instead). It is for deployments where nothing runs continuously (`pgfiber tick` from cron or a serverless
 -- function; each tick also reaps first) and for keeping the dead-letter table short.
 --
 -- Before running it: replace `pgfiber.` with your PGFIBER_SCHEMA followed by a dot, 'pgfiber_jobs' with

@@ -10,12 +10,16 @@ import { Config, Effect, Layer, Option } from "effect"
 import * as Db from "./layers/Db.js"
 import * as Migrations from "./queue/Migrations.js"
 import * as PgQueue from "./queue/PgQueue.js"
+import * as PgSchedules from "./queue/PgSchedules.js"
 import type * as Queue from "./queue/Queue.js"
+import type * as Schedules from "./queue/Schedules.js"
+import * as Scheduler from "./runtime/Scheduler.js"
 import type * as Stage from "./runtime/Stage.js"
 import type * as Waker from "./runtime/Waker.js"
 import * as Worker from "./runtime/Worker.js"
 import { callLayers, callStages, type CallRequirements } from "./stages/calls/index.js"
-import { documentLayers, documentStages, ensureSweepScheduled } from "./stages/documents/index.js"
+import { documentLayers, documentStages, DocumentsSweep } from "./stages/documents/index.js"
+import * as Housekeeping from "./stages/housekeeping/Housekeeping.js"
 
 /** What any stage may need from the outside world; each pipeline's layer provides its part. */
 export type StageRequirements = CallRequirements | Stage.Requirements<(typeof documentStages)[number]>
@@ -28,8 +32,10 @@ export interface Pipeline {
   readonly layer: Layer.Layer<any, unknown>
   /** The configuration it cannot run without, when that is missing; undefined when it can run. */
   readonly missing: Effect.Effect<string | undefined>
-  /** Work to do once the queue is up (e.g. keep a periodic job scheduled). */
+  /** Work to do once the queue is up. */
   readonly onStart: Effect.Effect<void, unknown, Queue.Queue | Db.Db>
+  /** The pipeline's recurring jobs, declared in code and upserted at start-up (see Scheduler.ts). */
+  readonly schedules: Effect.Effect<ReadonlyArray<Schedules.ScheduleSpec>, unknown>
 }
 
 const isSet = (name: string) =>
@@ -44,14 +50,25 @@ export const pipelines: ReadonlyArray<Pipeline> = [
       Effect.all([isSet("SPEECHKIT_API_KEY"), isSet("SPEECHKIT_IAM_TOKEN")]),
       ([key, token]) => (key || token ? undefined : "SPEECHKIT_API_KEY or SPEECHKIT_IAM_TOKEN")
     ),
-    onStart: Effect.void
+    onStart: Effect.void,
+    schedules: Effect.succeed([])
   },
   {
     name: "documents",
     stages: documentStages,
     layer: documentLayers,
     missing: Effect.map(isSet("TRANSCRIBE_URL"), (set) => (set ? undefined : "TRANSCRIBE_URL")),
-    onStart: Effect.asVoid(ensureSweepScheduled)
+    onStart: Effect.void,
+    schedules: DocumentsSweep.scheduleFromConfig
+  },
+  {
+    // the queue's own upkeep: always runs
+    name: "housekeeping",
+    stages: [Housekeeping.housekeeping],
+    layer: Layer.empty as unknown as Layer.Layer<any, unknown>,
+    missing: Effect.succeed(undefined),
+    onStart: Effect.void,
+    schedules: Effect.succeed(Housekeeping.schedules)
   }
 ]
 
@@ -115,7 +132,12 @@ export const layerWorker = (
     Effect.forEach(selection.pipelines, (p) =>
       p.onStart.pipe(Effect.catchAllCause((cause) => Effect.logError(`${p.name}: start-up work failed`, cause))), { discard: true })
   )
-  return Layer.unwrapEffect(
+  const worker = Layer.unwrapEffect(
     Effect.map(Worker.config, (options) => Worker.layer(selection.stages, options))
-  ).pipe(Layer.provide(services), Layer.merge(onStart))
+  ).pipe(Layer.provide(services))
+  // the schedules of the pipelines that run here; any worker fires any schedule (its job goes to the queue)
+  const scheduler = Layer.unwrapEffect(
+    Effect.map(Effect.forEach(selection.pipelines, (p) => p.schedules), (lists) => Scheduler.layer(lists.flat()))
+  ).pipe(Layer.provide(PgSchedules.layer))
+  return scheduler.pipe(Layer.provideMerge(worker), Layer.merge(onStart))
 }

@@ -8,6 +8,8 @@ import type { WorkerConfig } from "./types.js"
 export const makeHandler = (config: WorkerConfig) => {
   let handled = 0
   return (seq: number): void => {
+    // a scheduled job (pgfiber's idle-with-a-schedule row): its tick, not a measured job
+    if (seq < 0) return tell({ t: "tick", at: nowNs() })
     if (config.mode === "latency") tell({ t: "start", seq, at: nowNs() })
     handled++
     if (config.mode === "bulk" && handled === config.expect) tell({ t: "drained", at: nowNs(), handled })

@@ -6,6 +6,8 @@ import { NodeRuntime } from "@effect/platform-node"
 import { Effect, Layer, Redacted, Schema } from "effect"
 import * as Db from "../../src/layers/Db.js"
 import * as PgQueue from "../../src/queue/PgQueue.js"
+import * as PgSchedules from "../../src/queue/PgSchedules.js"
+import * as Scheduler from "../../src/runtime/Scheduler.js"
 import * as Stage from "../../src/runtime/Stage.js"
 import * as Worker from "../../src/runtime/Worker.js"
 import { nowNs, tell } from "../lib.js"
@@ -27,10 +29,19 @@ const reportReady = Layer.effectDiscard(
   Effect.flatMap(Worker.WorkerInfo, () => Effect.sync(() => tell({ t: "ready", at: nowNs() })))
 )
 
+const worker = Worker.layer([bench], { ...Worker.defaults(), workerId: `bench-${process.pid}` })
+// with a schedule: the Scheduler in the same worker, as `pgfiber worker` runs it
+const withSchedule = config.schedule === undefined
+  ? worker
+  : Scheduler.layer([{ name: "bench-schedule", stage: queueName, cron: config.schedule, payload: { seq: -1 } }]).pipe(
+    Layer.provide(PgSchedules.layer),
+    Layer.provideMerge(worker)
+  )
+
 tell({ t: "starting", at: nowNs() })
 Layer.launch(
   reportReady.pipe(
-    Layer.provide(Worker.layer([bench], { ...Worker.defaults(), workerId: `bench-${process.pid}` })),
+    Layer.provide(withSchedule),
     Layer.provide(PgQueue.layer({ knownStages: [queueName] })),
     Layer.provide(Db.layerWith({ url: Redacted.make(config.url), schema, poolMax: 10 }))
   )

@@ -13,6 +13,8 @@ export interface WorkerConfig {
   /** bulk: report `drained` when this many handlers have run. */
   readonly expect: number
   readonly concurrency: number
+  /** pgfiber only: run the Scheduler with one schedule of this cron expression, its jobs to the bench stage. */
+  readonly schedule?: string
 }
 
 export interface Producer {

@@ -48,10 +48,12 @@ export const classify = (error: unknown): Classified => {
     case "InvalidJob":
     case "InvalidKeyRequest":
     case "InvalidCall":
+    case "InvalidSchedule":
       return { code: ExitCode.usage, message }
     case "NotFound":
     case "JobNotFound":
     case "CallNotFound":
+    case "ScheduleNotFound":
       return { code: ExitCode.notFound, message }
     case "Conflict":
       return { code: ExitCode.conflict, message }

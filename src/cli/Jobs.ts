@@ -56,6 +56,10 @@ export const enqueue = Command.make(
     delay: Options.integer("delay-ms").pipe(Options.optional, Options.withDescription("Run no sooner than this many ms from now")),
     maxAttempts: Options.integer("max-attempts").pipe(Options.optional, Options.withDescription("Attempts before dead-lettering")),
     dedupeKey: optionalText("dedupe-key", "Unique among queued and running jobs: a duplicate returns the live job's id"),
+    dedupeMode: Options.choice("dedupe-mode", ["first", "replace", "debounce"]).pipe(
+      Options.optional,
+      Options.withDescription("What a duplicate does to the still-queued live job: first (default: nothing), replace (payload and run time), debounce (run time only later)")
+    ),
     json: jsonFlag
   },
   (o) =>
@@ -71,7 +75,8 @@ export const enqueue = Command.make(
           priority: Option.getOrUndefined(priority),
           delay: Option.getOrUndefined(Option.map(o.delay, Duration.millis)),
           maxAttempts: Option.getOrUndefined(o.maxAttempts),
-          dedupeKey: Option.getOrUndefined(o.dedupeKey)
+          dedupeKey: Option.getOrUndefined(o.dedupeKey),
+          dedupeMode: Option.getOrUndefined(o.dedupeMode)
         })
         if (o.json) return yield* Output.json(result)
         if (result.deduped) yield* Output.note(`a live job with that dedupe key exists: ${result.id}`)

@@ -12,6 +12,8 @@ import * as Db from "../layers/Db.js"
 import * as Storage from "../layers/Storage.js"
 import * as Migrations from "../queue/Migrations.js"
 import * as PgQueue from "../queue/PgQueue.js"
+import * as PgSchedules from "../queue/PgSchedules.js"
+import * as Schedules from "../queue/Schedules.js"
 import * as Worker from "../runtime/Worker.js"
 import * as Tick from "../runtime/Tick.js"
 import * as Tracing from "../layers/Tracing.js"
@@ -87,7 +89,10 @@ export const tick = Command.make(
         const known = yield* Env.knownStages
         const selection = yield* Env.select(known, o.stages)
         const { workerId } = yield* Worker.config
-        const result = yield* Tick.run({ max: o.max, stages: selection.stages, workerId: `${workerId}:tick` }).pipe(
+        // where only ticks run, they fire the due schedules too (exactly once per tick, as a worker would)
+        const fireDue = Effect.flatMap(Schedules.Schedules, (s) => s.fireDue()).pipe(Effect.provide(PgSchedules.layer))
+        const result = yield* fireDue.pipe(
+          Effect.zipRight(Tick.run({ max: o.max, stages: selection.stages, workerId: `${workerId}:tick` })),
           Effect.provide(Env.stageServices(selection)),
           Effect.provide(PgQueue.layer({ knownStages: known.map((s) => s.name) }).pipe(Layer.provideMerge(Db.layer))),
           Effect.provide(Tracing.layer)

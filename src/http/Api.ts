@@ -181,6 +181,8 @@ export const EnqueueRequest = Schema.Struct({
   maxAttempts: Schema.optional(Schema.Int.pipe(Schema.between(1, 1000))),
   /** Unique among queued and running jobs: a duplicate returns the live job (`deduped: true`). */
   dedupeKey: Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(1024))),
+  /** What a duplicate does to the still-queued live job: `first` (default) nothing, `replace`, `debounce`. */
+  dedupeMode: Schema.optional(Schema.Literal("first", "replace", "debounce")),
   subjectId: Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(200)))
 })
 
@@ -259,6 +261,75 @@ export class JobsApi extends HttpApiGroup.make("jobs")
 {}
 
 // ---------------------------------------------------------------------------------------------
+// schedules (recurring jobs of the key's org)
+
+const ScheduleName = HttpApiSchema.param("name", Schema.String)
+
+export const ScheduleView = Schema.Struct({
+  name: Schema.String,
+  orgId: Schema.NullOr(Schema.String),
+  stage: Schema.String,
+  payload: Schema.Unknown,
+  priority: Schema.Number,
+  maxAttempts: Schema.Number,
+  cron: Schema.NullOr(Schema.String),
+  everyMs: Schema.NullOr(Schema.Number),
+  timeZone: Schema.String,
+  enabled: Schema.Boolean,
+  catchUp: Schema.Literal("skip", "backfill"),
+  backfillLimit: Schema.Number,
+  nextTickAt: Schema.Date,
+  lastTickAt: Schema.NullOr(Schema.Date),
+  source: Schema.Literal("code", "runtime"),
+  createdAt: Schema.Date,
+  updatedAt: Schema.Date
+})
+
+export const ScheduleRequest = Schema.Struct({
+  stage: Schema.String,
+  /** Validated by the stage's Schema, like a submitted job's. */
+  payload: Schema.optional(Schema.Unknown),
+  /** A cron expression of 5 fields or 6 (seconds first); or `everyMs`. */
+  cron: Schema.optional(Schema.String.pipe(Schema.maxLength(200))),
+  everyMs: Schema.optional(Schema.Int.pipe(Schema.between(1000, 366 * 24 * 3600 * 1000))),
+  /** The IANA zone the cron expression is read in (default UTC). */
+  timeZone: Schema.optional(Schema.String.pipe(Schema.maxLength(100))),
+  enabled: Schema.optional(Schema.Boolean),
+  /** After downtime: `skip` (default) fires the latest missed tick only; `backfill` up to `backfillLimit`. */
+  catchUp: Schema.optional(Schema.Literal("skip", "backfill")),
+  backfillLimit: Schema.optional(Schema.Int.pipe(Schema.between(1, 1000))),
+  priority: Schema.optional(Schema.Union(Schema.Literal("fast", "normal", "bulk"), Schema.Int.pipe(Schema.between(0, 100)))),
+  maxAttempts: Schema.optional(Schema.Int.pipe(Schema.between(1, 1000)))
+})
+
+export class SchedulesApi extends HttpApiGroup.make("schedules")
+  .add(HttpApiEndpoint.get("listSchedules", "/schedules").addSuccess(Schema.Struct({ schedules: Schema.Array(ScheduleView) })))
+  .add(HttpApiEndpoint.get("getSchedule")`/schedules/${ScheduleName}`.addSuccess(ScheduleView).addError(NotFound))
+  .add(
+    HttpApiEndpoint.put("putSchedule")`/schedules/${ScheduleName}`
+      .setPayload(ScheduleRequest)
+      .addSuccess(ScheduleView)
+      .addError(BadRequest)
+  )
+  .add(
+    HttpApiEndpoint.del("removeSchedule")`/schedules/${ScheduleName}`
+      .addSuccess(Schema.Struct({ name: Schema.String, removed: Schema.Literal(true) }))
+      .addError(NotFound)
+  )
+  .add(HttpApiEndpoint.post("enableSchedule")`/schedules/${ScheduleName}/enable`.addSuccess(ScheduleView).addError(NotFound))
+  .add(HttpApiEndpoint.post("disableSchedule")`/schedules/${ScheduleName}/disable`.addSuccess(ScheduleView).addError(NotFound))
+  .add(
+    HttpApiEndpoint.post("runScheduleNow")`/schedules/${ScheduleName}/run-now`
+      .addSuccess(Schema.Struct({ id: Schema.String, deduped: Schema.Boolean }), { status: 201 })
+      .addError(NotFound)
+      .addError(BadRequest)
+  )
+  .middleware(Authorization)
+  .addError(Unavailable)
+  .annotate(OpenApi.Description, "Recurring jobs of the API key's org; system schedules (no org) are managed with the CLI")
+{}
+
+// ---------------------------------------------------------------------------------------------
 // calls (the call pipeline's front door)
 
 const CallId = HttpApiSchema.param("id", Schema.String)
@@ -325,6 +396,7 @@ export class CallsApi extends HttpApiGroup.make("calls")
 export class Api extends HttpApi.make("pgfiber")
   .add(HealthApi)
   .add(JobsApi)
+  .add(SchedulesApi)
   .add(CallsApi)
   .addError(BadRequest)
   .addError(PayloadTooLarge)

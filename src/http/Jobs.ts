@@ -130,6 +130,7 @@ export const layer = <R>(options: JobsOptions<R>) =>
                 runAt: body.runAt,
                 maxAttempts: body.maxAttempts,
                 dedupeKey: body.dedupeKey,
+                dedupeMode: body.dedupeMode,
                 caller: "tenant"
               }).pipe(Effect.provideService(Queue.Queue, queue))
             )

@@ -32,6 +32,7 @@ import * as AuthLimiter from "./AuthLimiter.js"
 import * as Calls from "./Calls.js"
 import * as Health from "./Health.js"
 import * as Jobs from "./Jobs.js"
+import * as Schedules from "./Schedules.js"
 
 export interface ServerOptions {
   readonly host: string
@@ -286,6 +287,7 @@ export const layerApi = <R = never>(
     Layer.provideMerge(HttpApiBuilder.api(Api)),
     Layer.provide(Health.layer),
     Layer.provide(Jobs.layer<R>(options)),
+    Layer.provide(Schedules.layer),
     Layer.provide(Calls.layer),
     Layer.provide(Auth.layer)
   )

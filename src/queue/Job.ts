@@ -33,7 +33,16 @@ export interface NewJob {
   readonly maxAttempts?: number | undefined
   /** Unique among queued and running jobs: enqueueing a duplicate returns the live job instead. */
   readonly dedupeKey?: string | undefined
+  /**
+   * What a duplicate does to the live job while it is still queued (a running one is never touched):
+   * `first` (default) leaves it; `replace` gives it this enqueue's payload, priority and run time;
+   * `debounce` does the same but only ever pushes the run time later.
+   */
+  readonly dedupeMode?: DedupeMode | undefined
 }
+
+export type DedupeMode = "first" | "replace" | "debounce"
+export const dedupeModes: ReadonlyArray<DedupeMode> = ["first", "replace", "debounce"]
 
 /** A NewJob after validation, in the shape both implementations store. */
 export interface ValidJob {
@@ -47,6 +56,7 @@ export interface ValidJob {
   readonly runAt: Date | null
   readonly maxAttempts: number
   readonly dedupeKey: string | null
+  readonly dedupeMode: DedupeMode
 }
 
 export interface ErrorEntry {
@@ -318,6 +328,9 @@ export const validate = (job: NewJob, options: ValidateOptions): Either.Either<V
   if (Either.isLeft(subjectId)) return Either.left(subjectId.left)
   const dedupeKey = optionalText(job.dedupeKey, "dedupeKey", 1024)
   if (Either.isLeft(dedupeKey)) return Either.left(dedupeKey.left)
+  const dedupeMode = job.dedupeMode ?? "first"
+  if (!dedupeModes.includes(dedupeMode)) return fail("dedupeMode", `dedupeMode must be one of ${dedupeModes.join(", ")}`)
+  if (dedupeMode !== "first" && dedupeKey.right === null) return fail("dedupeMode", `dedupeMode ${dedupeMode} needs a dedupeKey`)
   return Either.right({
     stage: job.stage,
     payloadJson,
@@ -328,7 +341,8 @@ export const validate = (job: NewJob, options: ValidateOptions): Either.Either<V
     delayMs,
     runAt,
     maxAttempts,
-    dedupeKey: dedupeKey.right
+    dedupeKey: dedupeKey.right,
+    dedupeMode
   })
 }
 

@@ -41,6 +41,39 @@ export const insertJobs = (sql: Sql, jobs: ReadonlyArray<ValidJob>) => {
 }
 
 /**
+ * Inserts a batch whose duplicates update the live job while it is still queued: `replace` takes the new
+ * payload, priority and run time; `debounce` the same, but the run time only ever moves later. A running job
+ * is left as it is. Updated rows' stages are NOTIFYed (the insert trigger sees only inserted rows), since a
+ * run time may have moved earlier. Locking: new rows, and the live row of each conflicting key.
+ */
+export const insertJobsReplacing = (sql: Sql, schema: string, jobs: ReadonlyArray<ValidJob>, mode: "replace" | "debounce") => {
+  const c = columns(jobs)
+  return sql<Array<{ id: string; deduped: boolean; org_id: string | null; dedupe_key: string }>>`
+    with written as (
+      insert into jobs as j (stage, org_id, subject_id, payload, priority, available_at, max_attempts, dedupe_key)
+      select stage, org_id, subject_id, payload::jsonb, priority,
+             coalesce(run_at, now() + delay_ms * interval '1 millisecond'), max_attempts, dedupe_key
+      from unnest(${c.stages}::text[], ${c.orgs}::text[], ${c.subjects}::text[], ${c.payloads}::text[],
+                  ${c.priorities}::int[], ${c.delays}::float8[], ${c.runAts}::timestamptz[], ${c.maxAttempts}::int[],
+                  ${c.dedupeKeys}::text[]) with ordinality
+           as t(stage, org_id, subject_id, payload, priority, delay_ms, run_at, max_attempts, dedupe_key, ord)
+      order by ord
+      on conflict (org_id, dedupe_key) where dedupe_key is not null do update set
+        payload = case when j.status = 'queued' then excluded.payload else j.payload end,
+        priority = case when j.status = 'queued' then excluded.priority else j.priority end,
+        available_at = case
+          when j.status <> 'queued' then j.available_at
+          when ${mode}::text = 'debounce' then greatest(j.available_at, excluded.available_at)
+          else excluded.available_at end,
+        updated_at = case when j.status = 'queued' then now() else j.updated_at end
+      returning j.id, j.stage, j.org_id, j.dedupe_key, (j.xmax <> 0) as deduped
+    ), woken as (
+      select pg_notify(${channel(schema)}, stage) from (select distinct stage from written where deduped) s
+    )
+    select written.id, written.deduped, written.org_id, written.dedupe_key from written cross join (select count(*) from woken) w`
+}
+
+/**
  * Claims due jobs. Locking: FOR UPDATE SKIP LOCKED on the ready index, so claimers never wait on each other.
  * The claim commits without waiting for its WAL flush (`synchronous_commit` off for this transaction only):
  * a crash can lose only the lease, which leaves the job queued or lets the reaper requeue it, and the fence

@@ -40,11 +40,14 @@ export const make = (options: QueueOptions = {}) =>
       return j !== undefined && j.lease === lease.lease ? j : undefined
     }
 
-    /** Dedupe against live jobs, then reserve ids; `write` makes the rows appear and wakes their stages. */
+    /** Dedupe against live jobs, then reserve ids; `write` makes the rows appear (or updates) and wakes their stages. */
     const prepareInsert = (valid: ReadonlyArray<ValidJob>, now: number) => {
       const results: Array<EnqueueResult> = []
-      const rows: Array<MutableJob> = []
+      const rows = new Map<string, MutableJob>()
+      // duplicates that update a live, still queued job (`replace`, `debounce`), applied at write time
+      const updates = new Map<string, ValidJob>()
       const seen = new Map<string, string>()
+      const availableAt = (v: ValidJob) => v.runAt ?? new Date(now + v.delayMs)
       for (const v of valid) {
         // dedupe keys are per org (jobs with no org share a space of their own), as in Postgres's jobs_dedupe
         const scoped = v.dedupeKey === null ? null : JSON.stringify([v.orgId, v.dedupeKey])
@@ -54,11 +57,20 @@ export const make = (options: QueueOptions = {}) =>
             [...jobs.values()].find((j) => j.dedupeKey === v.dedupeKey && j.orgId === v.orgId)?.id
         if (existing !== undefined) {
           results.push({ id: existing, deduped: true })
+          if (v.dedupeMode !== "first") {
+            const pending = rows.get(existing)
+            // a duplicate within the batch: the newest enqueue wins, as it would against a live row
+            if (pending) {
+              pending.payload = v.payload
+              pending.priority = v.priority
+              pending.availableAt = v.dedupeMode === "debounce" && pending.availableAt > availableAt(v) ? pending.availableAt : availableAt(v)
+            } else updates.set(existing, v)
+          }
           continue
         }
         const id = String(nextId++)
         if (scoped !== null) seen.set(scoped, id)
-        rows.push({
+        rows.set(id, {
           id,
           stage: v.stage,
           orgId: v.orgId,
@@ -69,7 +81,7 @@ export const make = (options: QueueOptions = {}) =>
           attempts: 0,
           maxAttempts: v.maxAttempts,
           polls: 0,
-          availableAt: v.runAt ?? new Date(now + v.delayMs),
+          availableAt: availableAt(v),
           lockedBy: null,
           lockedUntil: null,
           lease: 0,
@@ -83,7 +95,18 @@ export const make = (options: QueueOptions = {}) =>
       }
       const write = () => {
         rows.forEach((row) => jobs.set(row.id, row))
-        new Set(rows.map((r) => r.stage)).forEach(wake)
+        const woken = new Set([...rows.values()].map((r) => r.stage))
+        updates.forEach((v, id) => {
+          const j = jobs.get(id)
+          if (j === undefined || j.status !== "queued") return
+          j.payload = v.payload
+          j.priority = v.priority
+          const at = availableAt(v)
+          j.availableAt = v.dedupeMode === "debounce" && j.availableAt > at ? j.availableAt : at
+          j.updatedAt = new Date(now)
+          woken.add(j.stage)
+        })
+        woken.forEach(wake)
       }
       return { results, write }
     }

@@ -73,24 +73,46 @@ export const make = (options: QueueOptions = {}) =>
     const enqueueValid = (jobs: ReadonlyArray<import("./Job.js").ValidJob>) =>
       Effect.gen(function*() {
         if (jobs.length === 0) return []
-        // a batch may repeat a dedupe key (per org); ON CONFLICT cannot touch a row twice, so collapse them first
-        const firstByKey = new Map<string, number>()
+        // a batch may repeat a dedupe key (per org); ON CONFLICT cannot touch a row twice, so collapse them first:
+        // the first one stands for `first`, the last one for `replace` and `debounce` (the newest enqueue wins)
+        const byKey = new Map<string, number>()
         const unique: Array<import("./Job.js").ValidJob> = []
         const slot: Array<number> = []
         for (const job of jobs) {
           const key = job.dedupeKey === null ? null : JSON.stringify([job.orgId, job.dedupeKey])
-          if (key !== null && firstByKey.has(key)) {
-            slot.push(-1 - firstByKey.get(key)!)
+          const seen = key === null ? undefined : byKey.get(key)
+          if (seen !== undefined) {
+            if (job.dedupeMode !== "first") unique[seen] = job
+            slot.push(-1 - seen)
             continue
           }
-          if (key !== null) firstByKey.set(key, unique.length)
+          if (key !== null) byKey.set(key, unique.length)
           slot.push(unique.length)
           unique.push(job)
         }
-        const rows = yield* db.run((sql) => JobsSql.insertJobs(sql, unique))
+        const plain = unique.filter((j) => j.dedupeMode === "first")
+        const replacing = (["replace", "debounce"] as const).map((mode) => [mode, unique.filter((j) => j.dedupeMode === mode)] as const)
+          .filter(([, js]) => js.length > 0)
+        const write = Effect.gen(function*() {
+          const rows = new Map<import("./Job.js").ValidJob, { id: string; deduped: boolean }>()
+          if (plain.length > 0) {
+            const inserted = yield* db.run((sql) => JobsSql.insertJobs(sql, plain))
+            plain.forEach((j, i) => rows.set(j, { id: String(inserted[i]!.id), deduped: inserted[i]!.deduped }))
+          }
+          for (const [mode, js] of replacing) {
+            const written = yield* db.run((sql) => JobsSql.insertJobsReplacing(sql, db.schema, js, mode))
+            const byDedupeKey = new Map(written.map((r) => [JSON.stringify([r.org_id, r.dedupe_key]), r]))
+            for (const j of js) {
+              const r = byDedupeKey.get(JSON.stringify([j.orgId, j.dedupeKey]))!
+              rows.set(j, { id: String(r.id), deduped: r.deduped })
+            }
+          }
+          return rows
+        })
+        const rows = yield* (replacing.length + (plain.length > 0 ? 1 : 0) > 1 ? db.transaction(write) : write)
         return slot.map((s) => {
-          const row = rows[s >= 0 ? s : -1 - s]!
-          return { id: String(row.id), deduped: s < 0 ? true : row.deduped }
+          const row = rows.get(unique[s >= 0 ? s : -1 - s]!)!
+          return { id: row.id, deduped: s < 0 ? true : row.deduped }
         })
       })
 

@@ -22,6 +22,7 @@ export interface SubmitRequest {
   readonly runAt?: Date | undefined
   readonly maxAttempts?: number | undefined
   readonly dedupeKey?: string | undefined
+  readonly dedupeMode?: Queue.DedupeMode | undefined
   /** `tenant` (the HTTP API) may submit public stages only; `operator` (the CLI, the default) any stage. */
   readonly caller?: "tenant" | "operator" | undefined
 }
@@ -50,7 +51,8 @@ export const prepare = (stages: ReadonlyArray<Stage.Any>, request: SubmitRequest
         delay: request.delay,
         runAt: request.runAt,
         maxAttempts: request.maxAttempts,
-        dedupeKey: request.dedupeKey
+        dedupeKey: request.dedupeKey,
+        dedupeMode: request.dedupeMode
       }).filter(([, v]) => v !== undefined)
     )
     return yield* Stage.job(stage, decoded, options)

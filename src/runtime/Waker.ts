@@ -4,6 +4,8 @@
  * - on (re)connect of that listener, a catch-up: every pool claims, since notifications may have been missed;
  * - a timer armed for the next delayed job or lease expiry (`armNextDueTimer`), which also runs the reaper;
  * - a slow safety sweep (default 60 s) that re-arms the timer, costing one statement when idle;
+ * - other due times kept in memory by a `DueSource` (a schedule's next tick): one more wait for the same timer,
+ *   and a NOTIFY whose payload is the source's topic (or a reconnect) tells the source to refresh;
  * - when LISTEN cannot be established, polling at `pollInterval` until it can, reported in `health`.
  */
 import { Clock, Context, Duration, Effect, Layer, Queue as Q, Schedule } from "effect"
@@ -35,11 +37,24 @@ export const defaultOptions: WakerOptions = {
   minTimerSpacing: Duration.millis(25)
 }
 
+/** Something besides jobs that falls due (the Scheduler's next tick), known without asking the database. */
+export interface DueSource {
+  /** A NOTIFY with this payload asks the source to refresh (as does every listener reconnect). */
+  readonly topic: string
+  readonly refresh: () => void
+  /** Ms until `fire` is due, from the source's memory (no statement); null: nothing due. */
+  readonly dueInMs: (nowMs: number) => number | null
+  /** Runs when due; logs and survives its own failures. */
+  readonly fire: Effect.Effect<void>
+}
+
 export class Waker extends Context.Tag("pgfiber/Waker")<Waker, {
   /** A pool registers its wake-up for the life of its scope. */
   readonly register: (stage: string, wake: () => void) => Effect.Effect<void, never, import("effect").Scope.Scope>
   /** A pool found less than it asked for (or scheduled something for later): re-arm the next-due timer. */
   readonly rearm: Effect.Effect<void>
+  /** Adds a due time to the timer for the life of the scope. */
+  readonly registerDue: (source: DueSource) => Effect.Effect<void, never, import("effect").Scope.Scope>
   readonly health: Effect.Effect<Health>
 }>() {}
 
@@ -48,6 +63,7 @@ export const make = (options: Partial<WakerOptions> = {}) =>
     const opts = { ...defaultOptions, ...options }
     const queue = yield* Queue.Queue
     const pools = new Map<string, () => void>()
+    const sources = new Map<string, DueSource>()
     const rearmRequests = yield* Q.sliding<void>(1)
     let listener: ListenerState = "connecting"
     let reconnects = 0
@@ -60,12 +76,13 @@ export const make = (options: Partial<WakerOptions> = {}) =>
 
     // LISTEN: porsager keeps the connection and reconnects with backoff; `onListening` runs each time it is back
     const listen = queue.listen({
-      onWake: (stage) => pools.get(stage)?.(),
+      onWake: (stage) => (pools.get(stage) ?? sources.get(stage)?.refresh)?.(),
       onListening: () => {
         listener = "listening"
         reconnects++
         Effect.runSync(Metrics.listenerReconnects(Effect.succeed(1)))
         wakeAll()
+        sources.forEach((s) => s.refresh())
         Effect.runSync(rearm)
       }
     })
@@ -115,7 +132,16 @@ export const make = (options: Partial<WakerOptions> = {}) =>
       }
       // due now: wake the pools; a pool that comes up short asks for the next re-arm itself
       if (next.jobDueInMs === 0) wakeAll()
-      const waits = [next.jobDueInMs, next.leaseExpiresInMs].filter((ms): ms is number => ms !== null && ms > 0)
+      const now = yield* Clock.currentTimeMillis
+      const sourceDue = [...sources.values()].map((s) => [s, s.dueInMs(now)] as const)
+      const dueSources = sourceDue.filter(([, ms]) => ms !== null && ms <= 0)
+      if (dueSources.length > 0) {
+        yield* Effect.forEach(dueSources, ([s]) => s.fire, { discard: true })
+        yield* rearm
+        return
+      }
+      const waits = [next.jobDueInMs, next.leaseExpiresInMs, ...sourceDue.map(([, ms]) => ms)]
+        .filter((ms): ms is number => ms !== null && ms > 0)
       if (waits.length === 0) return
       // whichever comes first, the timer or a re-arm request, the next round asks the database again
       yield* Effect.raceFirst(
@@ -140,7 +166,10 @@ export const make = (options: Partial<WakerOptions> = {}) =>
       const polling = listener !== "listening"
       yield* Effect.sleep(polling ? opts.pollInterval : opts.sweepInterval)
       lastSweepAt = new Date(yield* Clock.currentTimeMillis)
-      if (listener !== "listening") wakeAll()
+      if (listener !== "listening") {
+        wakeAll()
+        sources.forEach((s) => s.refresh())
+      }
       yield* rearm
     }).pipe(Effect.forever)
     yield* Effect.forkScoped(sweep)
@@ -154,6 +183,15 @@ export const make = (options: Partial<WakerOptions> = {}) =>
         () => Effect.sync(() => pools.delete(stage))
       ).pipe(Effect.zipRight(rearm))
 
+    const registerDue = (source: DueSource) =>
+      Effect.acquireRelease(
+        Effect.sync(() => {
+          sources.set(source.topic, source)
+          source.refresh()
+        }),
+        () => Effect.sync(() => sources.delete(source.topic))
+      ).pipe(Effect.zipRight(rearm))
+
     const health = Effect.sync((): Health => ({
       listener,
       listenerReconnects: reconnects,
@@ -162,7 +200,7 @@ export const make = (options: Partial<WakerOptions> = {}) =>
       lastReap
     }))
 
-    return Waker.of({ register, rearm, health })
+    return Waker.of({ register, rearm, registerDue, health })
   })
 
 export const layer = (options: Partial<WakerOptions> = {}) => Layer.scoped(Waker, make(options))

@@ -13,6 +13,8 @@ import * as Db from "../../src/layers/Db.js"
 import * as Storage from "../../src/layers/Storage.js"
 import { makeCallStages } from "../../src/stages/calls/index.js"
 import * as PgQueue from "../../src/queue/PgQueue.js"
+import * as PgSchedules from "../../src/queue/PgSchedules.js"
+import * as Scheduler from "../../src/runtime/Scheduler.js"
 import * as Stage from "../../src/runtime/Stage.js"
 import * as Worker from "../../src/runtime/Worker.js"
 import * as Server from "../../src/http/Server.js"
@@ -64,7 +66,8 @@ export const layerService = <E>(dbLayer: Layer.Layer<Db.Db, E>) => {
     workerId: "http-test"
   }).pipe(
     Layer.provideMerge(storage),
-    Layer.provideMerge(Worker.layer([echo], workerOptions)),
+    // the worker runs the Scheduler too, as `pgfiber start` does
+    Layer.provideMerge(Scheduler.layer().pipe(Layer.provide(PgSchedules.layer), Layer.provideMerge(Worker.layer([echo], workerOptions)))),
     Layer.provideMerge(Layer.succeed(Submit.KnownStages, stages)),
     Layer.provideMerge(ApiKeys.layer),
     Layer.provideMerge(PgQueue.layer({ knownStages: stages.map((s) => s.name) })),

@@ -112,6 +112,58 @@ export const contract = (target: ContractTarget) =>
           expect(fresh!.id).not.toBe(first!.id)
         }))
 
+      test("dedupe mode replace: a duplicate gives the queued job its payload, priority and run time; a running job is left alone", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("replace")
+          const [early, late] = [new Date("2098-12-31T00:00:00Z"), new Date("2099-01-01T00:00:00Z")]
+          const [first] = yield* q.enqueue([{ stage, dedupeKey: "k", payload: { v: 1 }, runAt: late }])
+          const [again] = yield* q.enqueue([{ stage, dedupeKey: "k", payload: { v: 2 }, runAt: early, priority: "fast", dedupeMode: "replace" }])
+          expect(again).toEqual({ id: first!.id, deduped: true })
+          const replaced = (yield* q.get(first!.id))!
+          expect([replaced.payload, replaced.availableAt.toISOString(), replaced.priority]).toEqual([{ v: 2 }, early.toISOString(), 10])
+          // in one batch the newest enqueue wins too
+          const batch = yield* q.enqueue([
+            { stage, dedupeKey: "b", payload: { v: 1 } },
+            { stage, dedupeKey: "b", payload: { v: 2 }, dedupeMode: "replace" }
+          ])
+          expect(batch[1]).toEqual({ id: batch[0]!.id, deduped: true })
+          expect((yield* q.get(batch[0]!.id))!.payload).toEqual({ v: 2 })
+          // once claimed, nothing changes it
+          const [running] = yield* q.claim(stage, 1, worker("w"))
+          expect(running!.id).toBe(batch[0]!.id)
+          const [onRunning] = yield* q.enqueue([{ stage, dedupeKey: "b", payload: { v: 3 }, dedupeMode: "replace" }])
+          expect(onRunning).toEqual({ id: running!.id, deduped: true })
+          const still = (yield* q.get(running!.id))!
+          expect([still.status, still.payload]).toEqual(["running", { v: 2 }])
+          // the default mode is still first-wins
+          yield* q.enqueue([{ stage, dedupeKey: "k", payload: { v: 9 } }])
+          expect((yield* q.get(first!.id))!.payload).toEqual({ v: 2 })
+          // keys are per org: another org's replace makes its own job and leaves this one alone
+          const [other] = yield* q.enqueue([{ stage, dedupeKey: "k", orgId: "org-x", payload: { v: 5 }, dedupeMode: "replace" }])
+          expect(other!.deduped).toBe(false)
+          expect((yield* q.get(first!.id))!.payload).toEqual({ v: 2 })
+        }))
+
+      test("dedupe mode debounce: a duplicate pushes the run time later, never earlier, and takes the newest payload", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("debounce")
+          const at = (day: number) => new Date(Date.UTC(2099, 0, day))
+          const [first] = yield* q.enqueue([{ stage, dedupeKey: "d", payload: { v: 1 }, runAt: at(2) }])
+          yield* q.enqueue([{ stage, dedupeKey: "d", payload: { v: 2 }, runAt: at(5), dedupeMode: "debounce" }])
+          const pushed = (yield* q.get(first!.id))!
+          expect([pushed.payload, pushed.availableAt.toISOString()]).toEqual([{ v: 2 }, at(5).toISOString()])
+          const [again] = yield* q.enqueue([{ stage, dedupeKey: "d", payload: { v: 3 }, runAt: at(3), dedupeMode: "debounce" }])
+          expect(again).toEqual({ id: first!.id, deduped: true })
+          const kept = (yield* q.get(first!.id))!
+          expect([kept.payload, kept.availableAt.toISOString()]).toEqual([{ v: 3 }, at(5).toISOString()])
+          expect((yield* q.list({ stage })).length).toBe(1)
+          // a mode without a key is refused, nothing written
+          const refused = yield* Effect.either(q.enqueue([{ stage, payload: {}, dedupeMode: "debounce" }]))
+          expect(Either.isLeft(refused) && refused.left._tag === "InvalidJob" && refused.left.field).toBe("dedupeMode")
+        }))
+
       test("dedupe keys are per org: two orgs (and the no-org space) each get their own job, one org its live one", () =>
         Effect.gen(function*() {
           const q = yield* Queue.Queue

@@ -1,30 +1,30 @@
 /**
- * Stage `documents_sweep`: seed 003's optional "re-enqueue pending" safety job, as a stage that reschedules
- * itself. Each run
+ * Stage `documents_sweep`: the "re-enqueue pending" safety job, run by the `documents-sweep` schedule (every
+ * DOCUMENTS_SWEEP_INTERVAL_MS, declared in code, visible and changeable with `pgfiber schedules`). Each run
  * - enqueues a `transcribe_document` job for every media document pending for longer than `stuckAfter` with
  *   no live job; the job's dedupe key makes this safe against the trigger, a running job or another sweep;
  * - errors media documents left in `processing` for longer than `stuckAfter` whose job is gone (cancelled, or
  *   dead-lettered where the stage's onDeadLetter could not reach the document): the same fate as any
  *   document whose job ran out of attempts. Re-enqueueing them instead could loop forever on media that
- *   kills its worker;
- * - completes with a follow-up of itself `interval` later, under one fixed dedupe key, so one chain exists
- *   however many workers run. `ensureSweepScheduled` (called at start-up) starts it when none is live.
+ *   kills its worker.
+ * The schedule makes one job per tick however many workers run; a sweep still running at the next tick is
+ * not doubled either (the tick's job waits its turn: concurrency 1 per worker, and sweeps are idempotent).
  */
 import { Config, Context, Duration, Effect, Layer, Schema } from "effect"
 import * as Db from "../../layers/Db.js"
-import type * as Job from "../../queue/Job.js"
 import * as Queue from "../../queue/Queue.js"
+import type * as Schedules from "../../queue/Schedules.js"
 import * as Stage from "../../runtime/Stage.js"
 import * as Documents from "./Documents.js"
 import * as TranscribeDocument from "./TranscribeDocument.js"
 
 export const stageName = "documents_sweep"
 
-/** The one live sweep job: enqueueing another while it is queued or running is a no-op. */
-export const dedupeKey = stageName
+/** The schedule's name, for `pgfiber schedules disable documents-sweep` and friends. */
+export const scheduleName = "documents-sweep"
 
 export interface SweepOptions {
-  /** Time between sweeps. */
+  /** Time between sweeps (the schedule's interval; at least a second). */
   readonly interval: Duration.Duration
   /** A document unchanged for less than this is not orphaned yet. */
   readonly stuckAfter: Duration.Duration
@@ -49,7 +49,7 @@ const millis = (name: string, fallback: Duration.Duration, validation: (ms: numb
   )
 
 export const config: Config.Config<SweepOptions> = Config.all({
-  interval: millis("DOCUMENTS_SWEEP_INTERVAL_MS", defaults.interval, (ms) => ms > 0, "must be a positive number of milliseconds"),
+  interval: millis("DOCUMENTS_SWEEP_INTERVAL_MS", defaults.interval, (ms) => ms >= 1000, "must be a number of milliseconds, 1000 or more"),
   stuckAfter: millis("DOCUMENTS_SWEEP_STUCK_AFTER_MS", defaults.stuckAfter, (ms) => ms >= 0, "must be a number of milliseconds, 0 or more"),
   batchSize: Config.succeed(defaults.batchSize)
 })
@@ -94,13 +94,16 @@ export const sweepOnce = (options: Pick<SweepOptions, "stuckAfter" | "batchSize"
     return { enqueued, errored } satisfies SweepResult
   }).pipe(Db.asOwner, Effect.withSpan("DocumentsSweep.sweepOnce"))
 
-/** The next link of the chain. */
-export const nextSweep = (delay: Duration.Duration): Job.NewJob => ({
+/** The sweep's schedule, declared in code: upserted at start-up, then the operators' to see and change. */
+export const schedule = (options: Pick<SweepOptions, "interval"> = defaults): Schedules.ScheduleSpec => ({
+  name: scheduleName,
   stage: stageName,
-  payload: {},
-  dedupeKey,
-  delay
+  everyMs: Math.max(1000, Math.round(Duration.toMillis(options.interval))),
+  catchUp: "skip"
 })
+
+/** The schedule from configuration (DOCUMENTS_SWEEP_INTERVAL_MS). */
+export const scheduleFromConfig = Effect.map(config, (settings) => [schedule(settings)])
 
 export const documentsSweep = Stage.make({
   name: stageName,
@@ -110,17 +113,13 @@ export const documentsSweep = Stage.make({
   handler: () =>
     Effect.gen(function*() {
       const settings = yield* Settings
-      // a failed sweep is logged and the chain goes on: the next one looks again
+      // a failed sweep is logged; the next tick looks again
       const result = yield* sweepOnce(settings).pipe(
-        Effect.tapError((e) => Effect.logWarning(`documents sweep failed; next in ${Duration.format(settings.interval)}`, e.message)),
+        Effect.tapError((e) => Effect.logWarning("documents sweep failed; the next tick looks again", e.message)),
         Effect.option
       )
       if (result._tag === "Some" && result.value.enqueued + result.value.errored > 0) {
         yield* Effect.logInfo("documents sweep", result.value)
       }
-      return Stage.complete([nextSweep(settings.interval)])
     })
 })
-
-/** Starts the sweep chain now unless one is live (queued or running): safe to call at every start-up. */
-export const ensureSweepScheduled = Queue.enqueueOne(nextSweep(Duration.zero))

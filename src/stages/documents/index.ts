@@ -1,12 +1,11 @@
 /**
- * The documents pipeline (issue 5, seed 003): the stages for `Worker.layer`, the layers they need from
- * configuration, and the start-up call that keeps the safety sweep scheduled. See docs/documents.md.
+ * The documents pipeline: the stages for `Worker.layer`, the layers they need from configuration, and the
+ * safety sweep's schedule for `Scheduler.layer`. See docs/documents.md.
  *
  * ```ts
- * Worker.layer([...documentStages, ...otherStages], options)
- *   .pipe(Layer.provide(documentLayers), Layer.provide(PgQueue.layer()), Layer.provide(Db.layer))
- * // once the queue is up:
- * yield* ensureSweepScheduled
+ * Scheduler.layer([DocumentsSweep.schedule(settings)]).pipe(
+ *   Layer.provideMerge(Worker.layer([...documentStages, ...otherStages], options)),
+ *   Layer.provide(documentLayers), Layer.provide(PgSchedules.layer), Layer.provideMerge(PgQueue.layer()), …)
  * ```
  * The stages also need `Db` (they read and write the documents tables) and `Queue` (as every stage does).
  */
@@ -18,7 +17,6 @@ import * as TranscribeDocument from "./TranscribeDocument.js"
 export * as Documents from "./Documents.js"
 export * as DocumentsSweep from "./DocumentsSweep.js"
 export * as TranscribeDocument from "./TranscribeDocument.js"
-export { ensureSweepScheduled } from "./DocumentsSweep.js"
 
 export const documentStages = [TranscribeDocument.transcribeDocument, DocumentsSweep.documentsSweep] as const
 

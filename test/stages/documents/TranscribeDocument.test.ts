@@ -12,15 +12,16 @@ import * as Db from "../../../src/layers/Db.js"
 import * as FakeTranscriptionServer from "../../support/FakeTranscriptionServer.js"
 import * as Transcription from "../../../src/layers/Transcription.js"
 import * as PgQueue from "../../../src/queue/PgQueue.js"
+import * as PgSchedules from "../../../src/queue/PgSchedules.js"
 import * as Queue from "../../../src/queue/Queue.js"
 import * as RetryPolicy from "../../../src/runtime/RetryPolicy.js"
+import * as Scheduler from "../../../src/runtime/Scheduler.js"
 import * as Stage from "../../../src/runtime/Stage.js"
 import * as Worker from "../../../src/runtime/Worker.js"
 import {
   documentLayers,
   documentStages,
   DocumentsSweep,
-  ensureSweepScheduled,
   TranscribeDocument
 } from "../../../src/stages/documents/index.js"
 import { layerDb, rawSql } from "../../support/pg.js"
@@ -82,8 +83,11 @@ const setup = (fakeOptions: FakeTranscriptionServer.Options = {}, sweep: Partial
     ).pipe(Layer.provide(NodeHttpClient.layer))
     const run = <A, E>(effect: Effect.Effect<A, E, Db.Db | Queue.Queue>) => Effect.provide(effect, base)
 
+    // the worker runs the sweep's schedule too, as `pgfiber start` does
     const startWorker = Layer.buildWithScope(
-      Worker.layer(stages, workerOptions).pipe(
+      Scheduler.layer([DocumentsSweep.schedule({ ...DocumentsSweep.defaults, ...sweep })]).pipe(
+        Layer.provide(PgSchedules.layer),
+        Layer.provideMerge(Worker.layer(stages, workerOptions)),
         Layer.provide(Layer.mergeAll(transcription, DocumentsSweep.layerWith(sweep), Layer.succeedContext(base)))
       ),
       scope
@@ -401,9 +405,9 @@ describe("transcribe_document", () => {
 })
 
 describe("documents_sweep", () => {
-  it.scopedLive("re-enqueues an orphaned pending document exactly once, errors one stuck in processing, and reschedules itself", () =>
+  it.scopedLive("re-enqueues an orphaned pending document exactly once, errors one stuck in processing, and runs on its schedule", () =>
     Effect.gen(function*() {
-      const t = yield* setup({}, { interval: Duration.millis(150), stuckAfter: Duration.minutes(10) })
+      const t = yield* setup({}, { interval: Duration.seconds(1), stuckAfter: Duration.minutes(10) })
       const urlOf = (name: string) => `https://media.example.com/${name}.mp4`
       const orphan = yield* t.insertDocument({ url: urlOf("orphan") })
       const fresh = yield* t.insertDocument({ url: urlOf("fresh") })
@@ -435,21 +439,22 @@ describe("documents_sweep", () => {
       expect(stuckDoc.processing_error).toContain("999999 is gone")
       expect((yield* t.document(running)).processing_status).toBe("processing")
 
-      // the chain: started once however often it is asked, then one live sweep job at a time
-      const first = yield* t.run(ensureSweepScheduled)
-      const second = yield* t.run(ensureSweepScheduled)
-      expect([first.deduped, second.deduped, second.id]).toEqual([false, true, first.id])
+      // the schedule: one sweep job per second, never two live at once
       yield* t.startWorker
       yield* t.statusBecomes(orphan, "completed")
       yield* t.statusBecomes(running, "completed")
       const sweepJobIds = new Set<string>()
-      for (let i = 0; i < 40; i++) {
+      const watchUntil = Date.now() + 30_000
+      while (sweepJobIds.size < 3 && Date.now() < watchUntil) {
         const live = yield* Effect.promise(() => t.sql<Array<{ id: string }>>`select id from jobs where stage = 'documents_sweep'`)
         expect(live.length).toBeLessThanOrEqual(1)
         live.forEach((j) => sweepJobIds.add(String(j.id)))
-        yield* Effect.sleep("25 millis")
+        yield* Effect.sleep("10 millis")
       }
       expect(sweepJobIds.size).toBeGreaterThanOrEqual(3)
+      const [schedule] = yield* Effect.promise(() => t.sql<Array<{ name: string; interval_ms: string; source: string }>>`
+        select name, interval_ms::text, source from schedules where stage = 'documents_sweep'`)
+      expect(schedule).toEqual({ name: "documents-sweep", interval_ms: "1000", source: "code" })
       // many sweeps later: the orphan was transcribed once; the fresh one waits for its threshold
       expect((yield* t.requestedUrls).sort()).toEqual([urlOf("orphan"), urlOf("running")])
       expect((yield* t.document(fresh)).processing_status).toBe("pending")
@@ -459,11 +464,10 @@ describe("documents_sweep", () => {
 
   it.scopedLive("with a zero threshold the sweep picks up a pending document whose job was lost", () =>
     Effect.gen(function*() {
-      const t = yield* setup({}, { interval: Duration.millis(100), stuckAfter: Duration.zero })
+      const t = yield* setup({}, { interval: Duration.seconds(1), stuckAfter: Duration.zero })
       const id = yield* t.insertDocument({ url: "https://media.example.com/lost.mp4" })
       yield* Effect.promise(() => t.sql`delete from jobs where subject_id = ${id}`)
       yield* t.startWorker
-      yield* t.run(ensureSweepScheduled)
       yield* t.statusBecomes(id, "completed")
       expect(yield* t.requestedUrls).toEqual(["https://media.example.com/lost.mp4"])
     }))

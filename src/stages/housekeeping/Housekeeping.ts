@@ -1,0 +1,49 @@
+/**
+ * Stage `pgfiber.housekeeping`: the queue's own upkeep as scheduled jobs, so operators see it with
+ * `pgfiber schedules list` and can change or disable it like any schedule.
+ * - `pgfiber.reap-expired` (every 5 minutes): requeue jobs whose worker died. Workers also reap the moment a
+ *   lease expires (the Waker's timer); this is the backstop, and what keeps `pgfiber tick` deployments tidy.
+ * - `pgfiber.dead-letter-retention` (daily at 03:17 UTC): delete dead letters that were handled (retried or
+ *   resolved) more than 30 days ago; unresolved ones stay until someone looks at them.
+ * Both do what deploy/pg_cron.sql does from inside the database, for deployments that prefer pg_cron.
+ */
+import { Duration, Effect, Schema } from "effect"
+import * as Queue from "../../queue/Queue.js"
+import type * as Schedules from "../../queue/Schedules.js"
+import { Transient } from "../../JobError.js"
+import * as Stage from "../../runtime/Stage.js"
+
+export const stageName = "pgfiber.housekeeping"
+
+export const Task = Schema.Union(
+  Schema.Struct({ task: Schema.Literal("reap-expired") }),
+  Schema.Struct({ task: Schema.Literal("purge-dead-letters"), olderThanDays: Schema.Int.pipe(Schema.between(0, 3650)) })
+)
+
+export const housekeeping = Stage.make({
+  name: stageName,
+  payload: Task,
+  concurrency: 1,
+  maxAttempts: 3,
+  handler: (task) =>
+    Effect.gen(function*() {
+      const queue = yield* Queue.Queue
+      if (task.task === "reap-expired") {
+        const r = yield* queue.reapExpired
+        if (r.requeued + r.deadLettered > 0) yield* Effect.logInfo("housekeeping: expired leases", r)
+        return
+      }
+      const purged = yield* queue.deadLetters.purge({ olderThan: Duration.days(task.olderThanDays) })
+      if (purged > 0) yield* Effect.logInfo("housekeeping: handled dead letters purged", { purged })
+    }).pipe(Effect.catchTag("DbError", (e) => Effect.fail(new Transient({ message: e.message }))))
+})
+
+export const schedules: ReadonlyArray<Schedules.ScheduleSpec> = [
+  { name: "pgfiber.reap-expired", stage: stageName, cron: "*/5 * * * *", payload: { task: "reap-expired" } },
+  {
+    name: "pgfiber.dead-letter-retention",
+    stage: stageName,
+    cron: "17 3 * * *",
+    payload: { task: "purge-dead-letters", olderThanDays: 30 }
+  }
+]
