@@ -1,5 +1,7 @@
 /**
- * API keys: bearer tokens for the HTTP API, each bound to one org. A key is `pgf_<prefix>_<secret>`: the
+ * API keys: bearer tokens for the HTTP API and the dashboard's sign-in. An `org` key is bound to one org; an
+ * `admin` key (an operator's, `keys create --admin`) lets the dashboard show every org, and acts on the HTTP
+ * API only for the org it names, if any. A key is `pgf_<prefix>_<secret>`: the
  * prefix (6 random bytes, hex) finds the row, the secret (32 random bytes, base64url) is stored only as its
  * SHA-256. The token is shown once, at creation. Lookups run as the service's own role, before a request
  * switches to the tenant role, which has no access to the table at all (migrations/0002_api_keys.sql).
@@ -8,9 +10,13 @@ import { Context, Data, Effect, Layer, Option, Redacted } from "effect"
 import * as Crypto from "node:crypto"
 import * as Db from "../layers/Db.js"
 
+export type KeyScope = "org" | "admin"
+
 export interface ApiKey {
   readonly id: string
-  readonly orgId: string
+  /** Null only for an admin key made without an org. */
+  readonly orgId: string | null
+  readonly scope: KeyScope
   readonly prefix: string
   readonly name: string | null
   readonly createdAt: Date
@@ -21,6 +27,13 @@ export interface ApiKey {
 export interface Principal {
   readonly keyId: string
   readonly orgId: string
+}
+
+/** Who signed in to the dashboard: an operator (every org) or one org. */
+export interface Viewer {
+  readonly keyId: string
+  readonly orgId: string | null
+  readonly admin: boolean
 }
 
 export class InvalidKeyRequest extends Data.TaggedError("InvalidKeyRequest")<{ readonly message: string }> {}
@@ -50,7 +63,8 @@ const date = (v: unknown) => (v instanceof Date ? v : new Date(String(v)))
 
 const rowToKey = (r: Record<string, unknown>): ApiKey => ({
   id: String(r.id),
-  orgId: String(r.org_id),
+  orgId: r.org_id === null || r.org_id === undefined ? null : String(r.org_id),
+  scope: r.scope === "admin" ? "admin" : "org",
   prefix: String(r.prefix),
   name: r.name === null || r.name === undefined ? null : String(r.name),
   createdAt: date(r.created_at),
@@ -58,19 +72,19 @@ const rowToKey = (r: Record<string, unknown>): ApiKey => ({
 })
 
 /** Writes a new key. Locking: a new row only; the unique prefix index refuses a (2^-48) collision. */
-const insertKey = (sql: Db.Sql, orgId: string, prefix: string, hash: Buffer, name: string | null) =>
+const insertKey = (sql: Db.Sql, orgId: string | null, scope: KeyScope, prefix: string, hash: Buffer, name: string | null) =>
   sql<Array<Record<string, unknown>>>`
-    insert into api_keys (org_id, prefix, key_hash, name) values (${orgId}, ${prefix}, ${hash}, ${name})
-    returning id, org_id, prefix, name, created_at, revoked_at`
+    insert into api_keys (org_id, scope, prefix, key_hash, name) values (${orgId}, ${scope}, ${prefix}, ${hash}, ${name})
+    returning id, org_id, scope, prefix, name, created_at, revoked_at`
 
 /** The live key with this prefix. Locking: none, a read by the unique index. */
 const selectLiveKey = (sql: Db.Sql, prefix: string) =>
-  sql<Array<{ id: string; org_id: string; key_hash: Buffer }>>`
-    select id, org_id, key_hash from api_keys where prefix = ${prefix} and revoked_at is null`
+  sql<Array<{ id: string; org_id: string | null; scope: string; key_hash: Buffer }>>`
+    select id, org_id, scope, key_hash from api_keys where prefix = ${prefix} and revoked_at is null`
 
 const listKeys = (sql: Db.Sql, orgId: string | null) =>
   sql<Array<Record<string, unknown>>>`
-    select id, org_id, prefix, name, created_at, revoked_at from api_keys
+    select id, org_id, scope, prefix, name, created_at, revoked_at from api_keys
     where (${orgId}::text is null or org_id = ${orgId}::text) order by id`
 
 /**
@@ -82,53 +96,74 @@ const revokeKey = (sql: Db.Sql, idOrPrefix: string) =>
     : sql<Array<{ id: string }>>`update api_keys set revoked_at = now() where prefix = ${idOrPrefix} and revoked_at is null returning id`
 
 export class ApiKeys extends Context.Tag("pgfiber/ApiKeys")<ApiKeys, {
-  /** A new key for the org; the token is in the result and nowhere else. */
-  readonly create: (options: { readonly orgId: string; readonly name?: string | undefined }) => Effect.Effect<
+  /** A new key for the org (or an operator's with `admin`); the token is in the result and nowhere else. */
+  readonly create: (options: CreateOptions) => Effect.Effect<
     { readonly key: ApiKey; readonly token: Redacted.Redacted<string> },
     InvalidKeyRequest | Db.DbError
   >
-  /** The org a presented token acts for; None when it is malformed, unknown or revoked. */
+  /**
+   * The org a presented token acts for on the HTTP API; None when it is malformed, unknown or revoked (or an
+   * admin key that names no org).
+   */
   readonly verify: (token: Redacted.Redacted<string>) => Effect.Effect<Option.Option<Principal>, Db.DbError>
+  /** Who a presented token signs in to the dashboard as; None when it is malformed, unknown or revoked. */
+  readonly verifyViewer: (token: Redacted.Redacted<string>) => Effect.Effect<Option.Option<Viewer>, Db.DbError>
   readonly list: (options?: { readonly orgId?: string | undefined }) => Effect.Effect<ReadonlyArray<ApiKey>, Db.DbError>
   /** By id or prefix; false when no live key matched. */
   readonly revoke: (idOrPrefix: string) => Effect.Effect<boolean, Db.DbError>
 }>() {}
 
+export interface CreateOptions {
+  /** Required for an org key; optional for an admin key (the org it acts for on the HTTP API). */
+  readonly orgId?: string | undefined
+  readonly name?: string | undefined
+  readonly admin?: boolean | undefined
+}
+
 export const make = Effect.gen(function*() {
   const db = yield* Db.Db
 
-  const create = Effect.fn("ApiKeys.create")(function*(options: { readonly orgId: string; readonly name?: string | undefined }) {
-    const orgId = options.orgId.trim()
-    if (!orgIdPattern.test(orgId)) {
+  const create = Effect.fn("ApiKeys.create")(function*(options: CreateOptions) {
+    const orgId = options.orgId?.trim()
+    const scope: KeyScope = options.admin === true ? "admin" : "org"
+    if (orgId === undefined && scope === "org") {
+      return yield* new InvalidKeyRequest({ message: "an org key needs an org (or make an operator's key with --admin)" })
+    }
+    if (orgId !== undefined && !orgIdPattern.test(orgId)) {
       return yield* new InvalidKeyRequest({ message: `org "${orgId}" must match ${orgIdPattern.source}` })
     }
     if (options.name !== undefined && options.name.length > 200) {
       return yield* new InvalidKeyRequest({ message: "name must be at most 200 characters" })
     }
     const { hash, prefix, token } = newToken()
-    const [row] = yield* db.run((sql) => insertKey(sql, orgId, prefix, hash, options.name ?? null))
+    const [row] = yield* db.run((sql) => insertKey(sql, orgId ?? null, scope, prefix, hash, options.name ?? null))
     return { key: rowToKey(row!), token: Redacted.make(token) }
   })
 
-  const verify = (token: Redacted.Redacted<string>) =>
+  const verifyViewer = (token: Redacted.Redacted<string>): Effect.Effect<Option.Option<Viewer>, Db.DbError> =>
     Option.match(parseToken(Redacted.value(token)), {
       onNone: () => Effect.succeedNone,
       onSome: ({ hash, prefix }) =>
         db.run((sql) => selectLiveKey(sql, prefix)).pipe(
           Effect.map(([row]) =>
             row !== undefined && Crypto.timingSafeEqual(Buffer.from(row.key_hash), hash)
-              ? Option.some({ keyId: String(row.id), orgId: row.org_id })
+              ? Option.some({ keyId: String(row.id), orgId: row.org_id, admin: row.scope === "admin" })
               : Option.none()
           )
         )
     }).pipe(Effect.withSpan("ApiKeys.verify"))
+
+  const verify = (token: Redacted.Redacted<string>) =>
+    verifyViewer(token).pipe(
+      Effect.map(Option.flatMap((v) => (v.orgId === null ? Option.none() : Option.some({ keyId: v.keyId, orgId: v.orgId }))))
+    )
 
   const list = (options: { readonly orgId?: string | undefined } = {}) =>
     db.run((sql) => listKeys(sql, options.orgId ?? null)).pipe(Effect.map((rows) => rows.map(rowToKey)))
 
   const revoke = (idOrPrefix: string) => db.run((sql) => revokeKey(sql, idOrPrefix.trim())).pipe(Effect.map((rows) => rows.length > 0))
 
-  return ApiKeys.of({ create, verify, list, revoke })
+  return ApiKeys.of({ create, verify, verifyViewer, list, revoke })
 })
 
 export const layer = Layer.effect(ApiKeys, make)

@@ -1,4 +1,4 @@
-/** `keys create|list|revoke`: API keys for the HTTP API, each bound to one org. */
+/** `keys create|list|revoke`: API keys for the HTTP API and the dashboard, each bound to one org or an operator's (`--admin`). */
 import { Args, Command, Options } from "@effect/cli"
 import { Effect, Option, Redacted } from "effect"
 import * as ApiKeys from "../auth/ApiKeys.js"
@@ -9,7 +9,10 @@ import * as Output from "./Output.js"
 const create = Command.make(
   "create",
   {
-    org: Options.text("org").pipe(Options.withDescription("The org the key acts for (required)")),
+    org: Options.text("org").pipe(Options.optional, Options.withDescription("The org the key acts for (required unless --admin)")),
+    admin: Options.boolean("admin").pipe(
+      Options.withDescription("An operator's key: the dashboard shows it every org (with --org, it acts for that org on the HTTP API)")
+    ),
     name: Options.text("name").pipe(Options.optional, Options.withDescription("A label, e.g. the client's name")),
     json: Options.boolean("json").pipe(Options.withDescription("Print JSON: id, prefix, org and the key"))
   },
@@ -17,14 +20,17 @@ const create = Command.make(
     operator(() =>
       Effect.gen(function*() {
         const keys = yield* ApiKeys.ApiKeys
-        const { key, token } = yield* keys.create({ orgId: o.org, name: Option.getOrUndefined(o.name) })
-        yield* Effect.logInfo("API key created").pipe(Effect.annotateLogs({ keyId: key.id, prefix: key.prefix, org: key.orgId }))
-        if (o.json) return yield* Output.json({ id: key.id, prefix: key.prefix, orgId: key.orgId, name: key.name, key: Redacted.value(token) })
-        yield* Output.note(`key ${key.id} (prefix ${key.prefix}) for org ${key.orgId}; it is shown once, store it now:`)
+        const { key, token } = yield* keys.create({ orgId: Option.getOrUndefined(o.org), name: Option.getOrUndefined(o.name), admin: o.admin })
+        yield* Effect.logInfo("API key created").pipe(Effect.annotateLogs({ keyId: key.id, prefix: key.prefix, org: key.orgId, scope: key.scope }))
+        if (o.json) {
+          return yield* Output.json({ id: key.id, prefix: key.prefix, orgId: key.orgId, scope: key.scope, name: key.name, key: Redacted.value(token) })
+        }
+        const whose = key.scope === "admin" ? `an operator (admin) key${key.orgId === null ? "" : ` acting for org ${key.orgId} on the API`}` : `for org ${key.orgId}`
+        yield* Output.note(`key ${key.id} (prefix ${key.prefix}) ${whose}; it is shown once, store it now:`)
         yield* Output.line(Redacted.value(token))
       })
     )
-).pipe(Command.withDescription("Create an API key for an org and print it (once: only its hash is stored)"))
+).pipe(Command.withDescription("Create an API key for an org (or an operator's, --admin) and print it (once: only its hash is stored)"))
 
 const list = Command.make(
   "list",
@@ -39,8 +45,8 @@ const list = Command.make(
         const all = yield* keys.list({ orgId: Option.getOrUndefined(o.org) })
         if (o.json) return yield* Output.json(all)
         yield* Output.line(Output.table(
-          [{ header: "ID", align: "right" }, { header: "PREFIX" }, { header: "ORG" }, { header: "NAME" }, { header: "CREATED" }, { header: "REVOKED" }],
-          all.map((k) => [k.id, k.prefix, k.orgId, k.name ?? "", k.createdAt.toISOString(), k.revokedAt?.toISOString() ?? ""])
+          [{ header: "ID", align: "right" }, { header: "PREFIX" }, { header: "ORG" }, { header: "SCOPE" }, { header: "NAME" }, { header: "CREATED" }, { header: "REVOKED" }],
+          all.map((k) => [k.id, k.prefix, k.orgId ?? "", k.scope, k.name ?? "", k.createdAt.toISOString(), k.revokedAt?.toISOString() ?? ""])
         ))
       })
     )

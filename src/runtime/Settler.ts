@@ -16,6 +16,7 @@ import type * as Outcome from "../queue/Outcome.js"
 import * as Queue from "../queue/Queue.js"
 import type * as JobRun from "./JobRun.js"
 import * as Metrics from "./Metrics.js"
+import * as MinuteStats from "./MinuteStats.js"
 import * as Stage from "./Stage.js"
 import { jobInfo } from "./JobRun.js"
 
@@ -61,6 +62,8 @@ export const make = <A, I, R>(stage: Stage.Stage<A, I, R>, options: SettlerOptio
       Object.entries(counters).map(([k, m]) => [k, Metrics.forStage(m, stage.name)])
     ) as Record<Outcome.Settled, Metric.Metric.Counter<number>>
     const duration = Metrics.forStage(Metrics.duration, stage.name)
+    // the dashboard's per-minute counts, where the process keeps them (`pgfiber start` / `worker`)
+    const minuteStats = yield* Effect.serviceOption(MinuteStats.MinuteStats)
 
     const annotate = (job: Job) => Effect.annotateLogs({ stage: stage.name, jobId: job.id, attempt: job.attempts + 1 })
 
@@ -88,6 +91,7 @@ export const make = <A, I, R>(stage: Stage.Stage<A, I, R>, options: SettlerOptio
           const result = results[i]!
           counts[result] = (counts[result] ?? 0) + 1
           if (seconds !== undefined) duration.unsafeUpdate(seconds, [])
+          if (minuteStats._tag === "Some") minuteStats.value.record(stage.name, job.orgId, result, seconds)
           if (result === "retried" || result === "rescheduled") requeued = true
           // the common case, a plain completion, logs nothing and costs nothing more
           if (result === "completed" && decided.note === undefined) continue
