@@ -2,15 +2,15 @@
  * The one source of everything the dashboard shows live, shared by every open page of a server: a single
  * statement (StatsSql.liveSnapshot: depth per stage and org, workers, the last hour of per-minute counts, the
  * jobs open job pages watch) run by one fiber, never by a viewer. It runs only while someone watches: soon
- * after something happened (a NOTIFY of new jobs, a job settled in this process, a new viewer), at most once
+ * after something happened (a NOTIFY of new jobs, an event of this process's jobs bus, a new viewer), at most once
  * per `minInterval`, and otherwise once per `idleInterval`. So twenty open dashboards cost the database what
  * one does: one statement per idle interval. Viewers get the snapshot filtered to what their key may see.
  */
-import { Config, Context, Duration, Effect, Layer, Option, Queue as Q, Ref, Stream, SubscriptionRef } from "effect"
+import { Config, Context, Duration, Effect, Layer, Queue as Q, Ref, Stream, SubscriptionRef } from "effect"
 import * as Db from "../layers/Db.js"
 import * as Queue from "../queue/Queue.js"
 import * as StatsSql from "../queue/StatsSql.js"
-import * as MinuteStats from "../runtime/MinuteStats.js"
+import * as Events from "../runtime/Events.js"
 
 export interface LiveOptions {
   /** The least time between two snapshots, however busy the queue. */
@@ -58,7 +58,7 @@ export const make = (options: LiveOptions) =>
   Effect.gen(function*() {
     const db = yield* Db.Db
     const queue = yield* Queue.Queue
-    const minuteStats = yield* Effect.serviceOption(MinuteStats.MinuteStats)
+    const bus = yield* Events.current
     const current = yield* SubscriptionRef.make<Snapshot | null>(null)
     const dirty = yield* Q.sliding<void>(1)
     const viewersChanged = yield* Q.sliding<void>(1)
@@ -108,10 +108,8 @@ export const make = (options: LiveOptions) =>
         Effect.catchAll((e) => Effect.logWarning("dashboard: LISTEN unavailable; live views refresh at the idle interval", e.message))
       )
     )
-    if (Option.isSome(minuteStats)) {
-      const stop = minuteStats.value.onRecorded(markDirty)
-      yield* Effect.addFinalizer(() => Effect.sync(stop))
-    }
+    // jobs this process enqueued, started or settled (the events bus): the view refreshes within minInterval
+    yield* Effect.forkScoped(bus.subscribe().pipe(Stream.runForEach(() => Effect.sync(markDirty))))
 
     const join = (watch: string | undefined) =>
       Effect.acquireRelease(

@@ -223,8 +223,8 @@ export const nextWake = (sql: Sql, stages: ReadonlyArray<string>) =>
 
 /** Cancels a job: a queued one is deleted, a running one is marked for its worker. Locking: that row. */
 export const cancelJob = (sql: Sql, id: string) =>
-  sql<Array<{ outcome: string }>>`
-    with target as (select id, status from jobs where id = ${id} for update),
+  sql<Array<{ outcome: string; stage: string | null; org_id: string | null }>>`
+    with target as (select id, status, stage, org_id from jobs where id = ${id} for update),
     removed as (delete from jobs j using target t where j.id = t.id and t.status = 'queued' returning j.id),
     marked as (
       update jobs j set status = 'cancelled', updated_at = now()
@@ -232,7 +232,8 @@ export const cancelJob = (sql: Sql, id: string) =>
     select case when exists (select 1 from removed) then 'cancelled'
                 when exists (select 1 from marked) then 'cancelling'
                 when exists (select 1 from target) then 'cancelling'
-                else 'not-found' end as outcome`
+                else 'not-found' end as outcome,
+           (select stage from target) as stage, (select org_id from target) as org_id`
 
 export const selectJob = (sql: Sql, id: string) => sql<Array<Record<string, unknown>>>`select * from jobs where id = ${id}`
 

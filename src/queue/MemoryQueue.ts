@@ -7,6 +7,7 @@
 import { Clock, Duration, Effect, Either, Exit, FiberRef, Layer, Option } from "effect"
 import type { DeadLetter, EnqueueResult, ErrorEntry, Job, Lease, NewJob, StageStats, ValidJob } from "./Job.js"
 import { countEnqueued, defaultMaxPayloadBytes, errorEntry, jobFromDeadLetter, JobNotFound, validateAll } from "./Job.js"
+import * as Events from "../runtime/Events.js"
 import * as Outcome from "./Outcome.js"
 import type { Settled } from "./Outcome.js"
 import { type OnDead, Queue, type QueueOptions, type Wakeups } from "./Queue.js"
@@ -21,7 +22,7 @@ interface Pending {
 const currentTransaction = FiberRef.unsafeMake<Option.Option<Pending>>(Option.none())
 
 export const make = (options: QueueOptions = {}) =>
-  Effect.sync(() => {
+  Effect.flatMap(Events.current, (events) => Effect.sync(() => {
     const owner = {}
     const validation = {
       maxPayloadBytes: options.maxPayloadBytes ?? defaultMaxPayloadBytes,
@@ -136,7 +137,11 @@ export const make = (options: QueueOptions = {}) =>
       const valid = validateAll(newJobs, validation)
       return Either.isLeft(valid)
         ? Effect.fail(valid.left)
-        : Effect.tap(enqueueValid(valid.right), (results) => countEnqueued(valid.right, results))
+        : Effect.tap(enqueueValid(valid.right), (results) =>
+          Effect.zipRight(
+            countEnqueued(valid.right, results),
+            Effect.sync(() => events.active() && events.publish(Events.enqueued(valid.right, results)))
+          ))
     }
 
     const transaction = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
@@ -262,7 +267,10 @@ export const make = (options: QueueOptions = {}) =>
         })
         const done = outcomes.map((o, i) => settleOne(o, prepared[i]!.followUps, prepared[i]!.invalid, now))
         for (let i = 0; i < done.length; i++) {
-          if (done[i]!.enqueued) yield* countEnqueued(prepared[i]!.followUps!, done[i]!.enqueued!)
+          if (done[i]!.enqueued) {
+            yield* countEnqueued(prepared[i]!.followUps!, done[i]!.enqueued!)
+            if (events.active()) events.publish(Events.enqueued(prepared[i]!.followUps!, done[i]!.enqueued!))
+          }
         }
         const dead = done.flatMap((d, index): Array<Outcome.DeadLettered> =>
           d.settled === "deadLettered" ? [{ index, reason: d.reason ?? "", exhausted: outcomes[index]!._tag === "Retry" }] : []
@@ -362,6 +370,7 @@ export const make = (options: QueueOptions = {}) =>
         if (!j) return "not-found" as const
         if (j.status === "queued") {
           jobs.delete(id)
+          if (events.active()) events.publish([{ _tag: "Cancelled", jobId: id, stage: j.stage, orgId: j.orgId, attempt: 0, at: new Date() }])
           return "cancelled" as const
         }
         j.status = "cancelled"
@@ -475,6 +484,6 @@ export const make = (options: QueueOptions = {}) =>
       deadLetters,
       listen
     })
-  })
+  }))
 
 export const layer = (options: QueueOptions = {}) => Layer.effect(Queue, make(options))

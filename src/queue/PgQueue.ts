@@ -4,6 +4,7 @@
  */
 import { Duration, Effect, Either, Exit, Layer } from "effect"
 import * as Db from "../layers/Db.js"
+import * as Events from "../runtime/Events.js"
 import type { DeadLetter, ErrorEntry, Job, JobStatus, StageStats, ValidJob } from "./Job.js"
 import { countEnqueued, defaultMaxPayloadBytes, isJobId, jobFromDeadLetter, JobNotFound, validateAll } from "./Job.js"
 import * as JobsSql from "./JobsSql.js"
@@ -64,6 +65,7 @@ const clampLimit = (n: number | undefined, fallback: number) => Math.max(1, Math
 export const make = (options: QueueOptions = {}) =>
   Effect.gen(function*() {
     const db = yield* Db.Db
+    const events = yield* Events.current
     let savepoints = 0
     const validation = {
       maxPayloadBytes: options.maxPayloadBytes ?? defaultMaxPayloadBytes,
@@ -121,6 +123,7 @@ export const make = (options: QueueOptions = {}) =>
       if (Either.isLeft(valid)) return yield* valid.left
       const results = yield* enqueueValid(valid.right)
       yield* countEnqueued(valid.right, results)
+      if (events.active()) events.publish(Events.enqueued(valid.right, results))
       return results
     })
 
@@ -217,7 +220,11 @@ export const make = (options: QueueOptions = {}) =>
         })
         if (anyFollowUps) {
           const next = results.flatMap((r, i) => (r === "completed" && followUps[i] ? followUps[i]! : []))
-          if (next.length > 0) yield* countEnqueued(next, yield* enqueueValid(next))
+          if (next.length > 0) {
+            const written = yield* enqueueValid(next)
+            yield* countEnqueued(next, written)
+            if (events.active()) events.publish(Events.enqueued(next, written))
+          }
         }
         if (settleOptions.onDeadLettered) {
           const dead = results.flatMap((r, index): Array<DeadLettered> =>
@@ -305,7 +312,13 @@ export const make = (options: QueueOptions = {}) =>
     const cancel = (id: string) =>
       isId(id)
         ? db.run((sql) => JobsSql.cancelJob(sql, id)).pipe(
-          Effect.map((rows) => (rows[0]?.outcome ?? "not-found") as "cancelled" | "cancelling" | "not-found"),
+          Effect.map((rows) => {
+            const row = rows[0]
+            if (row?.outcome === "cancelled" && row.stage !== null && events.active()) {
+              events.publish([{ _tag: "Cancelled", jobId: id, stage: row.stage, orgId: row.org_id, attempt: 0, at: new Date() }])
+            }
+            return (row?.outcome ?? "not-found") as "cancelled" | "cancelling" | "not-found"
+          }),
           Effect.withSpan("Queue.cancel")
         )
         : Effect.succeed("not-found" as const)

@@ -1,14 +1,13 @@
 /**
  * Per-minute counts of what this process settled (completions, retries, dead letters, handler run time) per
- * stage and org, kept in memory and written to `job_stats_minute` in one batched upsert per flush interval
- * (default once a minute), and once more at shutdown. The dashboard's charts read that small table instead of
- * scanning jobs. An idle worker writes nothing. Listeners (the dashboard's live view in the same process)
- * are told that something settled, so they can refresh sooner than their idle interval.
+ * stage and org, counted in memory from the process's job events (Events.ts) and written to
+ * `job_stats_minute` in one batched upsert per flush interval (default once a minute), and once more at
+ * shutdown. The dashboard's charts read that small table instead of scanning jobs. An idle worker writes nothing.
  */
-import { Config, Context, Duration, Effect, Layer } from "effect"
+import { Config, Context, Duration, Effect, Layer, Stream } from "effect"
 import * as Db from "../layers/Db.js"
-import type * as Outcome from "../queue/Outcome.js"
 import * as StatsSql from "../queue/StatsSql.js"
+import * as Events from "./Events.js"
 
 export interface MinuteStatsOptions {
   /** How often the counts are written. */
@@ -32,11 +31,9 @@ export const config: Config.Config<MinuteStatsOptions> = Config.all({
 
 export class MinuteStats extends Context.Tag("pgfiber/MinuteStats")<MinuteStats, {
   /** Counts one settled job (in memory; no statement). */
-  readonly record: (stage: string, orgId: string | null, result: Outcome.Settled, seconds: number | undefined) => void
+  readonly record: (event: Events.JobEvent) => void
   /** Writes what has accumulated now. */
   readonly flush: Effect.Effect<void, Db.DbError>
-  /** Calls `listener` after each batch recorded, until the returned function is called. */
-  readonly onRecorded: (listener: () => void) => () => void
 }>() {}
 
 interface Cell {
@@ -52,14 +49,13 @@ export const make = (options: MinuteStatsOptions) =>
   Effect.gen(function*() {
     const db = yield* Db.Db
     let cells = new Map<string, { minute: number; stage: string; orgKey: string; cell: Cell }>()
-    const listeners = new Set<() => void>()
     const keepMs = Duration.toMillis(options.keep)
 
-    const record = (stage: string, orgId: string | null, result: Outcome.Settled, seconds: number | undefined) => {
-      const counted = result === "completed" || result === "retried" || result === "deadLettered"
-      if (!counted) return
-      const minute = Math.floor(Date.now() / 60_000) * 60_000
-      const orgKey = orgId ?? ""
+    const record = (event: Events.JobEvent) => {
+      if (event._tag !== "Completed" && event._tag !== "Retried" && event._tag !== "DeadLettered") return
+      const { stage, seconds } = event
+      const minute = Math.floor(event.at.getTime() / 60_000) * 60_000
+      const orgKey = event.orgId ?? ""
       const key = `${minute}\u0000${stage}\u0000${orgKey}`
       let entry = cells.get(key)
       if (entry === undefined) {
@@ -67,16 +63,15 @@ export const make = (options: MinuteStatsOptions) =>
         cells.set(key, entry)
       }
       const c = entry.cell
-      if (result === "completed") c.completed++
-      else if (result === "retried") c.retried++
+      if (event._tag === "Completed") c.completed++
+      else if (event._tag === "Retried") c.retried++
       else c.deadLettered++
-      if (seconds !== undefined) {
+      if (seconds !== null) {
         const ms = seconds * 1000
         c.runs++
         c.runMsSum += ms
         if (ms > c.runMsMax) c.runMsMax = ms
       }
-      listeners.forEach((listener) => listener())
     }
 
     const flush = Effect.suspend(() => {
@@ -107,12 +102,10 @@ export const make = (options: MinuteStatsOptions) =>
       )
     })
 
-    const onRecorded = (listener: () => void) => {
-      listeners.add(listener)
-      return () => {
-        listeners.delete(listener)
-      }
-    }
+    const bus = yield* Events.current
+    yield* Effect.forkScoped(
+      bus.subscribe({ capacity: 65_536 }).pipe(Stream.runForEach((event) => Effect.sync(() => record(event))))
+    )
 
     yield* Effect.forkScoped(
       Effect.sleep(options.flushInterval).pipe(
@@ -125,7 +118,7 @@ export const make = (options: MinuteStatsOptions) =>
     // what the last minutes counted is written on the way out too
     yield* Effect.addFinalizer(() => flush.pipe(Effect.catchAllCause(() => Effect.void)))
 
-    return MinuteStats.of({ record, flush, onRecorded })
+    return MinuteStats.of({ record, flush })
   })
 
 export const layer = (options: MinuteStatsOptions) => Layer.scoped(MinuteStats, make(options))

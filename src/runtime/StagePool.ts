@@ -24,6 +24,7 @@
  */
 import { Cause, Clock, Deferred, Duration, Effect, Exit, Fiber, FiberRef, HashMap, HashSet, Logger, Metric, Option, Queue as Q, Runtime, Schedule, Schema, Scope } from "effect"
 import * as Db from "../layers/Db.js"
+import * as Events from "./Events.js"
 import * as JobRun from "./JobRun.js"
 import * as Metrics from "./Metrics.js"
 import * as Settler from "./Settler.js"
@@ -90,6 +91,7 @@ const makeCore = <A, I, R>(stage: Stage.Stage<A, I, R>, concurrency: number, onR
     const maxUnsettled = maxUnsettledFor(concurrency)
     const queue = yield* Queue.Queue
     const held = new Map<string, Held>()
+    const events = yield* Events.current
     const waiting: Array<Held> = []
     let running = 0
     const counts: Counts = { completed: 0, retried: 0, rescheduled: 0, deadLettered: 0, released: 0, fenced: 0, unrecorded: 0 }
@@ -190,6 +192,13 @@ const makeCore = <A, I, R>(stage: Stage.Stage<A, I, R>, concurrency: number, onR
           entry.slot = slot
           running++
           entry.startedAt = clock.unsafeCurrentTimeMillis()
+          if (events.active()) {
+            const job = entry.job
+            events.publish([{
+              _tag: "Started", jobId: job.id, stage: job.stage, orgId: job.orgId, attempt: job.attempts + 1,
+              at: new Date(entry.startedAt), workerId: job.lockedBy ?? ""
+            }])
+          }
           return Effect.flatMap(Effect.exit(restore(handlerOf(entry, payload))), (exit) => {
             const seconds = (clock.unsafeCurrentTimeMillis() - entry.startedAt) / 1000
             const decided = JobRun.decideExit(stage, entry.job, exit, entry)
