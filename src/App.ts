@@ -14,6 +14,7 @@ import * as PgSchedules from "./queue/PgSchedules.js"
 import type * as Queue from "./queue/Queue.js"
 import type * as Schedules from "./queue/Schedules.js"
 import * as Events from "./runtime/Events.js"
+import * as MinuteStats from "./runtime/MinuteStats.js"
 import * as Scheduler from "./runtime/Scheduler.js"
 import type * as Stage from "./runtime/Stage.js"
 import type * as Waker from "./runtime/Waker.js"
@@ -143,5 +144,7 @@ export const layerWorker = (
   const scheduler = Layer.unwrapEffect(
     Effect.map(Effect.forEach(selection.pipelines, (p) => p.schedules), (lists) => Scheduler.layer(lists.flat()))
   ).pipe(Layer.provide(PgSchedules.layer))
-  return scheduler.pipe(Layer.provideMerge(worker), Layer.merge(onStart))
+  // the per-minute counts the dashboard's charts read, from this process's job events
+  const minuteStats = Layer.unwrapEffect(Effect.map(MinuteStats.config, (o) => Layer.scopedDiscard(MinuteStats.make(o))))
+  return scheduler.pipe(Layer.provideMerge(worker), Layer.merge(onStart), Layer.merge(minuteStats))
 }

@@ -109,6 +109,8 @@ export class ApiKeys extends Context.Tag("pgfiber/ApiKeys")<ApiKeys, {
   /** Who a presented token signs in to the dashboard as; None when it is malformed, unknown or revoked. */
   readonly verifyViewer: (token: Redacted.Redacted<string>) => Effect.Effect<Option.Option<Viewer>, Db.DbError>
   readonly list: (options?: { readonly orgId?: string | undefined }) => Effect.Effect<ReadonlyArray<ApiKey>, Db.DbError>
+  /** The key with this id exists and is not revoked (a dashboard session ends with its key). */
+  readonly isLive: (keyId: string) => Effect.Effect<boolean, Db.DbError>
   /** By id or prefix; false when no live key matched. */
   readonly revoke: (idOrPrefix: string) => Effect.Effect<boolean, Db.DbError>
 }>() {}
@@ -161,9 +163,16 @@ export const make = Effect.gen(function*() {
   const list = (options: { readonly orgId?: string | undefined } = {}) =>
     db.run((sql) => listKeys(sql, options.orgId ?? null)).pipe(Effect.map((rows) => rows.map(rowToKey)))
 
+  const isLive = (keyId: string) =>
+    /^\d{1,19}$/.test(keyId)
+      ? db.run((sql) => sql<Array<{ id: string }>>`select id from api_keys where id = ${keyId} and revoked_at is null`).pipe(
+        Effect.map((rows) => rows.length === 1)
+      )
+      : Effect.succeed(false)
+
   const revoke = (idOrPrefix: string) => db.run((sql) => revokeKey(sql, idOrPrefix.trim())).pipe(Effect.map((rows) => rows.length > 0))
 
-  return ApiKeys.of({ create, verify, verifyViewer, list, revoke })
+  return ApiKeys.of({ create, verify, verifyViewer, list, isLive, revoke })
 })
 
 export const layer = Layer.effect(ApiKeys, make)

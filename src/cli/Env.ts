@@ -4,6 +4,7 @@
  */
 import { Config, Effect, Layer } from "effect"
 import * as App from "../App.js"
+import * as Events from "../runtime/Events.js"
 import * as Db from "../layers/Db.js"
 import * as PgQueue from "../queue/PgQueue.js"
 import type * as Stage from "../runtime/Stage.js"
@@ -56,5 +57,6 @@ export const layerOps = (stages: ReadonlyArray<KnownStage>) =>
 export const layerService = (stages: ReadonlyArray<KnownStage>, migrate: boolean) =>
   Layer.mergeAll(ApiKeys.layer, Layer.succeed(Submit.KnownStages, stages)).pipe(
     Layer.provideMerge(PgQueue.layer({ knownStages: stages.map((s) => s.name) })),
-    Layer.provideMerge(migrate ? App.layerDb : Db.layer)
+    // the process's job-events bus: the queue and the pools publish, the dashboard and the per-minute counts listen
+    Layer.provideMerge(Layer.merge(migrate ? App.layerDb : Db.layer, Events.layer()))
   )

@@ -24,6 +24,7 @@ import { NodeHttpServer, NodeHttpServerRequest } from "@effect/platform-node"
 import { Cause, Config, Context, Effect, Exit, Layer, LogLevel, Option } from "effect"
 import type * as NodeHttp from "node:http"
 import { createServer } from "node:http"
+import * as Dashboard from "../dashboard/Dashboard.js"
 import type * as Stage from "../runtime/Stage.js"
 import { Api } from "./Api.js"
 import * as Queue from "../queue/Queue.js"
@@ -50,6 +51,8 @@ export interface ServerOptions {
   readonly workerId: string
   /** The stages the dev tick may run here; default: every known stage. */
   readonly tickStages?: ReadonlyArray<Stage.Stage<any, any, any>> | undefined
+  /** The web dashboard at `/dashboard` on the API listener: default from `DASHBOARD_*`; false: none. */
+  readonly dashboard?: false | Dashboard.DashboardOptions | undefined
 }
 
 export const config = Config.all({
@@ -306,7 +309,13 @@ export const layer = <R = never>(options: ServerOptions) => {
   // the exit after the platform has already answered a failure (with an empty body)
   const serveOn = (listener: "api" | "admin") =>
     Layer.unwrapEffect(
-      Effect.map(HttpApiBuilder.httpApp, (app) => HttpServer.serve(jsonErrors(listenerFilter(listener)(app)), accessLog))
+      Effect.gen(function*() {
+        const app = yield* HttpApiBuilder.httpApp
+        // the dashboard (its own sign-in, HTML errors) answers its paths before the API's key guard sees them
+        const dashboard = listener === "api" ? yield* Effect.serviceOption(Dashboard.Dashboard) : Option.none()
+        const served = Option.isSome(dashboard) ? Dashboard.mount(dashboard.value)(app) : app
+        return HttpServer.serve(jsonErrors(listenerFilter(listener)(served)), accessLog)
+      })
     ).pipe(
       Layer.provide([HttpApiBuilder.Router.Live, HttpApiBuilder.Middleware.layer]),
       Layer.provide(api)
@@ -317,8 +326,14 @@ export const layer = <R = never>(options: ServerOptions) => {
     Layer.effectDiscard(Effect.flatMap(HttpServer.HttpServer, (server) =>
       Effect.logInfo(`admin listener (readyz, metrics, docs) on ${HttpServer.formatAddress(server.address)}`)))
   ).pipe(Layer.provide(NodeHttpServer.layer(createServer, { port: admin.port, host: admin.host })))
+  const dashboard = options.dashboard === false
+    ? Layer.empty
+    : options.dashboard === undefined
+    ? Dashboard.layerFromConfig
+    : Dashboard.layer(options.dashboard)
   return Layer.merge(
     serveOn("api").pipe(
+      Layer.provide(dashboard),
       HttpServer.withLogAddress,
       Layer.provideMerge(NodeHttpServer.layer(createServer, { port: options.port, host: options.host }))
     ),

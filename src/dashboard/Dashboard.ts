@@ -1,0 +1,476 @@
+/**
+ * The web dashboard: server-rendered pages under a base path (`/dashboard` in `pgfiber start`), signed in
+ * with an API key. An operator's key (admin scope) sees every org; an org's key sees its org only, because
+ * every page reads under that org's row-level security (`Db.withOrg`), as the HTTP API does, and the live
+ * view filters the shared snapshot to it. Actions (cancel, retry, resolve, purge) call the same Queue
+ * functions as the API and the CLI; destructive and bulk ones ask for confirmation first.
+ *
+ * Every response carries a strict Content-Security-Policy (scripts and styles from this origin only, no
+ * inline code), and every value is escaped (Html.ts). Sessions are signed cookies (Session.ts); POSTs need
+ * the session's CSRF token. Live updates are server-sent events from the one shared source (Live.ts).
+ *
+ * Mount it into your own server: `Dashboard.make({ basePath })` gives an `HttpApp` that answers every
+ * request under that path (and the caller routes only those to it), or use `Dashboard.layer` and its tag.
+ */
+import { HttpIncomingMessage, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import type { HttpApp } from "@effect/platform"
+import { Config, Context, Duration, Effect, Layer, Option, Redacted, Schedule, Stream } from "effect"
+import * as ApiKeys from "../auth/ApiKeys.js"
+import * as AuthLimiter from "../http/AuthLimiter.js"
+import * as Db from "../layers/Db.js"
+import * as BrowseSql from "../queue/BrowseSql.js"
+import * as PgSchedules from "../queue/PgSchedules.js"
+import * as Queue from "../queue/Queue.js"
+import * as Schedules from "../queue/Schedules.js"
+import * as Submit from "../runtime/Submit.js"
+import * as Worker from "../runtime/Worker.js"
+import * as Assets from "./Assets.js"
+import { html, type Html } from "./Html.js"
+import * as Live from "./Live.js"
+import * as Pages from "./Pages.js"
+import * as Session from "./Session.js"
+import * as View from "./View.js"
+
+export interface DashboardOptions {
+  /** Where the dashboard answers, e.g. "/dashboard" (no trailing slash). */
+  readonly basePath: string
+  /** Signs session cookies; servers that share it accept each other's sessions. Default: random per process. */
+  readonly sessionSecret?: Redacted.Redacted<string> | undefined
+  /** How long a sign-in lasts. */
+  readonly sessionTtl: Duration.Duration
+  /** The shared live source's pace (Live.ts); default from `DASHBOARD_LIVE_*`' defaults. */
+  readonly live?: Live.LiveOptions | undefined
+}
+
+export const config = Config.all({
+  enabled: Config.boolean("DASHBOARD_ENABLED").pipe(Config.withDefault(true)),
+  sessionSecret: Config.option(Config.redacted("DASHBOARD_SESSION_SECRET")),
+  sessionTtl: Config.integer("DASHBOARD_SESSION_TTL_MS").pipe(
+    Config.validate({ message: "must be a number of milliseconds from 60000 to 2592000000", validation: (n) => n >= 60_000 && n <= 2_592_000_000 }),
+    Config.withDefault(12 * 3_600_000),
+    Config.map(Duration.millis)
+  )
+})
+
+export const basePath = "/dashboard"
+
+/** Content-Security-Policy: this origin's scripts, styles and connections only; nothing inline; no framing. */
+export const contentSecurityPolicy =
+  "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
+  "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+const securityHeaders = {
+  "content-security-policy": contentSecurityPolicy,
+  "x-content-type-options": "nosniff",
+  "x-frame-options": "DENY",
+  "referrer-policy": "no-referrer",
+  "cross-origin-opener-policy": "same-origin"
+}
+
+const page = (body: Html, status = 200, extra: Record<string, string> = {}) =>
+  HttpServerResponse.text(body.text, {
+    status,
+    contentType: "text/html; charset=utf-8",
+    headers: { ...securityHeaders, "cache-control": "no-store", ...extra }
+  })
+
+const redirect = (location: string, extra: Record<string, string> = {}) =>
+  HttpServerResponse.empty({ status: 303, headers: { ...securityHeaders, location, "cache-control": "no-store", ...extra } })
+
+const maxFormBytes = 64 * 1024
+/** Bulk actions touch at most this many dead letters per confirmation. */
+export const bulkLimit = 1000
+
+export class Dashboard extends Context.Tag("pgfiber/Dashboard")<Dashboard, {
+  readonly basePath: string
+  /** Answers requests under `basePath`; anything else is a 404 page. */
+  readonly app: HttpApp.Default
+}>() {}
+
+type Signed = Session.Session & { readonly csrf: string }
+
+export const make = (options: DashboardOptions) =>
+  Effect.gen(function*() {
+    const base = options.basePath.replace(/\/+$/, "")
+    const db = yield* Db.Db
+    const queue = yield* Queue.Queue
+    const keys = yield* ApiKeys.ApiKeys
+    const live = yield* Live.Live
+    const known = yield* Effect.serviceOption(Submit.KnownStages)
+    const worker = yield* Effect.serviceOption(Worker.WorkerInfo)
+    const schedules = yield* Schedules.make(yield* PgSchedules.makeStore).pipe(Effect.provideService(Queue.Queue, queue))
+    const secret = Option.match(Option.fromNullable(options.sessionSecret), {
+      onNone: Session.newSecret,
+      onSome: (s) => Buffer.from(Redacted.value(s), "utf8")
+    })
+    const limiter = AuthLimiter.make(AuthLimiter.defaults)
+    const ttlMs = Duration.toMillis(options.sessionTtl)
+    const knownStages = Option.match(known, { onNone: () => [] as Array<string>, onSome: (s) => s.map((x) => x.name) })
+    const minutes = 60
+
+    /** Runs `effect` as the viewer may: under their org's row-level security, or as the owner for operators. */
+    const asViewer = <A, E, R>(session: Session.Session, effect: Effect.Effect<A, E, R>) =>
+      session.admin ? Db.asOwner(effect) : db.withOrg(session.orgId ?? "", effect)
+
+    const secure = (request: HttpServerRequest.HttpServerRequest) =>
+      (request.headers["x-forwarded-proto"] ?? "").split(",")[0]!.trim().toLowerCase() === "https" ||
+      request.url.startsWith("https:")
+
+    const label = (s: Session.Session) => (s.admin ? `operator${s.orgId ? ` (${s.orgId})` : ""}` : `org ${s.orgId}`)
+
+    const sessionOf = (request: HttpServerRequest.HttpServerRequest) =>
+      Effect.gen(function*() {
+        const cookie = Session.readCookie(request.headers["cookie"], Session.cookieName)
+        const session = cookie === undefined ? undefined : Session.open(secret, cookie, Date.now())
+        if (session === undefined) return undefined
+        // a revoked key ends its sessions
+        if (!(yield* keys.isLive(session.keyId))) return undefined
+        return { ...session, csrf: Session.csrfToken(secret, session) } satisfies Signed
+      })
+
+    const frame = (s: Signed, title: string, nav: Pages.Frame["nav"], extra: Partial<Pages.Frame> = {}): Pages.Frame => ({
+      base, title, nav, who: { label: label(s), csrf: s.csrf }, ...extra
+    })
+
+    const text = (params: URLSearchParams, name: string, max = 200) => {
+      const v = (params.get(name) ?? "").trim()
+      return v.length > max || Queue.textProblem(v) !== undefined ? "" : v
+    }
+
+    const scopeOf = (s: Signed, params: URLSearchParams): View.Scope => ({ viewer: s, org: s.admin ? text(params, "org") || null : null })
+
+    const orgNames = (snapshot: Live.Snapshot) =>
+      [...new Set(snapshot.row.depth.map((d) => d.org).concat(snapshot.row.series.map((s) => s.org)).filter((o): o is string => o !== null))].sort()
+
+    // ---- pages
+
+    const overviewPage = (s: Signed, params: URLSearchParams) =>
+      Effect.gen(function*() {
+        const scope = scopeOf(s, params)
+        const snapshot = yield* live.latest
+        const data = View.overview(snapshot, scope, knownStages, minutes)
+        const pools = Option.isSome(worker) ? yield* worker.value.pools : undefined
+        const liveUrl = `${base}/live${scope.org ? `?org=${encodeURIComponent(scope.org)}` : ""}`
+        return page(Pages.layout(frame(s, "Overview", "overview", { liveUrl, notice: text(params, "notice") || undefined }),
+          Pages.overview(base, scope, data, pools, s.admin ? orgNames(snapshot) : [])))
+      })
+
+    const dateParam = (v: string) => {
+      if (v === "") return null
+      const d = new Date(/[zZ]|[+-]\d\d:\d\d$/.test(v) ? v : `${v}Z`)
+      return Number.isNaN(d.getTime()) ? null : d
+    }
+
+    const jobsPage = (s: Signed, params: URLSearchParams) =>
+      Effect.gen(function*() {
+        const query: Pages.JobsQuery = {
+          stage: text(params, "stage"), status: text(params, "status"), org: s.admin ? text(params, "org") : "",
+          subject: text(params, "subject"), since: text(params, "since"), until: text(params, "until"), id: text(params, "id")
+        }
+        const before = text(params, "before")
+        const limit = 50
+        const filter: BrowseSql.BrowseFilter = {
+          stage: query.stage || null,
+          status: (Pages.statuses as ReadonlyArray<string>).includes(query.status) ? query.status : null,
+          org: query.org || null,
+          subject: query.subject || null,
+          since: dateParam(query.since),
+          until: dateParam(query.until),
+          id: Queue.isJobId(query.id) ? query.id : query.id === "" ? null : "0",
+          before: Queue.isJobId(before) ? before : null
+        }
+        const rows = yield* asViewer(s, db.run((sql) => BrowseSql.browseJobs(sql, filter, limit + 1)))
+        const next = rows.length > limit ? rows[limit - 1]!.id : null
+        const stages = [...new Set([...knownStages, ...rows.map((r) => r.stage)])].sort()
+        return page(Pages.layout(frame(s, "Jobs", "jobs"), Pages.jobs(base, scopeOf(s, params), query, stages, rows.slice(0, limit), next)))
+      })
+
+    const loadJob = (s: Signed, id: string) =>
+      asViewer(s, Effect.gen(function*() {
+        const job = yield* queue.get(id)
+        const [dead] = yield* db.run((sql) => BrowseSql.deadLetterOfJob(sql, id))
+        const dl = dead ? yield* queue.deadLetters.get(dead.id) : null
+        if (job !== null) {
+          const delayed = job.status === "queued" && job.availableAt.getTime() > Date.now()
+          return {
+            id: job.id, stage: job.stage, orgId: job.orgId, subjectId: job.subjectId, payload: job.payload,
+            status: delayed ? "delayed" : job.status, priority: job.priority, attempts: job.attempts, maxAttempts: job.maxAttempts,
+            polls: job.polls, availableAt: job.availableAt, lockedBy: job.lockedBy, lockedUntil: job.lockedUntil,
+            dedupeKey: job.dedupeKey, lastError: job.lastError, errors: job.errors, createdAt: job.createdAt,
+            updatedAt: job.updatedAt, deadLetter: null
+          } satisfies Pages.JobPage
+        }
+        if (dl === null) return null
+        return {
+          id: dl.jobId, stage: dl.stage, orgId: dl.orgId, subjectId: dl.subjectId, payload: dl.payload, status: "dead",
+          priority: dl.priority, attempts: dl.attempts, maxAttempts: dl.maxAttempts, polls: 0, availableAt: null, lockedBy: null,
+          lockedUntil: null, dedupeKey: dl.dedupeKey, lastError: dl.reason, errors: dl.errorHistory, createdAt: dl.jobCreatedAt,
+          updatedAt: dl.deadAt, deadLetter: dl
+        } satisfies Pages.JobPage
+      }))
+
+    const jobPage = (s: Signed, id: string, params: URLSearchParams) =>
+      Effect.gen(function*() {
+        const found = Queue.isJobId(id) ? yield* loadJob(s, id) : null
+        if (found === null) {
+          return page(Pages.layout(frame(s, "Not found", "jobs"),
+            Pages.notFound(`Job ${id} is not in the queue: it completed (completed jobs leave the queue), or it does not exist.`)), 404)
+        }
+        const related = found.subjectId === null ? [] : yield* asViewer(s, db.run((sql) =>
+          BrowseSql.browseJobs(sql, { stage: null, status: null, org: null, subject: found.subjectId, since: null, until: null, id: null, before: null }, 20)))
+        const liveUrl = found.status === "dead" ? undefined : `${base}/live/jobs/${found.id}`
+        return page(Pages.layout(frame(s, `Job ${found.id}`, "jobs", { liveUrl, notice: text(params, "notice") || undefined }),
+          Pages.job(base, s.csrf, found, related)))
+      })
+
+    const deadPage = (s: Signed, params: URLSearchParams) =>
+      Effect.gen(function*() {
+        const filter = { stage: text(params, "stage"), org: s.admin ? text(params, "org") : "", all: params.get("all") === "1" }
+        const after = text(params, "after")
+        const limit = 50
+        // an operator's org filter is applied here; an org key's by row-level security
+        const list = yield* asViewer(s, queue.deadLetters.list({
+          stage: filter.stage || undefined, unresolvedOnly: !filter.all, limit: filter.org ? 1000 : limit + 1, afterId: Queue.isJobId(after) ? after : undefined
+        }))
+        const shown = (filter.org ? list.filter((d) => d.orgId === filter.org) : list)
+        const next = shown.length > limit ? shown[limit - 1]!.id : null
+        const stages = [...new Set([...knownStages, ...shown.map((d) => d.stage)])].sort()
+        return page(Pages.layout(
+          frame(s, "Dead letters", "dead", { notice: text(params, "notice", 500) || undefined, error: text(params, "error", 500) || undefined }),
+          Pages.deadLetters(base, s.csrf, scopeOf(s, params), filter, stages, shown.slice(0, limit), next)
+        ))
+      })
+
+    const schedulesPage = (s: Signed) =>
+      Effect.gen(function*() {
+        const list = yield* asViewer(s, s.admin ? schedules.list() : schedules.list({ orgId: s.orgId }))
+        return page(Pages.layout(frame(s, "Schedules", "schedules"), Pages.schedules(base, list)))
+      })
+
+    const orgsPage = (s: Signed, params: URLSearchParams) =>
+      Effect.map(live.latest, (snapshot) =>
+        page(Pages.layout(frame(s, "Orgs", "orgs"), Pages.orgs(base, View.orgs(snapshot, scopeOf(s, params))))))
+
+    // ---- live
+
+    const sse = (events: Stream.Stream<string>) =>
+      HttpServerResponse.stream(
+        Stream.merge(
+          Stream.make(": connected\n\n").pipe(Stream.concat(events)),
+          // a comment now and then keeps proxies from closing an idle stream, and finds closed ones
+          Stream.fromSchedule(Schedule.spaced("15 seconds")).pipe(Stream.map(() => ": ping\n\n"))
+        ).pipe(Stream.encodeText),
+        { contentType: "text/event-stream", headers: { ...securityHeaders, "cache-control": "no-store", "x-accel-buffering": "no" } }
+      )
+
+    const distinct = <A>(stream: Stream.Stream<A | undefined>) =>
+      stream.pipe(
+        Stream.filter((a): a is A => a !== undefined),
+        Stream.map((a) => JSON.stringify(a)),
+        Stream.changes
+      )
+
+    const liveOverview = (s: Signed, params: URLSearchParams) => {
+      const scope = scopeOf(s, params)
+      return sse(distinct(Stream.map(live.changes(), (snapshot) => View.overview(snapshot, scope, knownStages, minutes))).pipe(
+        Stream.map((json) => `event: overview\ndata: ${json}\n\n`)
+      ))
+    }
+
+    const liveJob = (s: Signed, id: string) => {
+      const scope: View.Scope = { viewer: s, org: null }
+      return sse(distinct(Stream.map(live.changes(id), (snapshot) => View.job(snapshot, scope, id))).pipe(
+        Stream.map((json) => `event: job\ndata: ${json}\n\n`)
+      ))
+    }
+
+    // ---- actions
+
+    const form = Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => request.urlParamsBody).pipe(
+      HttpIncomingMessage.withMaxBodySize(Option.some(maxFormBytes)),
+      Effect.map((params) => {
+        const out = new URLSearchParams()
+        for (const [k, v] of params) out.append(k, v)
+        return out
+      }),
+      Effect.orElseSucceed(() => new URLSearchParams())
+    )
+
+    const withNotice = (path: string, key: "notice" | "error", message: string) =>
+      `${base}${path}${path.includes("?") ? "&" : "?"}${key}=${encodeURIComponent(message)}`
+
+    const signIn = (request: HttpServerRequest.HttpServerRequest) =>
+      Effect.gen(function*() {
+        const address = Option.getOrElse(request.remoteAddress, () => "unknown")
+        if (limiter.blockedForMs(address, Date.now()) > 0) return page(Pages.login(base, "Too many failed sign-ins; try again in a minute."), 429)
+        const params = yield* form
+        const token = (params.get("key") ?? "").trim()
+        const viewer = token === "" ? Option.none() : yield* keys.verifyViewer(Redacted.make(token))
+        if (Option.isNone(viewer)) {
+          limiter.recordFailure(address, Date.now())
+          return page(Pages.login(base, "That key is not valid (unknown, revoked or mistyped)."), 401)
+        }
+        const { value } = Session.seal(secret, viewer.value, ttlMs, Date.now())
+        yield* Effect.logInfo("dashboard sign-in").pipe(Effect.annotateLogs({ keyId: viewer.value.keyId, admin: viewer.value.admin }))
+        return redirect(`${base}/`, { "set-cookie": Session.setCookie(value, { path: base, secure: secure(request), maxAgeS: Math.floor(ttlMs / 1000) }) })
+      })
+
+    const action = (s: Signed, path: ReadonlyArray<string>, request: HttpServerRequest.HttpServerRequest) =>
+      Effect.gen(function*() {
+        const params = yield* form
+        if (!Session.csrfValid(secret, s, params.get("_csrf") ?? undefined)) {
+          return page(Pages.layout(frame(s, "Refused", "none"), html`<h1>Refused</h1><p>The form was stale or not ours (CSRF token missing or wrong). Go back, reload and try again.</p>`), 403)
+        }
+        const confirmed = params.get("confirm") === "yes"
+        const [first, id, verb] = path
+        if (first === "logout") {
+          return redirect(`${base}/login`, { "set-cookie": Session.clearCookie({ path: base, secure: secure(request) }) })
+        }
+        if (first === "jobs" && id !== undefined && verb === "cancel") {
+          const outcome = yield* asViewer(s, queue.cancel(id))
+          yield* Effect.logInfo("job cancelled from the dashboard").pipe(Effect.annotateLogs({ jobId: id, outcome }))
+          return redirect(outcome === "not-found" ? withNotice("/jobs", "notice", `job ${id} was not found`) : withNotice(`/jobs/${id}`, "notice", `job ${outcome}`))
+        }
+        if (first === "dead" && id === "bulk") {
+          const stage = text(params, "stage") || null
+          const org = s.admin ? text(params, "org") || null : null
+          const kind = params.get("action") === "resolve" ? "resolve" : "retry"
+          const notes = text(params, "notes", 2000)
+          const ids = yield* asViewer(s, db.run((sql) => BrowseSql.openDeadLetterIds(sql, stage, org, bulkLimit)))
+          if (!confirmed) {
+            return page(Pages.layout(frame(s, "Confirm", "dead"), Pages.confirm(base, s.csrf, "/dead/bulk",
+              `${kind === "retry" ? "Retry" : "Resolve"} ${ids.length}${ids.length === bulkLimit ? " (the first)" : ""} open dead letter(s)` +
+                `${stage ? ` of stage ${stage}` : ""}${org ? ` in org ${org}` : ""}?`,
+              { stage: stage ?? "", org: org ?? "", action: kind, notes })))
+          }
+          let done = 0
+          let failed = 0
+          for (const { id: dl } of ids) {
+            const result = yield* Effect.either(asViewer(s, kind === "retry" ? Effect.asVoid(queue.deadLetters.retry(dl)) : queue.deadLetters.resolve(dl, notes || undefined)))
+            if (result._tag === "Right") done++
+            else failed++
+          }
+          yield* Effect.logInfo(`dead letters ${kind === "retry" ? "retried" : "resolved"} in bulk from the dashboard`).pipe(Effect.annotateLogs({ done, failed, stage, org }))
+          return redirect(withNotice("/dead", "notice", `${done} dead letter(s) ${kind === "retry" ? "retried" : "resolved"}${failed > 0 ? `, ${failed} failed` : ""}`))
+        }
+        if (first === "dead" && id === "purge") {
+          const hours = Number(params.get("hours") ?? "24")
+          const olderThanMs = Number.isFinite(hours) && hours >= 0 ? hours * 3_600_000 : 24 * 3_600_000
+          const includeUnresolved = params.get("unresolved") === "1"
+          if (!confirmed) {
+            const [row] = yield* asViewer(s, db.run((sql) => BrowseSql.countPurgeable(sql, olderThanMs, includeUnresolved)))
+            return page(Pages.layout(frame(s, "Confirm", "dead"), Pages.confirm(base, s.csrf, "/dead/purge",
+              `Delete ${row?.n ?? 0} dead letter(s) older than ${olderThanMs / 3_600_000} hour(s)${includeUnresolved ? ", open ones included" : " (resolved and retried only)"}${s.admin ? "" : ` of org ${s.orgId}`}? This cannot be undone.`,
+              { hours: String(olderThanMs / 3_600_000), unresolved: includeUnresolved ? "1" : "" })))
+          }
+          const n = yield* asViewer(s, queue.deadLetters.purge({ olderThan: Duration.millis(olderThanMs), includeUnresolved }))
+          yield* Effect.logInfo("dead letters purged from the dashboard").pipe(Effect.annotateLogs({ purged: n }))
+          return redirect(withNotice("/dead", "notice", `${n} dead letter(s) purged`))
+        }
+        if (first === "dead" && id !== undefined && (verb === "retry" || verb === "resolve")) {
+          const result = yield* Effect.either(asViewer(s, verb === "retry"
+            ? Effect.map(queue.deadLetters.retry(id), (jobId) => `dead letter ${id} retried as job ${jobId}`)
+            : Effect.as(queue.deadLetters.resolve(id, text(params, "notes", 2000) || undefined), `dead letter ${id} resolved`)))
+          if (result._tag === "Left") {
+            const e = result.left
+            if (e._tag === "DbError") return yield* Effect.fail(e)
+            return redirect(withNotice("/dead", "error", e._tag === "JobNotFound" ? `dead letter ${id} was not found` : e.message))
+          }
+          yield* Effect.logInfo(`${result.right} (dashboard)`)
+          return redirect(withNotice("/dead", "notice", result.right))
+        }
+        return page(Pages.layout(frame(s, "Not found", "none"), Pages.notFound("No such action.")), 404)
+      })
+
+    // ---- routing
+
+    const route = Effect.gen(function*() {
+      const request = yield* HttpServerRequest.HttpServerRequest
+      const url = new URL(request.url, "http://localhost")
+      if (url.pathname !== base && !url.pathname.startsWith(`${base}/`)) return page(Pages.notFound("No such page."), 404)
+      const rest = url.pathname.slice(base.length).split("/").filter((p) => p !== "").map((p) => {
+        try {
+          return decodeURIComponent(p)
+        } catch {
+          return ""
+        }
+      })
+      const params = url.searchParams
+      const method = request.method
+      if (rest[0] === "assets" && rest.length === 2 && (method === "GET" || method === "HEAD")) {
+        const asset = Assets.assets[rest[1]!]
+        if (asset === undefined) return HttpServerResponse.text("not found", { status: 404, headers: securityHeaders })
+        const { body, contentType } = asset()
+        return typeof body === "string"
+          ? HttpServerResponse.text(body, { contentType, headers: { ...securityHeaders, "cache-control": "public, max-age=3600" } })
+          : HttpServerResponse.uint8Array(body, { contentType, headers: { ...securityHeaders, "cache-control": "public, max-age=3600" } })
+      }
+      if (rest[0] === "login") {
+        if (method === "POST") return yield* signIn(request)
+        return page(Pages.login(base))
+      }
+      const s = yield* sessionOf(request)
+      if (s === undefined) {
+        if (rest[0] === "live") return HttpServerResponse.text("sign in first", { status: 401, headers: securityHeaders })
+        return method === "GET" ? redirect(`${base}/login`) : page(Pages.login(base, "Your session has ended; sign in again."), 401)
+      }
+      if (method === "POST") return yield* action(s, rest, request)
+      if (method !== "GET" && method !== "HEAD") return page(Pages.notFound("No such page."), 405)
+      switch (rest[0]) {
+        case undefined:
+          return yield* overviewPage(s, params)
+        case "jobs":
+          return rest[1] === undefined ? yield* jobsPage(s, params) : yield* jobPage(s, rest[1], params)
+        case "dead":
+          return yield* deadPage(s, params)
+        case "schedules":
+          return yield* schedulesPage(s)
+        case "orgs":
+          return yield* orgsPage(s, params)
+        case "live":
+          return rest[1] === "jobs" && rest[2] !== undefined && Queue.isJobId(rest[2]) ? liveJob(s, rest[2]) : liveOverview(s, params)
+        default:
+          return page(Pages.layout(frame(s, "Not found", "none"), Pages.notFound("No such page.")), 404)
+      }
+    })
+
+    const app: HttpApp.Default = route.pipe(
+      Effect.catchAll((e) =>
+        Effect.gen(function*() {
+          const unavailable = (e as { unavailable?: boolean }).unavailable === true
+          yield* Effect.logError("dashboard request failed", e)
+          return page(Pages.layout({ base, title: "Error", nav: "none" },
+            html`<h1>${unavailable ? "The database is unavailable" : "Something went wrong"}</h1><p>${unavailable ? "Try again in a moment." : "The cause is in the server's log."}</p>`), unavailable ? 503 : 500)
+        })
+      )
+    )
+
+    return Dashboard.of({ basePath: base, app })
+  })
+
+/** The dashboard with its shared live source, for the life of the layer. */
+export const layer = (options: DashboardOptions) =>
+  Layer.scoped(Dashboard, make(options)).pipe(Layer.provide(Live.layer(options.live ?? Live.defaults)))
+
+/** Options from the environment (`DASHBOARD_*`), served at /dashboard; None when `DASHBOARD_ENABLED=false`. */
+export const layerFromConfig = Layer.unwrapEffect(
+  Effect.gen(function*() {
+    const cfg = yield* config
+    const liveOptions = yield* Live.config
+    return cfg.enabled
+      ? layer({ basePath, sessionSecret: Option.getOrUndefined(cfg.sessionSecret), sessionTtl: cfg.sessionTtl, live: liveOptions })
+      : Layer.empty
+  })
+)
+
+/**
+ * Routes the dashboard's requests (its base path and below) to it and every other one to `app`: how a server
+ * puts it in front of its own HttpApp.
+ */
+export const mount = (dashboard: Context.Tag.Service<Dashboard>) =>
+<E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, R> =>
+  Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
+    const path = (request.url.split("?")[0] ?? "").replace(/\/{2,}/g, "/")
+    const base = dashboard.basePath
+    return path === base || path.startsWith(`${base}/`) ? dashboard.app : app
+  })

@@ -1,0 +1,79 @@
+/**
+ * Read-only statements for browsing jobs (the dashboard's jobs and job pages): live jobs and dead letters as
+ * one list, newest first, with keyset pagination on the job id. Run under the viewer's org (row-level
+ * security) or, for an operator, as the owner. Locking: none; plain reads.
+ */
+import type { Sql } from "../layers/Db.js"
+
+export interface BrowseFilter {
+  readonly stage: string | null
+  /** queued (due now), delayed, running, cancelled, dead */
+  readonly status: string | null
+  readonly org: string | null
+  readonly subject: string | null
+  readonly since: Date | null
+  readonly until: Date | null
+  readonly id: string | null
+  /** Jobs with a smaller id than this (the next page). */
+  readonly before: string | null
+}
+
+export interface BrowseRow {
+  readonly id: string
+  readonly stage: string
+  readonly org_id: string | null
+  readonly subject_id: string | null
+  readonly status: string
+  readonly attempts: number
+  readonly max_attempts: number
+  readonly created_at: Date
+  readonly updated_at: Date
+  readonly available_at: Date | null
+  readonly last_error: string | null
+  readonly dead_letter_id: string | null
+}
+
+export const browseJobs = (sql: Sql, f: BrowseFilter, limit: number) =>
+  sql<Array<BrowseRow>>`
+    select * from (
+      select id::text as id, stage, org_id, subject_id,
+             case when status = 'queued' and available_at > now() then 'delayed' else status end as status,
+             attempts, max_attempts, created_at, updated_at, available_at, last_error, null::text as dead_letter_id
+      from jobs
+      where (${f.status}::text is null or ${f.status}::text <> 'dead')
+      union all
+      select job_id::text, stage, org_id, subject_id, 'dead', attempts, max_attempts, job_created_at, dead_at, null,
+             reason, id::text
+      from dead_letters
+      where (${f.status}::text is null or ${f.status}::text = 'dead')
+    ) j
+    where (${f.stage}::text is null or stage = ${f.stage}::text)
+      and (${f.status}::text is null or status = ${f.status}::text)
+      and (${f.org}::text is null or org_id = ${f.org}::text)
+      and (${f.subject}::text is null or subject_id = ${f.subject}::text)
+      and (${f.since}::timestamptz is null or created_at >= ${f.since}::timestamptz)
+      and (${f.until}::timestamptz is null or created_at < ${f.until}::timestamptz)
+      and (${f.id}::bigint is null or id::bigint = ${f.id}::bigint)
+      and (${f.before}::bigint is null or id::bigint < ${f.before}::bigint)
+    order by id::bigint desc
+    limit ${limit}`
+
+/** The newest dead letter a job became, if any. */
+export const deadLetterOfJob = (sql: Sql, jobId: string) =>
+  sql<Array<{ id: string }>>`select id::text as id from dead_letters where job_id = ${jobId} order by id desc limit 1`
+
+/** Open dead letters matching a filter, oldest first (the targets of a bulk action). */
+export const openDeadLetterIds = (sql: Sql, stage: string | null, org: string | null, limit: number) =>
+  sql<Array<{ id: string }>>`
+    select id::text as id from dead_letters
+    where resolution_status is null
+      and (${stage}::text is null or stage = ${stage}::text)
+      and (${org}::text is null or org_id = ${org}::text)
+    order by id limit ${limit}`
+
+/** How many dead letters a purge with these settings would delete (shown before it is confirmed). */
+export const countPurgeable = (sql: Sql, olderThanMs: number | null, includeUnresolved: boolean) =>
+  sql<Array<{ n: number }>>`
+    select count(*)::int as n from dead_letters
+    where (${includeUnresolved}::boolean or resolution_status is not null)
+      and (${olderThanMs}::float8 is null or dead_at < now() - ${olderThanMs}::float8 * interval '1 millisecond')`
