@@ -28,7 +28,7 @@ export const script = String.raw`"use strict";
   var palette = ["#2563eb", "#16a34a", "#d97706", "#9333ea", "#0891b2", "#db2777", "#65a30d", "#dc2626", "#4b5563"];
   function chartOptions(title, names, unit, width) {
     var series = [{}];
-    names.forEach(function (name, i) { series.push({ label: name, stroke: palette[i % palette.length], width: 1.5 }); });
+    names.forEach(function (name, i) { series.push({ label: name, stroke: palette[i % palette.length], width: 1.5, spanGaps: true, points: { show: true, size: 4 } }); });
     return { title: title, width: width, height: 220, series: series, axes: [{}, { label: unit }], legend: { live: false } };
   }
   function drawChart(id, title, unit, data) {

@@ -40,6 +40,7 @@ export const layout = (frame: Frame, body: Value): Html => {
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>${frame.title} · pgfiber</title>
+<link rel="icon" href="data:,">
 <link rel="stylesheet" href="${frame.base}/assets/uPlot.min.css">
 <link rel="stylesheet" href="${frame.base}/assets/dashboard.css">
 <script src="${frame.base}/assets/uPlot.iife.min.js" defer></script>

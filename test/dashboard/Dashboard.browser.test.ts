@@ -1,0 +1,313 @@
+/**
+ * The dashboard in a real Chromium (Playwright): sign-in with keys, the overview's counts changing live as
+ * jobs are enqueued and complete (no reload), a job page, retrying a dead letter, bulk actions behind a
+ * confirmation, an org key that never sees another org's jobs, a `<script>` payload shown as text, and not
+ * one console error or CSP violation on the way. `DASHBOARD_SCREENSHOTS=1` also writes the README's
+ * screenshots to docs/.
+ */
+import { Duration, Effect, Layer, ManagedRuntime, Redacted, Schema } from "effect"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import type { Browser, BrowserContext, Page } from "playwright-core"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import * as ApiKeys from "../../src/auth/ApiKeys.js"
+import * as Server from "../../src/http/Server.js"
+import { Permanent } from "../../src/JobError.js"
+import * as Storage from "../../src/layers/Storage.js"
+import * as PgQueue from "../../src/queue/PgQueue.js"
+import * as Queue from "../../src/queue/Queue.js"
+import * as Events from "../../src/runtime/Events.js"
+import * as MinuteStats from "../../src/runtime/MinuteStats.js"
+import * as Stage from "../../src/runtime/Stage.js"
+import * as Submit from "../../src/runtime/Submit.js"
+import * as Worker from "../../src/runtime/Worker.js"
+import { baseUrl } from "../http/support.js"
+import { layerDb } from "../support/pg.js"
+import { launch } from "./browser.js"
+
+/** Jobs of `gated` run until the test opens the gate, so "running" can be seen. */
+let openGate: () => void = () => undefined
+let gate = new Promise<void>((resolve) => (openGate = resolve))
+
+const gated = Stage.make({
+  name: "gated",
+  visibility: "public",
+  payload: Schema.Struct({ n: Schema.Number }),
+  concurrency: 2,
+  handler: () => Effect.promise(() => gate)
+})
+
+const echo = Stage.make({
+  name: "echo",
+  visibility: "public",
+  payload: Schema.Struct({ n: Schema.Number, fail: Schema.optional(Schema.Boolean) }),
+  concurrency: 4,
+  handler: ({ fail, n }) => (fail ? new Permanent({ message: `echo ${n} asked to fail` }) : Effect.sleep(Duration.millis(5 + (n % 20))))
+})
+
+/** Known, run by nobody: its jobs stay queued for the pages to show. */
+const notes = Stage.make({ name: "notes", visibility: "public", payload: Schema.Unknown, handler: () => Effect.void })
+
+const stages = [echo, gated, notes]
+
+const storageDir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "pgfiber-dashboard-"))
+
+const layer = Server.layer({
+  host: "127.0.0.1",
+  port: 0,
+  admin: { host: "127.0.0.1", port: 0 },
+  maxBodyBytes: 64 * 1024,
+  maxUploadBytes: 256 * 1024,
+  devTick: false,
+  workerId: "dashboard-test",
+  dashboard: {
+    basePath: "/dashboard",
+    sessionTtl: Duration.hours(1),
+    live: { minInterval: Duration.millis(200), idleInterval: Duration.seconds(2), minutes: 60 }
+  }
+}).pipe(
+  Layer.provideMerge(Storage.layerFs(storageDir).pipe(Layer.orDie)),
+  Layer.provideMerge(Layer.scopedDiscard(MinuteStats.make({ flushInterval: Duration.millis(500), keep: Duration.hours(24) }))),
+  Layer.provideMerge(Worker.layer([echo, gated], {
+    workerId: "dashboard-test",
+    shutdownGrace: Duration.seconds(1),
+    sweepInterval: Duration.seconds(30),
+    pollInterval: Duration.seconds(1),
+    concurrency: {}
+  })),
+  Layer.provideMerge(Layer.succeed(Submit.KnownStages, stages)),
+  Layer.provideMerge(ApiKeys.layer),
+  Layer.provideMerge(PgQueue.layer({ knownStages: stages.map((s) => s.name) })),
+  Layer.provideMerge(Layer.merge(layerDb(), Events.layer()))
+)
+
+let runtime: ManagedRuntime.ManagedRuntime<Layer.Layer.Success<typeof layer>, Layer.Layer.Error<typeof layer>>
+let browser: Browser
+let base = ""
+const keys: Record<"admin" | "acme" | "globex", string> = { admin: "", acme: "", globex: "" }
+/** Every console error and uncaught page error, from every page of every test. */
+const problems: Array<string> = []
+
+const run = <A, E>(effect: Effect.Effect<A, E, Layer.Layer.Success<typeof layer>>) => runtime.runPromise(effect)
+
+const enqueue = (jobs: ReadonlyArray<Queue.NewJob>) => run(Effect.flatMap(Queue.Queue, (q) => q.enqueue(jobs)))
+
+/** A failed sign-in answers 401, which Chromium reports on the console: expected where a test says so. */
+const newPage = async (options: { readonly expectRefusedSignIn?: boolean } = {}): Promise<{ context: BrowserContext; page: Page }> => {
+  const context = await browser.newContext()
+  const page = await context.newPage()
+  page.on("console", (m) => {
+    if (m.type() !== "error") return
+    const refused = m.text().includes("status of 401") && m.location().url.endsWith("/dashboard/login")
+    if (!(options.expectRefusedSignIn && refused)) problems.push(`console: ${m.text()} (${m.location().url})`)
+  })
+  page.on("pageerror", (e) => problems.push(`pageerror: ${e.message}`))
+  page.on("dialog", (d) => {
+    problems.push(`dialog: ${d.message()}`)
+    void d.dismiss()
+  })
+  return { context, page }
+}
+
+const signIn = async (page: Page, key: string) => {
+  await page.goto(`${base}/dashboard/`)
+  await page.waitForURL(/\/dashboard\/login$/)
+  await page.fill("input[name=key]", key)
+  await page.click("button[type=submit]")
+  await page.waitForSelector("#stage-rows")
+}
+
+const cell = (page: Page, stage: string, field: string) => page.locator(`tr[data-stage="${stage}"] [data-field="${field}"]`)
+
+beforeAll(async () => {
+  runtime = ManagedRuntime.make(layer)
+  base = await run(baseUrl)
+  for (const [name, options] of [["admin", { admin: true }], ["acme", { orgId: "acme" }], ["globex", { orgId: "globex" }]] as const) {
+    const { token } = await run(Effect.flatMap(ApiKeys.ApiKeys, (k) => k.create(options)))
+    keys[name] = Redacted.value(token)
+  }
+  browser = await launch()
+}, 180_000)
+
+afterAll(async () => {
+  openGate()
+  await browser?.close()
+  await runtime?.dispose()
+  Fs.rmSync(storageDir, { recursive: true, force: true })
+}, 120_000)
+
+describe("the dashboard in a real browser", () => {
+  it("refuses a wrong key, signs in with a key into an HttpOnly SameSite=Strict session, under a strict CSP", async () => {
+    const { context, page } = await newPage({ expectRefusedSignIn: true })
+    await page.goto(`${base}/dashboard/login`)
+    await page.fill("input[name=key]", "pgf_000000000000_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA")
+    await page.click("button[type=submit]")
+    await expect.poll(() => page.locator("[role=alert]").textContent()).toContain("not valid")
+    expect(await context.cookies()).toEqual([])
+
+    const response = await page.goto(`${base}/dashboard/login`)
+    const csp = response!.headers()["content-security-policy"]!
+    expect(csp).toContain("script-src 'self'")
+    expect(csp).not.toContain("unsafe-inline")
+    await signIn(page, keys.admin)
+    const [cookie] = await context.cookies()
+    expect(cookie).toMatchObject({ name: "pgfiber_dashboard", httpOnly: true, sameSite: "Strict", path: "/dashboard" })
+    expect(await page.locator("header .who").textContent()).toContain("operator")
+    // the API still wants its bearer key: the dashboard's cookie opens nothing there
+    const api = await page.request.get(`${base}/api/jobs`)
+    expect(api.status()).toBe(401)
+    await context.close()
+  })
+
+  it("shows a stage's counts change live as jobs are enqueued, run and complete, without a reload", async () => {
+    const { context, page } = await newPage()
+    await signIn(page, keys.admin)
+    await expect.poll(() => page.locator("#live-status").textContent(), { timeout: 30_000 }).toBe("live")
+    let navigations = 0
+    page.on("framenavigated", () => navigations++)
+    expect(await cell(page, "gated", "running").textContent()).toBe("0")
+
+    await enqueue([1, 2, 3].map((n) => ({ stage: "gated", payload: { n }, orgId: "acme" })))
+    // the jobs show up queued or running (how many the pool holds at once is its business), then running
+    const count = async (field: string) => Number(await cell(page, "gated", field).textContent())
+    await expect.poll(async () => (await count("ready")) + (await count("running")), { timeout: 30_000 }).toBe(3)
+    await expect.poll(() => count("running"), { timeout: 30_000 }).toBeGreaterThan(0)
+    expect(await page.locator("#worker-rows").textContent()).toContain("dashboard-test")
+
+    openGate()
+    await expect.poll(async () => [await cell(page, "gated", "running").textContent(), await cell(page, "gated", "ready").textContent()], { timeout: 30_000 })
+      .toEqual(["0", "0"])
+    expect(navigations).toBe(0)
+    gate = new Promise<void>((resolve) => (openGate = resolve))
+    await context.close()
+  })
+
+  it("draws the last hour from the per-minute counts", async () => {
+    await enqueue(Array.from({ length: 30 }, (_, n) => ({ stage: "echo", payload: { n }, orgId: n % 2 === 0 ? "acme" : "globex" })))
+    const { context, page } = await newPage()
+    await signIn(page, keys.admin)
+    // the counts reach the per-minute table within a flush (500 ms here), and the pages within a snapshot
+    await expect.poll(async () => {
+      await page.reload()
+      return page.locator("#chart-throughput canvas").count()
+    }, { timeout: 30_000 }).toBeGreaterThan(0)
+    const completedOf = async (org: string) => {
+      await page.goto(`${base}/dashboard/orgs`)
+      const rows = await page.locator("#orgs tbody tr").evaluateAll((trs) =>
+        trs.map((tr) => Array.from((tr as { children: ArrayLike<{ textContent: string | null }> }).children, (c) => c.textContent ?? "")))
+      return Number(rows.find((r) => r[0] === org)?.[4] ?? 0)
+    }
+    await expect.poll(() => completedOf("acme"), { timeout: 30_000 }).toBeGreaterThanOrEqual(15)
+    await expect.poll(() => completedOf("globex"), { timeout: 30_000 }).toBeGreaterThanOrEqual(15)
+    await context.close()
+  })
+
+  it("opens a job: its payload (a <script> shown as text), attempts, timeline and related jobs", async () => {
+    const payload = { text: "<script>alert('owned')</script><img src=x onerror=alert(2)>", call: "c-1" }
+    const [first] = await enqueue([
+      { stage: "notes", payload, orgId: "acme", subjectId: "call-42" },
+      { stage: "notes", payload: { text: "second" }, orgId: "acme", subjectId: "call-42" }
+    ])
+    const { context, page } = await newPage()
+    await signIn(page, keys.admin)
+    await page.goto(`${base}/dashboard/jobs?subject=call-42`)
+    await page.click(`tr[data-job="${first!.id}"] a`)
+    await page.waitForSelector("#payload")
+    expect(await page.locator("#payload").textContent()).toContain("<script>alert('owned')</script>")
+    // nothing of the payload became markup
+    expect(await page.locator("main img").count()).toBe(0)
+    expect(await page.locator("main script:not([type='application/json'])").count()).toBe(0)
+    expect(await page.locator("[data-job-field=status]").textContent()).toBe("queued")
+    expect(await page.locator("text=Related jobs").count()).toBe(1)
+    expect(await page.locator("table.jobs tbody tr").count()).toBe(1)
+    if (process.env.DASHBOARD_SCREENSHOTS === "1") {
+      await page.setViewportSize({ width: 1200, height: 900 })
+      await page.screenshot({ path: Path.resolve(import.meta.dirname, "../../docs/dashboard-job.png"), fullPage: true })
+      await page.goto(`${base}/dashboard/`)
+      await page.waitForSelector("#chart-throughput canvas")
+      await page.screenshot({ path: Path.resolve(import.meta.dirname, "../../docs/dashboard-overview.png"), fullPage: true })
+    }
+    await context.close()
+  })
+
+  it("retries a dead letter with one click, and resolves in bulk after a confirmation", async () => {
+    const [dying] = await enqueue([{ stage: "echo", payload: { n: 7, fail: true }, orgId: "globex" }])
+    const dead = await run(Effect.gen(function*() {
+      const q = yield* Queue.Queue
+      for (;;) {
+        const list = yield* q.deadLetters.list({})
+        const found = list.find((d) => d.jobId === dying!.id)
+        if (found) return found
+        yield* Effect.sleep("100 millis")
+      }
+    }).pipe(Effect.timeout("30 seconds")))
+    const { context, page } = await newPage()
+    await signIn(page, keys.admin)
+    await page.goto(`${base}/dashboard/dead`)
+    await page.click(`tr[data-dead-letter="${dead.id}"] button[data-action=retry]`)
+    await expect.poll(() => page.locator("[role=status]").textContent()).toContain(`dead letter ${dead.id} retried as job`)
+    const retried = await run(Effect.flatMap(Queue.Queue, (q) => q.deadLetters.get(dead.id)))
+    expect(retried?.resolutionStatus).toBe("retried")
+
+    // the retried job fails again (it asks to): resolve every open one of echo in bulk, after confirming
+    await run(Effect.gen(function*() {
+      const q = yield* Queue.Queue
+      while ((yield* q.deadLetters.list({ stage: "echo" })).length === 0) yield* Effect.sleep("100 millis")
+    }).pipe(Effect.timeout("30 seconds")))
+    await page.goto(`${base}/dashboard/dead?stage=echo`)
+    await page.selectOption("select[name=action]", "resolve")
+    await page.fill("form[action$='/dead/bulk'] input[name=notes]", "known bad input")
+    await page.click("form[action$='/dead/bulk'] button")
+    await page.waitForSelector("#confirm")
+    expect(await page.locator("main p").first().textContent()).toMatch(/Resolve 1 open dead letter\(s\) of stage echo/)
+    await page.click("#confirm")
+    await expect.poll(() => page.locator("[role=status]").textContent()).toContain("1 dead letter(s) resolved")
+    expect(await run(Effect.flatMap(Queue.Queue, (q) => q.deadLetters.list({ stage: "echo" })))).toEqual([])
+    await context.close()
+  })
+
+  it("an org key sees its own org's jobs only, on every page and in the live view", async () => {
+    const [secret] = await enqueue([{ stage: "notes", payload: { text: "acme only" }, orgId: "acme", subjectId: "shared-subject" }])
+    const [own] = await enqueue([{ stage: "notes", payload: { text: "globex" }, orgId: "globex", subjectId: "shared-subject" }])
+    const { context, page } = await newPage()
+    await signIn(page, keys.globex)
+    expect(await page.locator("header .who").textContent()).toContain("org globex")
+    await page.goto(`${base}/dashboard/jobs`)
+    const listed = await page.locator("tr[data-job]").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-job")))
+    expect(listed).toContain(own!.id)
+    expect(listed).not.toContain(secret!.id)
+    // asking for another org is ignored for an org key
+    await page.goto(`${base}/dashboard/jobs?org=acme&subject=shared-subject`)
+    expect(await page.locator("tr[data-job]").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-job")))).toEqual([own!.id])
+    // (not navigated to: a 404 document is a console error, and this page records every one)
+    expect((await page.request.get(`${base}/dashboard/jobs/${secret!.id}`)).status()).toBe(404)
+    await page.goto(`${base}/dashboard/jobs/${own!.id}`)
+    expect(await page.locator("table.jobs").textContent()).not.toContain(secret!.id)
+    await page.goto(`${base}/dashboard/orgs`)
+    expect(await page.locator("#orgs").textContent()).not.toContain("acme")
+    // the live stream of another org's job says only that it is not there
+    const events = await page.evaluate(async (url) =>
+      new Promise<string>((resolve) => {
+        const source = new EventSource(url)
+        source.addEventListener("job", (e) => {
+          source.close()
+          resolve((e as MessageEvent).data)
+        })
+      }), `${base}/dashboard/live/jobs/${secret!.id}`)
+    expect(JSON.parse(events)).toEqual({ gone: true })
+    await context.close()
+  })
+
+  it("refuses a POST without the session's CSRF token", async () => {
+    const { context, page } = await newPage()
+    await signIn(page, keys.admin)
+    const response = await page.request.post(`${base}/dashboard/dead/purge`, { form: { hours: "0", unresolved: "1", confirm: "yes" } })
+    expect(response.status()).toBe(403)
+    await context.close()
+  })
+
+  it("had no console error, page error or dialog on any page", () => {
+    expect(problems).toEqual([])
+  })
+})

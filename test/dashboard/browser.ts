@@ -1,0 +1,35 @@
+/**
+ * A real Chromium for the browser tests, found robustly: `CHROMIUM_PATH`, then the system's (Debian's
+ * `chromium` package, which .ci/run installs), then the binary of the `@sparticuz/chromium` npm package when
+ * it is installed. None found is a failure, not a skip: these tests are the dashboard's proof.
+ */
+import * as Fs from "node:fs"
+import { chromium, type Browser } from "playwright-core"
+
+const candidates = ["/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome", "/usr/bin/google-chrome-stable", "/snap/bin/chromium"]
+
+export const findChromium = async (): Promise<string> => {
+  const fromEnv = process.env.CHROMIUM_PATH
+  if (fromEnv && Fs.existsSync(fromEnv)) return fromEnv
+  for (const path of candidates) if (Fs.existsSync(path)) return path
+  try {
+    const name = "@sparticuz/chromium"
+    const mod = (await import(name)) as { default: { executablePath: () => Promise<string> } }
+    const path = await mod.default.executablePath()
+    if (path && Fs.existsSync(path)) return path
+  } catch {
+    // not installed
+  }
+  throw new Error(
+    `no Chromium found (tried CHROMIUM_PATH, ${candidates.join(", ")}, @sparticuz/chromium): ` +
+      "install Debian's chromium package (apt-get install -y chromium) or set CHROMIUM_PATH"
+  )
+}
+
+export const launch = async (): Promise<Browser> =>
+  chromium.launch({
+    executablePath: await findChromium(),
+    // root in CI containers: Chromium's sandbox needs user namespaces these do not have
+    args: ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"],
+    timeout: 120_000
+  })
