@@ -430,8 +430,9 @@ export const raw = async (cluster: Cluster, run: number, options: { jobs: number
           const ids = rows.map((r) => String(r.id))
           const leases = rows.map((r) => Number(r.lease))
           const deleted = await JobsSql.settleOutcomes(sql, pgfiberSchema, {
-            ids, leases, kinds: ids.map(() => "complete"), delays: ids.map(() => 0), tags: ids.map(() => null), messages: ids.map(() => null)
-          })
+            ids, leases, kinds: ids.map(() => "complete"), delays: ids.map(() => 0), tags: ids.map(() => null), messages: ids.map(() => null),
+            outputs: ids.map(() => null), runMs: ids.map(() => null), retainMs: ids.map(() => null)
+          }, { defaultMs: 0, byStage: "{}" })
           done += deleted.length
         }
       }))

@@ -121,7 +121,14 @@ export class HealthApi extends HttpApiGroup.make("health")
 
 const JobId = HttpApiSchema.param("id", Schema.String)
 
-const ErrorEntry = Schema.Struct({ attempt: Schema.Number, at: Schema.String, tag: Schema.String, message: Schema.String })
+const ErrorEntry = Schema.Struct({
+  attempt: Schema.Number,
+  at: Schema.String,
+  tag: Schema.String,
+  message: Schema.String,
+  /** The worker that ran the failed attempt. */
+  worker: Schema.optional(Schema.String)
+})
 
 export const JobView = Schema.Struct({
   id: Schema.String,
@@ -130,8 +137,12 @@ export const JobView = Schema.Struct({
   subjectId: Schema.NullOr(Schema.String),
   payload: Schema.Unknown,
   priority: Schema.Number,
-  /** Live states; `dead` when the job was dead-lettered (see `deadLetterId`). Completed jobs leave the queue: 404. */
-  status: Schema.Literal("queued", "running", "cancelled", "dead"),
+  /**
+   * Live: `queued`, `running`, `cancelled` (asked to stop while running). Finished, kept for the stage's
+   * retention (PGFIBER_RETAIN_COMPLETED): `completed`, `dead` (see `deadLetterId`), `cancelled` with
+   * `finishedAt`. Past its retention a finished job is 404 (a dead one stays readable while its dead letter does).
+   */
+  status: Schema.Literal("queued", "running", "cancelled", "completed", "dead"),
   attempts: Schema.Number,
   maxAttempts: Schema.Number,
   polls: Schema.Number,
@@ -142,7 +153,20 @@ export const JobView = Schema.Struct({
   lastError: Schema.NullOr(Schema.String),
   deadLetterId: Schema.NullOr(Schema.String),
   createdAt: Schema.Date,
-  updatedAt: Schema.Date
+  updatedAt: Schema.Date,
+  /** When the first run started. */
+  startedAt: Schema.NullOr(Schema.Date),
+  /** When the job finished; null while it is live. */
+  finishedAt: Schema.NullOr(Schema.Date),
+  /** The last finished run's length in milliseconds. */
+  lastRunMs: Schema.NullOr(Schema.Number),
+  /** The handler's result (completed jobs of stages with an `output` Schema). */
+  output: Schema.optional(Schema.Unknown),
+  /** The last progress the handler reported, and its message. */
+  progress: Schema.NullOr(Schema.Number),
+  progressMessage: Schema.NullOr(Schema.String),
+  /** This job's own timeout in ms (null: the stage's). */
+  timeoutMs: Schema.NullOr(Schema.Number)
 })
 
 export const DeadLetterView = Schema.Struct({
@@ -183,6 +207,8 @@ export const EnqueueRequest = Schema.Struct({
   dedupeKey: Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(1024))),
   /** What a duplicate does to the still-queued live job: `first` (default) nothing, `replace`, `debounce`. */
   dedupeMode: Schema.optional(Schema.Literal("first", "replace", "debounce")),
+  /** This job's timeout in milliseconds, overriding its stage's. */
+  timeoutMs: Schema.optional(Schema.Int.pipe(Schema.between(1, 2_147_483_647))),
   subjectId: Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(200)))
 })
 
