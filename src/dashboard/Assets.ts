@@ -58,9 +58,12 @@ export const script = String.raw`"use strict";
         name.appendChild(el("a", s.stage, { href: main.getAttribute("data-base") + "/jobs?stage=" + encodeURIComponent(s.stage) }));
         row.appendChild(name);
         ["ready", "delayed", "running", "dead", "oldest"].forEach(function (f) { row.appendChild(el("td", "", { "data-field": f, "class": "num" })); });
+        var state = el("td");
+        state.appendChild(el("span", "", { "data-field": "state", "class": "badge paused" }));
+        row.appendChild(state);
         body.appendChild(row);
       }
-      ["ready", "delayed", "running", "dead", "oldest"].forEach(function (f) {
+      ["ready", "delayed", "running", "dead", "oldest", "state"].forEach(function (f) {
         var cell = row.querySelector('[data-field="' + f + '"]');
         if (cell) cell.textContent = String(s[f]);
       });
@@ -140,6 +143,7 @@ button.plain { background: #fff; color: var(--fg); border-color: #d1d5db; }
 .badge { display: inline-block; padding: 0 .4rem; border-radius: 999px; font-size: .8rem; background: #e5e7eb; }
 .badge.running { background: #dbeafe; } .badge.dead { background: #fee2e2; } .badge.delayed { background: #fef3c7; }
 .badge.completed { background: #dcfce7; } .badge.paused { background: #fde68a; }
+.badge:empty { display: none; }
 dl.facts { display: grid; grid-template-columns: max-content 1fr; gap: .25rem 1rem; background: #fff; border: 1px solid var(--line); padding: .75rem; }
 dl.facts dt { color: var(--muted); }
 dl.facts dd { margin: 0; }

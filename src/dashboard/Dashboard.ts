@@ -54,6 +54,9 @@ export const config = Config.all({
 
 export const basePath = "/dashboard"
 
+/** The static files it serves (its script and stylesheet, uPlot's from the installed package). */
+export const assets = Assets.assets
+
 /** Content-Security-Policy: this origin's scripts, styles and connections only; nothing inline; no framing. */
 export const contentSecurityPolicy =
   "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
@@ -152,7 +155,7 @@ export const make = (options: DashboardOptions) =>
         const pools = Option.isSome(worker) ? yield* worker.value.pools : undefined
         const liveUrl = `${base}/live${scope.org ? `?org=${encodeURIComponent(scope.org)}` : ""}`
         return page(Pages.layout(frame(s, "Overview", "overview", { liveUrl, notice: text(params, "notice") || undefined }),
-          Pages.overview(base, scope, data, pools, s.admin ? orgNames(snapshot) : [])))
+          Pages.overview(base, s.csrf, scope, data, pools, s.admin ? orgNames(snapshot) : [])))
       })
 
     const dateParam = (v: string) => {
@@ -187,6 +190,7 @@ export const make = (options: DashboardOptions) =>
 
     const loadJob = (s: Signed, id: string) =>
       asViewer(s, Effect.gen(function*() {
+        // a live job, or a finished one from the kept history; a dead one's dead letter carries its actions
         const job = yield* queue.get(id)
         const [dead] = yield* db.run((sql) => BrowseSql.deadLetterOfJob(sql, id))
         const dl = dead ? yield* queue.deadLetters.get(dead.id) : null
@@ -195,9 +199,11 @@ export const make = (options: DashboardOptions) =>
           return {
             id: job.id, stage: job.stage, orgId: job.orgId, subjectId: job.subjectId, payload: job.payload,
             status: delayed ? "delayed" : job.status, priority: job.priority, attempts: job.attempts, maxAttempts: job.maxAttempts,
-            polls: job.polls, availableAt: job.availableAt, lockedBy: job.lockedBy, lockedUntil: job.lockedUntil,
+            polls: job.polls, availableAt: job.finishedAt === null ? job.availableAt : null, lockedBy: job.lockedBy, lockedUntil: job.lockedUntil,
             dedupeKey: job.dedupeKey, lastError: job.lastError, errors: job.errors, createdAt: job.createdAt,
-            updatedAt: job.updatedAt, deadLetter: null
+            updatedAt: job.updatedAt, startedAt: job.startedAt, finishedAt: job.finishedAt, lastRunMs: job.lastRunMs,
+            output: job.output, progress: job.progress, progressMessage: job.progressMessage,
+            deadLetter: job.status === "dead" ? dl : null
           } satisfies Pages.JobPage
         }
         if (dl === null) return null
@@ -205,7 +211,8 @@ export const make = (options: DashboardOptions) =>
           id: dl.jobId, stage: dl.stage, orgId: dl.orgId, subjectId: dl.subjectId, payload: dl.payload, status: "dead",
           priority: dl.priority, attempts: dl.attempts, maxAttempts: dl.maxAttempts, polls: 0, availableAt: null, lockedBy: null,
           lockedUntil: null, dedupeKey: dl.dedupeKey, lastError: dl.reason, errors: dl.errorHistory, createdAt: dl.jobCreatedAt,
-          updatedAt: dl.deadAt, deadLetter: dl
+          updatedAt: dl.deadAt, startedAt: null, finishedAt: dl.deadAt, lastRunMs: null, output: null, progress: null,
+          progressMessage: null, deadLetter: dl
         } satisfies Pages.JobPage
       }))
 
@@ -214,11 +221,11 @@ export const make = (options: DashboardOptions) =>
         const found = Queue.isJobId(id) ? yield* loadJob(s, id) : null
         if (found === null) {
           return page(Pages.layout(frame(s, "Not found", "jobs"),
-            Pages.notFound(`Job ${id} is not in the queue: it completed (completed jobs leave the queue), or it does not exist.`)), 404)
+            Pages.notFound(`Job ${id} was not found: it does not exist, or it finished longer ago than its stage keeps history.`)), 404)
         }
         const related = found.subjectId === null ? [] : yield* asViewer(s, db.run((sql) =>
           BrowseSql.browseJobs(sql, { stage: null, status: null, org: null, subject: found.subjectId, since: null, until: null, id: null, before: null }, 20)))
-        const liveUrl = found.status === "dead" ? undefined : `${base}/live/jobs/${found.id}`
+        const liveUrl = found.finishedAt !== null ? undefined : `${base}/live/jobs/${found.id}`
         return page(Pages.layout(frame(s, `Job ${found.id}`, "jobs", { liveUrl, notice: text(params, "notice") || undefined }),
           Pages.job(base, s.csrf, found, related)))
       })
@@ -330,6 +337,14 @@ export const make = (options: DashboardOptions) =>
           const outcome = yield* asViewer(s, queue.cancel(id))
           yield* Effect.logInfo("job cancelled from the dashboard").pipe(Effect.annotateLogs({ jobId: id, outcome }))
           return redirect(outcome === "not-found" ? withNotice("/jobs", "notice", `job ${id} was not found`) : withNotice(`/jobs/${id}`, "notice", `job ${outcome}`))
+        }
+        if (first === "stages" && id !== undefined && (verb === "pause" || verb === "resume")) {
+          // stage controls are shared by every org: operators only
+          if (!s.admin) return page(Pages.layout(frame(s, "Refused", "none"), html`<h1>Refused</h1><p>Only an operator's key may pause or resume a stage.</p>`), 403)
+          if (!knownStages.includes(id)) return redirect(withNotice("/", "notice", `no stage ${id}`))
+          yield* Db.asOwner(queue.stageControls.setPaused(id, verb === "pause", `dashboard (key ${s.keyId})`))
+          yield* Effect.logInfo(`stage ${verb === "pause" ? "paused" : "resumed"} from the dashboard`).pipe(Effect.annotateLogs({ stage: id, keyId: s.keyId }))
+          return redirect(withNotice("/", "notice", `stage ${id} ${verb === "pause" ? "paused" : "resumed"}`))
         }
         if (first === "dead" && id === "bulk") {
           const stage = text(params, "stage") || null

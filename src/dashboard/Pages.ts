@@ -87,6 +87,7 @@ const orgPicker = (base: string, path: string, scope: View.Scope, orgs: Readonly
 
 export const overview = (
   base: string,
+  csrf: string,
   scope: View.Scope,
   data: View.Overview,
   pools: ReadonlyArray<StagePool.PoolHealth> | undefined,
@@ -96,11 +97,13 @@ export const overview = (
 ${orgPicker(base, "/", scope, orgs)}
 <h2>Stages</h2>
 <table id="stages">
-<thead><tr><th>stage</th><th class="num">queued (ready)</th><th class="num">delayed</th><th class="num">running</th><th class="num">dead</th><th class="num">oldest ready</th></tr></thead>
+<thead><tr><th>stage</th><th class="num">queued (ready)</th><th class="num">delayed</th><th class="num">running</th><th class="num">dead</th><th class="num">oldest ready</th><th>state</th>${scope.viewer.admin ? html`<th></th>` : ""}</tr></thead>
 <tbody id="stage-rows">
 ${data.stages.map((s) => html`<tr data-stage="${s.stage}"><td><a href="${base}/jobs${qs({ stage: s.stage })}">${s.stage}</a></td>
 <td class="num" data-field="ready">${s.ready}</td><td class="num" data-field="delayed">${s.delayed}</td>
-<td class="num" data-field="running">${s.running}</td><td class="num" data-field="dead">${s.dead}</td><td class="num" data-field="oldest">${s.oldest}</td></tr>`)}
+<td class="num" data-field="running">${s.running}</td><td class="num" data-field="dead">${s.dead}</td><td class="num" data-field="oldest">${s.oldest}</td>
+<td><span class="badge paused" data-field="state">${s.state}</span></td>
+${scope.viewer.admin ? html`<td><form method="post" action="${base}/stages/${encodeURIComponent(s.stage)}/${s.state === "paused" ? "resume" : "pause"}">${csrfField(csrf)}<button class="plain" type="submit" data-action="${s.state === "paused" ? "resume" : "pause"}">${s.state === "paused" ? "Resume" : "Pause"}</button></form></td>` : ""}</tr>`)}
 </tbody>
 </table>
 <p class="muted">Updated <span id="live-at">${data.at}</span>.</p>
@@ -115,7 +118,7 @@ ${pools === undefined ? "" : html`
 <table><thead><tr><th>stage</th><th>state</th><th class="num">concurrency</th><th class="num">in flight</th><th>last claim</th></tr></thead>
 <tbody>${pools.map((p) => html`<tr><td>${p.stage}</td><td>${p.paused ? "waiting for the database" : p.state}</td><td class="num">${p.concurrency}</td><td class="num">${p.inFlight}</td><td>${when(p.lastClaimAt)}</td></tr>`)}</tbody></table>`}`
 
-export const statuses = ["queued", "delayed", "running", "cancelled", "dead"] as const
+export const statuses = ["queued", "delayed", "running", "completed", "cancelled", "dead"] as const
 
 export interface JobsQuery {
   readonly stage: string
@@ -160,7 +163,7 @@ ${scope.viewer.admin ? html`<label>Org <input name="org" value="${query.org}" si
 </form>
 ${jobTable(base, rows)}
 ${next === null ? "" : html`<p><a id="next-page" href="${base}/jobs${qs({ ...query, before: next })}">Older jobs →</a></p>`}
-<p class="muted">Live jobs and dead letters; completed jobs leave the queue.</p>`
+<p class="muted">Live jobs, finished ones kept for their stage's retention, and dead letters.</p>`
 
 export interface JobPage {
   readonly id: string
@@ -181,6 +184,12 @@ export interface JobPage {
   readonly errors: ReadonlyArray<Queue.ErrorEntry>
   readonly createdAt: Date
   readonly updatedAt: Date
+  readonly startedAt: Date | null
+  readonly finishedAt: Date | null
+  readonly lastRunMs: number | null
+  readonly output: unknown
+  readonly progress: number | null
+  readonly progressMessage: string | null
   readonly deadLetter: Queue.DeadLetter | null
 }
 
@@ -188,8 +197,10 @@ export const job = (base: string, csrf: string, j: JobPage, related: ReadonlyArr
   const field = (name: string, value: Value) => html`<span data-job-field="${name}">${value}</span>`
   const timeline: Array<{ at: string; what: string }> = [
     { at: when(j.createdAt), what: "enqueued" },
-    ...j.errors.map((e) => ({ at: when(e.at), what: `attempt ${e.attempt} failed: ${e.tag}: ${e.message}` })),
+    ...(j.startedAt ? [{ at: when(j.startedAt), what: "first run started" }] : []),
+    ...j.errors.map((e) => ({ at: when(e.at), what: `attempt ${e.attempt} failed${e.worker ? ` on ${e.worker}` : ""}: ${e.tag}: ${e.message}` })),
     ...(j.status === "running" && j.lockedBy ? [{ at: when(j.updatedAt), what: `running on ${j.lockedBy}` }] : []),
+    ...(j.finishedAt && j.status !== "dead" ? [{ at: when(j.finishedAt), what: `${j.status}${j.lastRunMs !== null ? ` (last run ${Math.round(j.lastRunMs)} ms)` : ""}` }] : []),
     ...(j.status === "delayed" && j.availableAt ? [{ at: when(j.availableAt), what: "runs again (scheduled)" }] : []),
     ...(j.deadLetter ? [{ at: when(j.deadLetter.deadAt), what: `dead-lettered: ${j.deadLetter.reason}` }] : []),
     ...(j.deadLetter?.resolvedAt ? [{ at: when(j.deadLetter.resolvedAt), what: `${j.deadLetter.resolutionStatus}${j.deadLetter.retriedJobId ? ` as job ${j.deadLetter.retriedJobId}` : ""}${j.deadLetter.resolutionNotes ? `: ${j.deadLetter.resolutionNotes}` : ""}` }] : [])
@@ -206,8 +217,11 @@ export const job = (base: string, csrf: string, j: JobPage, related: ReadonlyArr
 <dt>worker</dt><dd>${field("lockedBy", j.lockedBy ?? "")}</dd>
 <dt>lease until</dt><dd>${field("lockedUntil", j.lockedUntil ? j.lockedUntil.toISOString() : "")}</dd>
 <dt>dedupe key</dt><dd>${j.dedupeKey ?? ""}</dd>
+<dt>progress</dt><dd>${field("progress", j.progress === null ? "" : j.progress)} ${field("progressMessage", j.progressMessage ?? "")}</dd>
 <dt>last error</dt><dd class="bad">${field("lastError", j.lastError ?? "")}</dd>
 <dt>created</dt><dd>${when(j.createdAt)}</dd>
+<dt>started</dt><dd>${field("startedAt", j.startedAt ? j.startedAt.toISOString() : "")}</dd>
+<dt>finished</dt><dd>${j.finishedAt ? j.finishedAt.toISOString() : ""}${j.lastRunMs !== null ? ` · last run ${Math.round(j.lastRunMs)} ms` : ""}</dd>
 <dt>updated</dt><dd>${field("updatedAt", j.updatedAt.toISOString())}</dd>
 </dl>
 <div class="actions">
@@ -217,6 +231,7 @@ ${j.deadLetter && j.deadLetter.resolutionStatus === null ? deadLetterActions(bas
 </div>
 <h2>Payload</h2>
 <pre id="payload">${JSON.stringify(j.payload, null, 2)}</pre>
+${j.status === "completed" ? html`<h2>Output</h2><pre id="output">${j.output === null || j.output === undefined ? "(none)" : JSON.stringify(j.output, null, 2)}</pre>` : ""}
 <h2>Attempts and errors</h2>
 <table><thead><tr><th class="num">attempt</th><th>at</th><th>error</th><th>message</th></tr></thead>
 <tbody>${j.errors.length === 0 ? html`<tr><td colspan="4" class="muted">no failed attempt</td></tr>` : j.errors.map((e) => html`<tr><td class="num">${e.attempt}</td><td>${when(e.at)}</td><td>${e.tag}</td><td>${e.message}</td></tr>`)}</tbody></table>

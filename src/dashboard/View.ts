@@ -29,6 +29,8 @@ export interface StageRow {
   readonly dead: number
   /** Age of the oldest ready job, e.g. "12 s". */
   readonly oldest: string
+  /** "paused" when an operator paused the stage, else "". */
+  readonly state: string
 }
 
 export interface ChartData {
@@ -109,10 +111,12 @@ export const overview = (snapshot: Live.Snapshot, scope: Scope, knownStages: Rea
     entry.running += Number(w.running)
     workers.set(key, entry)
   }
+  const paused = new Set(snapshot.row.paused)
   return {
     at: snapshot.at.toISOString(),
     stages: [...byStage.entries()].sort(([a], [b]) => (a < b ? -1 : 1)).map(([stage, r]) => ({
-      stage, ready: r.ready, delayed: r.delayed, running: r.running, cancelling: r.cancelling, dead: r.dead, oldest: age(r.oldest)
+      stage, ready: r.ready, delayed: r.delayed, running: r.running, cancelling: r.cancelling, dead: r.dead, oldest: age(r.oldest),
+      state: paused.has(stage) ? "paused" : ""
     })),
     workers: [...workers.values()].sort((a, b) => (a.worker + a.stage < b.worker + b.stage ? -1 : 1)),
     series: charts(snapshot.row.series.filter(see), new Date(snapshot.row.now), minutes)
@@ -169,6 +173,9 @@ export const job = (snapshot: Live.Snapshot, scope: Scope, id: string): Record<s
     lockedBy: row.locked_by ?? null,
     lockedUntil: iso(row.locked_until),
     lastError: row.last_error ?? null,
-    updatedAt: iso(row.updated_at)
+    updatedAt: iso(row.updated_at),
+    startedAt: iso(row.started_at),
+    progress: row.progress === null || row.progress === undefined ? "" : String(row.progress),
+    progressMessage: row.progress_message ?? ""
   }
 }

@@ -1,13 +1,14 @@
 /**
- * Read-only statements for browsing jobs (the dashboard's jobs and job pages): live jobs and dead letters as
- * one list, newest first, with keyset pagination on the job id. Run under the viewer's org (row-level
+ * Read-only statements for browsing jobs (the dashboard's jobs and job pages): live jobs, the kept history
+ * (completed, dead, cancelled) and dead letters of jobs no longer in it, as one list, newest first, with
+ * keyset pagination on the job id. Run under the viewer's org (row-level
  * security) or, for an operator, as the owner. Locking: none; plain reads.
  */
 import type { Sql } from "../layers/Db.js"
 
 export interface BrowseFilter {
   readonly stage: string | null
-  /** queued (due now), delayed, running, cancelled, dead */
+  /** queued (due now), delayed, running, cancelled, completed, dead */
   readonly status: string | null
   readonly org: string | null
   readonly subject: string | null
@@ -40,12 +41,18 @@ export const browseJobs = (sql: Sql, f: BrowseFilter, limit: number) =>
              case when status = 'queued' and available_at > now() then 'delayed' else status end as status,
              attempts, max_attempts, created_at, updated_at, available_at, last_error, null::text as dead_letter_id
       from jobs
-      where (${f.status}::text is null or ${f.status}::text <> 'dead')
+      where (${f.status}::text is null or ${f.status}::text in ('queued', 'delayed', 'running', 'cancelled'))
+      union all
+      select id::text, stage, org_id, subject_id, status, attempts, max_attempts, created_at, finished_at, null,
+             last_error, null
+      from jobs_archive
+      where (${f.status}::text is null or ${f.status}::text in ('completed', 'dead', 'cancelled'))
       union all
       select job_id::text, stage, org_id, subject_id, 'dead', attempts, max_attempts, job_created_at, dead_at, null,
              reason, id::text
-      from dead_letters
+      from dead_letters d
       where (${f.status}::text is null or ${f.status}::text = 'dead')
+        and not exists (select 1 from jobs_archive a where a.id = d.job_id)
     ) j
     where (${f.stage}::text is null or stage = ${f.stage}::text)
       and (${f.status}::text is null or status = ${f.status}::text)

@@ -69,12 +69,14 @@ export interface SnapshotRow {
   }>
   /** The jobs some open job page watches, as they are now (absent: left the table). */
   readonly watched: ReadonlyArray<Record<string, unknown>>
+  /** Stages paused by an operator. */
+  readonly paused: ReadonlyArray<string>
 }
 
 /**
  * Everything a dashboard shows live, across every org, in one statement (viewers are filtered in memory).
  * Locking: none; counts over the live table (small by design), open dead letters by their partial index, the
- * per-minute table's last hour by its primary key, and the watched jobs by id.
+ * per-minute table's last hour by its primary key, the watched jobs by id, the paused stages.
  */
 export const liveSnapshot = (sql: Sql, watched: ReadonlyArray<string>, minutes: number) =>
   sql<Array<SnapshotRow>>`
@@ -108,6 +110,7 @@ export const liveSnapshot = (sql: Sql, watched: ReadonlyArray<string>, minutes: 
       ) s), '[]'::json) as series,
       coalesce((select json_agg(j) from (
         select id::text as id, stage, org_id, status, attempts, max_attempts, polls, available_at, locked_by,
-               locked_until, last_error, errors, updated_at
+               locked_until, last_error, errors, updated_at, started_at, progress, progress_message
         from jobs where id = any(${watched}::bigint[])
-      ) j), '[]'::json) as watched`
+      ) j), '[]'::json) as watched,
+      coalesce((select json_agg(stage order by stage) from stage_controls where paused), '[]'::json) as paused`

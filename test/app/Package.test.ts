@@ -120,6 +120,11 @@ describe.skipIf(process.env.DATABASE_URL !== undefined && process.env.DATABASE_U
       const testing = await run(process.execPath, ["--input-type=module", "-e", "const t = await import('pgfiber/testing'); console.log(typeof t.SpeechKitSimulator.layer)"], project, env)
       expect(testing.stdout.trim()).toBe("function")
 
+      // the dashboard's assets come from the installed packages (uPlot is a dependency, nothing from a CDN)
+      const dashboard = await run(process.execPath, ["--input-type=module", "-e",
+        "const { Dashboard } = await import('pgfiber/http'); const a = Dashboard.assets['uPlot.iife.min.js'](); console.log(a.body.length > 10000, Dashboard.assets['dashboard.js']().body.length > 1000)"], project, env)
+      expect({ code: dashboard.code, stdout: dashboard.stdout.trim(), stderr: dashboard.code === 0 ? "" : dashboard.stderr }).toEqual({ code: 0, stdout: "true true", stderr: "" })
+
       // the installed command
       const help = await run(Path.join(project, "node_modules", ".bin", "pgfiber"), ["--help"], project, env)
       expect(help.code).toBe(0)

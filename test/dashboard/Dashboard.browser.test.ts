@@ -299,6 +299,34 @@ describe("the dashboard in a real browser", () => {
     await context.close()
   })
 
+  it("pauses and resumes a stage; a finished job's page shows it completed, from the kept history", async () => {
+    openGate()
+    const { context, page } = await newPage()
+    await signIn(page, keys.admin)
+    await page.click(`tr[data-stage="gated"] button[data-action=pause]`)
+    await expect.poll(() => page.locator("[role=status]").textContent()).toContain("stage gated paused")
+    await expect.poll(() => cell(page, "gated", "state").textContent(), { timeout: 30_000 }).toBe("paused")
+    const [held] = await enqueue([{ stage: "gated", payload: { n: 9 }, orgId: "acme" }])
+    await expect.poll(() => cell(page, "gated", "ready").textContent(), { timeout: 30_000 }).toBe("1")
+    expect(await cell(page, "gated", "running").textContent()).toBe("0")
+
+    await page.click(`tr[data-stage="gated"] button[data-action=resume]`)
+    await expect.poll(() => page.locator("[role=status]").textContent()).toContain("stage gated resumed")
+    await expect.poll(() => cell(page, "gated", "ready").textContent(), { timeout: 30_000 }).toBe("0")
+    expect(await cell(page, "gated", "state").textContent()).toBe("")
+    await expect.poll(async () => {
+      await page.goto(`${base}/dashboard/jobs/${held!.id}`)
+      return page.locator("[data-job-field=status]").textContent()
+    }, { timeout: 30_000 }).toBe("completed")
+    expect(await page.locator("text=first run started").count()).toBe(1)
+    // an org key may not pause a stage (stage controls are shared by every org)
+    const org = await newPage()
+    await signIn(org.page, keys.acme)
+    expect(await org.page.locator("button[data-action=pause]").count()).toBe(0)
+    await org.context.close()
+    await context.close()
+  })
+
   it("refuses a POST without the session's CSRF token", async () => {
     const { context, page } = await newPage()
     await signIn(page, keys.admin)
