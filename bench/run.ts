@@ -2,7 +2,7 @@
  * `npm run bench`: one embedded PostgreSQL, every subject on a fresh database per run, the same workloads
  * interleaved (A B C D, A B C D, …), medians of the runs. Writes bench/results/latest.{json,md}.
  *
- * Flags: --runs N (3) · --quick (1 run, small sizes: a smoke test) · --only bulk,latency,idle,backlog,raw · --render
+ * Flags: --runs N (3) · --quick (1 run, small sizes: a smoke test) · --only bulk,latency,idle,backlog,raw,dashboards · --render
  *        --subjects pgfiber,graphile,graphile-batched,pgboss · --profile (CPU-profile the pgfiber bulk worker)
  *        --out DIR (bench/results)
  */
@@ -10,6 +10,7 @@ import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import { benchDir, log, machineInfo, median, msSince, nowNs, packageVersion, startCluster } from "./lib.js"
+import * as Dashboards from "./dashboards.js"
 import * as Graphile from "./subjects/graphile.js"
 import * as PgBoss from "./subjects/pgboss.js"
 import * as Pgfiber from "./subjects/pgfiber.js"
@@ -25,7 +26,7 @@ const option = (name: string) => {
 
 const quick = flag("quick")
 const runs = Number(option("runs") ?? (quick ? 1 : 3))
-const only = new Set((option("only") ?? "bulk,latency,idle,backlog,raw").split(","))
+const only = new Set((option("only") ?? "bulk,latency,idle,backlog,raw,dashboards").split(","))
 const outDir = Path.resolve(option("out") ?? Path.join(benchDir, "results"))
 // CPU profiles are large and machine-specific: kept out of the repository (.data is ignored)
 const profileDir = Path.join(benchDir, "..", ".data", "bench-profiles")
@@ -39,7 +40,9 @@ const sizes = {
   backlogSmall: 10_000,
   backlogLarge: quick ? 100_000 : 1_000_000,
   backlogWindowMs: 10_000,
-  rawJobs: 20_000
+  rawJobs: 20_000,
+  dashboardWindowMs: quick ? 10_000 : 30_000,
+  dashboardViewers: 20
 }
 
 const allSubjects: ReadonlyArray<Subject> = [Pgfiber.subject, Graphile.defaults, Graphile.batched, PgBoss.subject]
@@ -93,6 +96,7 @@ const main = async () => {
   const idleScheduled: Array<W.IdleResult | { error: string }> = []
   const backlog: { small: Array<W.BacklogResult | { error: string }>; large: Array<W.BacklogResult | { error: string }> } = { small: [], large: [] }
   const raw: Array<W.RawResult | { error: string }> = []
+  const dashboards: Array<Dashboards.DashboardsResult | { error: string }> = []
   const push = <T>(into: Runs<T>, key: string, value: T | { error: string }) => (into[key] ??= []).push(value)
   const rawRound = async (run: number) => {
     const r = await attempt(`raw SQL ceiling run ${run} (${sizes.rawJobs} jobs, pgfiber's statements without the runtime)`, () =>
@@ -169,6 +173,17 @@ const main = async () => {
       await cluster.dropDatabase(dbs.small.name)
       await cluster.dropDatabase(dbs.large.name)
     }
+    if (only.has("dashboards")) {
+      log(`== dashboards: statements of an idle database with 0, 1 and ${sizes.dashboardViewers} open live dashboards, ${sizes.dashboardWindowMs / 1000} s each`)
+      for (let run = 1; run <= runs; run++) {
+        const r = await attempt(`dashboards run ${run}`, () =>
+          Dashboards.dashboards(cluster, run, { windowMs: sizes.dashboardWindowMs, viewers: sizes.dashboardViewers }))
+        if (!("error" in r)) {
+          log(`    ${Object.entries(r.statementsPerSecond).map(([n, x]) => `${n} open: ${x.toFixed(2)}/s`).join(" · ")}`)
+        }
+        dashboards.push(r)
+      }
+    }
   } finally {
     await cluster.close()
   }
@@ -189,13 +204,14 @@ const main = async () => {
       pgBoss: packageVersion("pg-boss")
     },
     subjects: subjects.map((s) => ({ key: s.key, label: s.label, notes: s.notes })),
-    summary: summarize(subjects, bulk, latency, idle, backlog, raw, idleScheduled),
+    summary: summarize(subjects, bulk, latency, idle, backlog, raw, idleScheduled, dashboards),
     bulk,
     latency,
     idle,
     idleScheduled,
     backlog,
-    raw
+    raw,
+    dashboards
   }
   Fs.mkdirSync(outDir, { recursive: true })
   const markdown = render(results)
@@ -231,7 +247,8 @@ const summarize = (
   idle: Runs<W.IdleResult>,
   backlog: { small: Array<W.BacklogResult | { error: string }>; large: Array<W.BacklogResult | { error: string }> },
   raw: Array<W.RawResult | { error: string }>,
-  idleScheduled: Array<W.IdleResult | { error: string }> = []
+  idleScheduled: Array<W.IdleResult | { error: string }> = [],
+  dashboards: Array<Dashboards.DashboardsResult | { error: string }> = []
 ) => {
   const per: Record<string, SubjectSummary> = {}
   for (const s of subjects) {
@@ -260,6 +277,13 @@ const summarize = (
   return {
     subjects: per,
     idleScheduledStatementsPer10s: median(ok(idleScheduled).map((r) => r.statementsPer10s)),
+    dashboards: {
+      viewers: ok(dashboards)[0]?.viewers ?? 20,
+      nonePerSec: median(ok(dashboards).map((r) => r.statementsPerSecond["0"] ?? Number.NaN)),
+      onePerSec: median(ok(dashboards).map((r) => r.statementsPerSecond["1"] ?? Number.NaN)),
+      manyPerSec: median(ok(dashboards).map((r) => r.statementsPerSecond[String(r.viewers)] ?? Number.NaN)),
+      addedPerSec: median(ok(dashboards).map((r) => r.addedPerSecond))
+    },
     backlog: { smallPerSec: small, largePerSec: large, largeVsSmall: large / small },
     raw: {
       enqueuePerSec: median(rawOk.map((r) => r.enqueuePerSec)),
@@ -353,6 +377,9 @@ const render = (r: {
     lines.push(t("≤ 1 statement per 10 s per idle process", n1(pf.idleStatementsPer10s), pf.idleStatementsPer10s <= 1))
     const sched = r.summary.idleScheduledStatementsPer10s ?? Number.NaN
     lines.push(t("≤ 1 statement per 10 s between ticks, one schedule every minute", Number.isFinite(sched) ? n1(sched) : "–", Number.isFinite(sched) ? sched <= 1 : null))
+    const d = r.summary.dashboards
+    lines.push(t(`${d?.viewers ?? 20} open dashboards add < 1 statement/s to an idle database`, d && Number.isFinite(d.addedPerSec) ? `${n2(d.addedPerSec)}/s (0 open: ${n2(d.nonePerSec)}/s, 1: ${n2(d.onePerSec)}/s, ${d.viewers}: ${n2(d.manyPerSec)}/s)` : "–",
+      d && Number.isFinite(d.addedPerSec) ? d.addedPerSec < 1 : null))
     lines.push(t("drain at 1M backlog within 20 % of 10k", Number.isFinite(b.largeVsSmall) ? pct(b.largePerSec, b.smallPerSec) : "–",
       Number.isFinite(b.largeVsSmall) ? b.largeVsSmall >= 0.8 : null))
     lines.push("")
