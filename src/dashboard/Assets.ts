@@ -67,6 +67,14 @@ export const script = String.raw`"use strict";
         var cell = row.querySelector('[data-field="' + f + '"]');
         if (cell) cell.textContent = String(s[f]);
       });
+      // an operator's pause / resume button follows the stage's state (another operator may have changed it)
+      var control = row.querySelector("form[data-stage-control]");
+      if (control) {
+        var verb = s.state === "paused" ? "resume" : "pause";
+        control.setAttribute("action", control.getAttribute("data-stage-control") + verb);
+        var button = control.querySelector("button");
+        if (button) { button.setAttribute("data-action", verb); button.textContent = verb === "resume" ? "Resume" : "Pause"; }
+      }
     });
   }
   function updateWorkers(workers) {

@@ -88,6 +88,8 @@ export class Dashboard extends Context.Tag("pgfiber/Dashboard")<Dashboard, {
   readonly basePath: string
   /** Answers requests under `basePath`; anything else is a 404 page. */
   readonly app: HttpApp.Default
+  /** Live views open now (server-sent event streams); each closed stream leaves at once. */
+  readonly viewers: Effect.Effect<number>
 }>() {}
 
 type Signed = Session.Session & { readonly csrf: string }
@@ -343,6 +345,8 @@ export const make = (options: DashboardOptions) =>
           if (!s.admin) return page(Pages.layout(frame(s, "Refused", "none"), html`<h1>Refused</h1><p>Only an operator's key may pause or resume a stage.</p>`), 403)
           if (!knownStages.includes(id)) return redirect(withNotice("/", "notice", `no stage ${id}`))
           yield* Db.asOwner(queue.stageControls.setPaused(id, verb === "pause", `dashboard (key ${s.keyId})`))
+          // the page it redirects to, and every open overview, show the new state at once
+          yield* live.fresh
           yield* Effect.logInfo(`stage ${verb === "pause" ? "paused" : "resumed"} from the dashboard`).pipe(Effect.annotateLogs({ stage: id, keyId: s.keyId }))
           return redirect(withNotice("/", "notice", `stage ${id} ${verb === "pause" ? "paused" : "resumed"}`))
         }
@@ -460,7 +464,7 @@ export const make = (options: DashboardOptions) =>
       )
     )
 
-    return Dashboard.of({ basePath: base, app })
+    return Dashboard.of({ basePath: base, app, viewers: live.viewers })
   })
 
 /** The dashboard with its shared live source, for the life of the layer. */

@@ -49,6 +49,8 @@ export class Live extends Context.Tag("pgfiber/dashboard/Live")<Live, {
   readonly changes: (watch?: string | undefined) => Stream.Stream<Snapshot, never, never>
   /** A snapshot no older than the minimum interval (taken now if need be; shared by concurrent callers). */
   readonly latest: Effect.Effect<Snapshot, Db.DbError>
+  /** A snapshot taken now (after an action that changed what it shows), which every viewer then gets too. */
+  readonly fresh: Effect.Effect<Snapshot, Db.DbError>
   /** Statements run so far (for tests and the bench). */
   readonly statements: Effect.Effect<number>
   readonly viewers: Effect.Effect<number>
@@ -142,6 +144,7 @@ export const make = (options: LiveOptions) =>
     return Live.of({
       changes,
       latest,
+      fresh: lock.withPermits(1)(take),
       statements: Effect.sync(() => statements),
       viewers: Ref.get(viewers)
     })

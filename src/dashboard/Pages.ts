@@ -103,7 +103,7 @@ ${data.stages.map((s) => html`<tr data-stage="${s.stage}"><td><a href="${base}/j
 <td class="num" data-field="ready">${s.ready}</td><td class="num" data-field="delayed">${s.delayed}</td>
 <td class="num" data-field="running">${s.running}</td><td class="num" data-field="dead">${s.dead}</td><td class="num" data-field="oldest">${s.oldest}</td>
 <td><span class="badge paused" data-field="state">${s.state}</span></td>
-${scope.viewer.admin ? html`<td><form method="post" action="${base}/stages/${encodeURIComponent(s.stage)}/${s.state === "paused" ? "resume" : "pause"}">${csrfField(csrf)}<button class="plain" type="submit" data-action="${s.state === "paused" ? "resume" : "pause"}">${s.state === "paused" ? "Resume" : "Pause"}</button></form></td>` : ""}</tr>`)}
+${scope.viewer.admin ? html`<td><form method="post" data-stage-control="${base}/stages/${encodeURIComponent(s.stage)}/" action="${base}/stages/${encodeURIComponent(s.stage)}/${s.state === "paused" ? "resume" : "pause"}">${csrfField(csrf)}<button class="plain" type="submit" data-action="${s.state === "paused" ? "resume" : "pause"}">${s.state === "paused" ? "Resume" : "Pause"}</button></form></td>` : ""}</tr>`)}
 </tbody>
 </table>
 <p class="muted">Updated <span id="live-at">${data.at}</span>.</p>

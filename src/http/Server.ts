@@ -51,7 +51,10 @@ export interface ServerOptions {
   readonly workerId: string
   /** The stages the dev tick may run here; default: every known stage. */
   readonly tickStages?: ReadonlyArray<Stage.Stage<any, any, any>> | undefined
-  /** The web dashboard at `/dashboard` on the API listener: default from `DASHBOARD_*`; false: none. */
+  /**
+   * The web dashboard on the API listener: default, one at `/dashboard` configured by `DASHBOARD_*`; given
+   * options, one made with them; false, none made here (a `Dashboard` provided to this layer is still served).
+   */
   readonly dashboard?: false | Dashboard.DashboardOptions | undefined
 }
 

@@ -12,6 +12,7 @@ import * as Path from "node:path"
 import type { Browser, BrowserContext, Page } from "playwright-core"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import * as ApiKeys from "../../src/auth/ApiKeys.js"
+import * as Dashboard from "../../src/dashboard/Dashboard.js"
 import * as Server from "../../src/http/Server.js"
 import { Permanent } from "../../src/JobError.js"
 import * as Storage from "../../src/layers/Storage.js"
@@ -61,12 +62,14 @@ const layer = Server.layer({
   maxUploadBytes: 256 * 1024,
   devTick: false,
   workerId: "dashboard-test",
-  dashboard: {
+  // made below and provided, as a user mounting it would, so the test can ask it how many viewers remain
+  dashboard: false
+}).pipe(
+  Layer.provideMerge(Dashboard.layer({
     basePath: "/dashboard",
     sessionTtl: Duration.hours(1),
     live: { minInterval: Duration.millis(200), idleInterval: Duration.seconds(2), minutes: 60 }
-  }
-}).pipe(
+  })),
   Layer.provideMerge(Storage.layerFs(storageDir).pipe(Layer.orDie)),
   Layer.provideMerge(Layer.scopedDiscard(MinuteStats.make({ flushInterval: Duration.millis(500), keep: Duration.hours(24) }))),
   Layer.provideMerge(Worker.layer([echo, gated], {
@@ -88,6 +91,8 @@ let base = ""
 const keys: Record<"admin" | "acme" | "globex", string> = { admin: "", acme: "", globex: "" }
 /** Every console error and uncaught page error, from every page of every test. */
 const problems: Array<string> = []
+/** Every browser context opened, so a test that fails half-way leaves none open for the last check. */
+const contexts: Array<BrowserContext> = []
 
 const run = <A, E>(effect: Effect.Effect<A, E, Layer.Layer.Success<typeof layer>>) => runtime.runPromise(effect)
 
@@ -96,6 +101,7 @@ const enqueue = (jobs: ReadonlyArray<Queue.NewJob>) => run(Effect.flatMap(Queue.
 /** A failed sign-in answers 401, which Chromium reports on the console: expected where a test says so. */
 const newPage = async (options: { readonly expectRefusedSignIn?: boolean } = {}): Promise<{ context: BrowserContext; page: Page }> => {
   const context = await browser.newContext()
+  contexts.push(context)
   const page = await context.newPage()
   page.on("console", (m) => {
     if (m.type() !== "error") return
@@ -335,7 +341,9 @@ describe("the dashboard in a real browser", () => {
     await context.close()
   })
 
-  it("had no console error, page error or dialog on any page", () => {
+  it("had no console error, page error or dialog on any page; every closed page's live stream has ended", async () => {
     expect(problems).toEqual([])
+    await Promise.all(contexts.map((c) => c.close()))
+    await expect.poll(() => run(Effect.flatMap(Dashboard.Dashboard, (d) => d.viewers)), { timeout: 30_000 }).toBe(0)
   })
 })
