@@ -333,6 +333,20 @@ describe("the dashboard in a real browser", () => {
     await context.close()
   })
 
+  it("a running job's page follows it live to its end, without the user reloading", async () => {
+    gate = new Promise<void>((resolve) => (openGate = resolve))
+    const [job] = await enqueue([{ stage: "gated", payload: { n: 11 }, orgId: "acme" }])
+    const { context, page } = await newPage()
+    await signIn(page, keys.admin)
+    await page.goto(`${base}/dashboard/jobs/${job!.id}`)
+    await expect.poll(() => page.locator("[data-job-field=status]").textContent(), { timeout: 30_000 }).toBe("running")
+    expect(await page.locator("[data-job-field=lockedBy]").textContent()).toContain("dashboard-test")
+    openGate()
+    // the job leaves the live table; the page reloads itself once and shows it from the kept history
+    await expect.poll(() => page.locator("[data-job-field=status]").textContent(), { timeout: 30_000 }).toBe("completed")
+    await context.close()
+  })
+
   it("refuses a POST without the session's CSRF token", async () => {
     const { context, page } = await newPage()
     await signIn(page, keys.admin)
