@@ -3,7 +3,7 @@
  * interleaved (A B C D, A B C D, …), medians of the runs. Writes bench/results/latest.{json,md}.
  *
  * Flags: --runs N (3) · --quick (1 run, small sizes: a smoke test) · --only bulk,latency,idle,backlog,raw,dashboards · --render
- *        --subjects pgfiber,graphile,graphile-batched,pgboss · --profile (CPU-profile the pgfiber bulk worker)
+ *        --subjects pgfiber,pgfiber-noretain,graphile,graphile-batched,pgboss · --profile (CPU-profile the pgfiber bulk worker)
  *        --out DIR (bench/results)
  */
 import * as Fs from "node:fs"
@@ -45,7 +45,7 @@ const sizes = {
   dashboardViewers: 20
 }
 
-const allSubjects: ReadonlyArray<Subject> = [Pgfiber.subject, Graphile.defaults, Graphile.batched, PgBoss.subject]
+const allSubjects: ReadonlyArray<Subject> = [Pgfiber.subject, Pgfiber.noRetention, Graphile.defaults, Graphile.batched, PgBoss.subject]
 const wanted = option("subjects")?.split(",")
 const subjects = wanted ? allSubjects.filter((s) => wanted.includes(s.key)) : allSubjects
 
@@ -340,6 +340,12 @@ const render = (r: {
   if (pf) {
     lines.push(row(`ratio: pgfiber's drain ÷ the subject's`, (s) => (s === pf ? "1×" : ratio(pf.drainPerSec, s.drainPerSec))))
     lines.push(row(`ratio: the subject's p50 wake-up ÷ pgfiber's (> 1: pgfiber wakes sooner)`, (s) => (s === pf ? "1×" : ratio(s.p50Ms, pf.p50Ms))))
+  }
+  const off = S["pgfiber-noretain"]
+  if (pf && off) {
+    lines.push("")
+    lines.push(`Kept history (retention 7 days, finished jobs handed to jobs_archive in the settle statement) vs retention off ` +
+      `(deleted at once): bulk drain ${n0(pf.drainPerSec)} vs ${n0(off.drainPerSec)} jobs/s, retention on at ${pct(pf.drainPerSec, off.drainPerSec)} of off.`)
   }
   lines.push("")
   if (keys.includes("pgboss")) {

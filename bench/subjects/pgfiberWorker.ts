@@ -3,7 +3,7 @@
  * `Layer.launch` under `NodeRuntime.runMain` (SIGTERM drains and exits 0).
  */
 import { NodeRuntime } from "@effect/platform-node"
-import { Effect, Layer, Redacted, Schema } from "effect"
+import { Duration, Effect, Layer, Redacted, Schema } from "effect"
 import * as Db from "../../src/layers/Db.js"
 import * as PgQueue from "../../src/queue/PgQueue.js"
 import * as PgSchedules from "../../src/queue/PgSchedules.js"
@@ -42,7 +42,12 @@ tell({ t: "starting", at: nowNs() })
 Layer.launch(
   reportReady.pipe(
     Layer.provide(withSchedule),
-    Layer.provide(PgQueue.layer({ knownStages: [queueName] })),
+    // variant "noretain": finished jobs are deleted at once (PGFIBER_RETAIN_COMPLETED=0), as before the kept
+    // history; the default subject keeps them 7 days (the default), handed to jobs_archive by the settle
+    Layer.provide(PgQueue.layer({
+      knownStages: [queueName],
+      ...(config.variant === "noretain" ? { retention: { default: Duration.zero } } : { retention: { default: Duration.days(7) } })
+    })),
     Layer.provide(Db.layerWith({ url: Redacted.make(config.url), schema, poolMax: 10 }))
   )
 ).pipe(NodeRuntime.runMain)

@@ -74,7 +74,9 @@ export const StageReadiness = Schema.Struct({
   running: Schema.Number,
   deadLetters: Schema.Number,
   /** How long the oldest ready job has waited: the stage's lag. */
-  oldestReadyAgeSeconds: Schema.Number
+  oldestReadyAgeSeconds: Schema.Number,
+  /** Paused by an operator (`pgfiber stages pause`): claimed by no process until resumed. Not a readiness problem. */
+  paused: Schema.Boolean
 })
 
 const readinessFields = {
@@ -419,8 +421,33 @@ export class CallsApi extends HttpApiGroup.make("calls")
   .annotate(OpenApi.Description, "Recorded calls: upload or point at a recording; read status, artifacts, transcript, analysis")
 {}
 
+// ---------------------------------------------------------------------------------------------
+// stage control (admin listener only, no key: stages are shared by every org)
+
+const StageName = HttpApiSchema.param("name", Schema.String)
+
+export const StageControlView = Schema.Struct({
+  stage: Schema.String,
+  paused: Schema.Boolean,
+  changedBy: Schema.NullOr(Schema.String),
+  changedAt: Schema.NullOr(Schema.Date)
+})
+
+export class StagesApi extends HttpApiGroup.make("stages")
+  .add(HttpApiEndpoint.get("listStages", "/stages").addSuccess(Schema.Struct({ stages: Schema.Array(StageControlView) })))
+  .add(HttpApiEndpoint.post("pauseStage")`/stages/${StageName}/pause`.addSuccess(StageControlView).addError(NotFound))
+  .add(HttpApiEndpoint.post("resumeStage")`/stages/${StageName}/resume`.addSuccess(StageControlView).addError(NotFound))
+  .addError(Unavailable)
+  .annotate(
+    OpenApi.Description,
+    "Pause and resume a stage in every process (state in the database, heard by NOTIFY). Served on the admin " +
+      "listener only, without a key: a stage is shared by every org, so no tenant's key may pause it."
+  )
+{}
+
 export class Api extends HttpApi.make("pgfiber")
   .add(HealthApi)
+  .add(StagesApi)
   .add(JobsApi)
   .add(SchedulesApi)
   .add(CallsApi)

@@ -26,10 +26,11 @@ export const rowToJob = (r: Record<string, unknown>): Job => ({
   attempts: Number(r.attempts),
   maxAttempts: Number(r.max_attempts),
   polls: Number(r.polls),
-  availableAt: date(r.available_at),
+  // a finished job (from the history) has no run time ahead: its finishing instant stands in
+  availableAt: date(r.available_at ?? r.finished_at),
   lockedBy: str(r.locked_by),
   lockedUntil: r.locked_until ? date(r.locked_until) : null,
-  lease: Number(r.lease),
+  lease: Number(r.lease ?? 0),
   dedupeKey: str(r.dedupe_key),
   errors: (r.errors as ReadonlyArray<ErrorEntry>) ?? [],
   lastError: str(r.last_error),

@@ -107,7 +107,8 @@ export const make = <A, I, R>(stage: Stage.Stage<A, I, R>, options: SettlerOptio
       const batch = pending.splice(0, maxBatch)
       if (batch.length === 0) return
       const hook = onDeadLettered?.(batch)
-      const results = yield* queue.settle(batch.map((f) => f.decided.outcome), hook ? { onDeadLettered: hook } : undefined).pipe(
+      const outcomes = batch.map((f) => (f.seconds === undefined ? f.decided.outcome : { ...f.decided.outcome, runMs: f.seconds * 1000 }))
+      const results = yield* queue.settle(outcomes, { onDeadLettered: hook, retain: stage.retain }).pipe(
         Effect.tapError((e) => Effect.logWarning("settling a batch failed; retrying", e.message)),
         Effect.retry({ schedule: settleRetry, while: (e) => e._tag === "DbError" }),
         Effect.catchAllCause((cause) =>

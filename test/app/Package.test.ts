@@ -53,12 +53,8 @@ const program = Effect.gen(function*() {
   const { id } = yield* Stage.enqueue(greet, { to: "world" })
   while (seen.length === 0) yield* Effect.sleep("50 millis")
   const queue = yield* Queue.Queue
-  // completed jobs leave the live table for the kept history (or are gone, with no retention)
-  for (;;) {
-    const job = yield* queue.get(id)
-    if (job === null || job.status === "completed") break
-    yield* Effect.sleep("50 millis")
-  }
+  // a completed job stays readable, with its final state, for its retention
+  while ((yield* queue.get(id))?.status !== "completed") yield* Effect.sleep("50 millis")
   console.log(JSON.stringify({ id, seen }))
 })
 
