@@ -11,6 +11,7 @@ import * as Db from "../layers/Db.js"
 import * as Queue from "../queue/Queue.js"
 import * as StatsSql from "../queue/StatsSql.js"
 import * as Events from "../runtime/Events.js"
+import * as MinuteStats from "../runtime/MinuteStats.js"
 
 export interface LiveOptions {
   /** The least time between two snapshots, however busy the queue. */
@@ -22,16 +23,8 @@ export interface LiveOptions {
 }
 
 export const config: Config.Config<LiveOptions> = Config.all({
-  minInterval: Config.integer("DASHBOARD_LIVE_MIN_MS").pipe(
-    Config.validate({ message: "must be a number of milliseconds from 100 to 60000", validation: (n) => n >= 100 && n <= 60_000 }),
-    Config.withDefault(1000),
-    Config.map(Duration.millis)
-  ),
-  idleInterval: Config.integer("DASHBOARD_LIVE_IDLE_MS").pipe(
-    Config.validate({ message: "must be a number of milliseconds from 1000 to 3600000", validation: (n) => n >= 1000 && n <= 3_600_000 }),
-    Config.withDefault(10_000),
-    Config.map(Duration.millis)
-  ),
+  minInterval: MinuteStats.millisConfig("DASHBOARD_LIVE_MIN_MS", { min: 100, max: 60_000, fallback: 1000 }),
+  idleInterval: MinuteStats.millisConfig("DASHBOARD_LIVE_IDLE_MS", { min: 1000, max: 3_600_000, fallback: 10_000 }),
   minutes: Config.succeed(60)
 })
 

@@ -165,31 +165,16 @@ ${jobTable(base, rows)}
 ${next === null ? "" : html`<p><a id="next-page" href="${base}/jobs${qs({ ...query, before: next })}">Older jobs →</a></p>`}
 <p class="muted">Live jobs, finished ones kept for their stage's retention, and dead letters.</p>`
 
-export interface JobPage {
-  readonly id: string
-  readonly stage: string
-  readonly orgId: string | null
-  readonly subjectId: string | null
+/** A job as its page shows it: live, from the kept history, or only its dead letter left. */
+export interface JobPage extends Pick<Queue.Job,
+  | "id" | "stage" | "orgId" | "subjectId" | "payload" | "priority" | "attempts" | "maxAttempts" | "polls" | "lockedBy"
+  | "lockedUntil" | "dedupeKey" | "lastError" | "errors" | "createdAt" | "updatedAt" | "startedAt" | "finishedAt"
+  | "lastRunMs" | "output" | "progress" | "progressMessage"
+> {
+  /** The job's status, with `delayed` for a queued job that is not due yet. */
   readonly status: string
-  readonly payload: unknown
-  readonly priority: number
-  readonly attempts: number
-  readonly maxAttempts: number
-  readonly polls: number
+  /** When it runs next; null once finished. */
   readonly availableAt: Date | null
-  readonly lockedBy: string | null
-  readonly lockedUntil: Date | null
-  readonly dedupeKey: string | null
-  readonly lastError: string | null
-  readonly errors: ReadonlyArray<Queue.ErrorEntry>
-  readonly createdAt: Date
-  readonly updatedAt: Date
-  readonly startedAt: Date | null
-  readonly finishedAt: Date | null
-  readonly lastRunMs: number | null
-  readonly output: unknown
-  readonly progress: number | null
-  readonly progressMessage: string | null
   readonly deadLetter: Queue.DeadLetter | null
 }
 

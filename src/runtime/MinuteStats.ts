@@ -16,17 +16,21 @@ export interface MinuteStatsOptions {
   readonly keep: Duration.Duration
 }
 
-export const config: Config.Config<MinuteStatsOptions> = Config.all({
-  flushInterval: Config.integer("PGFIBER_STATS_FLUSH_MS").pipe(
-    Config.validate({ message: "must be a number of milliseconds from 100 to 3600000", validation: (n) => n >= 100 && n <= 3_600_000 }),
-    Config.withDefault(60_000),
-    Config.map(Duration.millis)
-  ),
-  keep: Config.integer("PGFIBER_STATS_KEEP_MS").pipe(
-    Config.validate({ message: "must be a number of milliseconds from 3600000 (an hour) up", validation: (n) => n >= 3_600_000 }),
-    Config.withDefault(24 * 3_600_000),
+/** A duration in milliseconds from the environment, held between `min` and `max` (the error names the variable). */
+export const millisConfig = (name: string, options: { readonly min: number; readonly max: number; readonly fallback: number }) =>
+  Config.integer(name).pipe(
+    Config.validate({
+      message: `must be a number of milliseconds from ${options.min} to ${options.max}`,
+      validation: (n) => n >= options.min && n <= options.max
+    }),
+    Config.withDefault(options.fallback),
     Config.map(Duration.millis)
   )
+
+export const config: Config.Config<MinuteStatsOptions> = Config.all({
+  flushInterval: millisConfig("PGFIBER_STATS_FLUSH_MS", { min: 100, max: 3_600_000, fallback: 60_000 }),
+  // at least an hour: the charts show the last hour
+  keep: millisConfig("PGFIBER_STATS_KEEP_MS", { min: 3_600_000, max: 366 * 86_400_000, fallback: 24 * 3_600_000 })
 })
 
 export class MinuteStats extends Context.Tag("pgfiber/MinuteStats")<MinuteStats, {
