@@ -84,7 +84,11 @@ export const layerDb = Layer.effectDiscard(Migrations.migrate().pipe(
 )).pipe(Layer.provideMerge(Db.layer))
 
 /** The queue, plus the process's job-events bus (Events.ts) that it and the worker publish to. */
-export const layerQueue = PgQueue.layer({ knownStages: stageNames() }).pipe(
+export const layerQueue = PgQueue.layer({
+  knownStages: stageNames(),
+  // stages' own retention, for what the queue finishes itself (a cancelled queued job); default from config
+  retention: { stages: Object.fromEntries(stages.flatMap((s) => (s.retain === undefined ? [] : [[s.name, s.retain]]))) }
+}).pipe(
   Layer.provideMerge(Layer.merge(layerDb, Events.layer()))
 )
 
