@@ -85,7 +85,15 @@ export const layerDb = Layer.effectDiscard(Migrations.migrate().pipe(
 )).pipe(Layer.provideMerge(Db.layer))
 
 /** The queue, plus the process's job-events bus (Events.ts) that it and the worker publish to. */
-export const layerQueue = PgQueue.layer({ knownStages: stageNames() }).pipe(
+/**
+ * The stages' own retention (`retain`), for the queue: it applies them to what it finishes itself (a cancelled
+ * queued job); the default comes from PGFIBER_RETAIN_COMPLETED.
+ */
+export const retentionOf = (list: ReadonlyArray<Stage.Any>) => ({
+  stages: Object.fromEntries(list.flatMap((s) => (s.retain === undefined ? [] : [[s.name, s.retain] as const])))
+})
+
+export const layerQueue = PgQueue.layer({ knownStages: stageNames(), retention: retentionOf(stages) }).pipe(
   Layer.provideMerge(Layer.merge(layerDb, Events.layer()))
 )
 

@@ -143,7 +143,8 @@ export interface StageControl {
 
 /** How long finished jobs stay readable: a default, and stages that keep theirs longer or shorter. */
 export interface Retention {
-  readonly default: Duration.Duration
+  /** For stages not named in `stages`; omitted: PGFIBER_RETAIN_COMPLETED (7 days). */
+  readonly default?: Duration.Duration | undefined
   readonly stages?: Readonly<Record<string, Duration.Duration>> | undefined
 }
 

@@ -175,11 +175,13 @@ export const retentionConfig: Config.Config<Duration.Duration> = Config.string("
 )
 
 /** The queue's retention: the options' when given, else the configured default. */
-export const resolveRetention = (options: QueueOptions) =>
-  options.retention !== undefined ? Effect.succeed(options.retention) : Effect.map(Effect.orDie(retentionConfig), (d): Retention => ({ default: d }))
+export const resolveRetention = (options: QueueOptions): Effect.Effect<Retention & { readonly default: Duration.Duration }> =>
+  options.retention?.default !== undefined
+    ? Effect.succeed({ ...options.retention, default: options.retention.default })
+    : Effect.map(Effect.orDie(retentionConfig), (d) => ({ ...options.retention, default: d }))
 
 /** Retention as the statements take it: the default in ms and a JSON object of stage → ms. */
-export const retentionParams = (r: Retention) => ({
+export const retentionParams = (r: Retention & { readonly default: Duration.Duration }) => ({
   defaultMs: Math.max(0, Duration.toMillis(r.default)),
   byStage: JSON.stringify(Object.fromEntries(Object.entries(r.stages ?? {}).map(([k, v]) => [k, Math.max(0, Duration.toMillis(v))])))
 })

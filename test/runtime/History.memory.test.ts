@@ -4,9 +4,10 @@
  * runs, a job's own timeout overriding its stage's, and a pool that claims nothing while its stage is paused.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Context, Deferred, Duration, Effect, Exit, Layer, Schema, Scope, TestClock } from "effect"
+import { Chunk, Context, Deferred, Duration, Effect, Exit, Layer, Queue as Q, Schema, Scope, TestClock } from "effect"
 import * as MemoryQueue from "../../src/queue/MemoryQueue.js"
 import * as Queue from "../../src/queue/Queue.js"
+import * as Events from "../../src/runtime/Events.js"
 import * as Stage from "../../src/runtime/Stage.js"
 import * as Worker from "../../src/runtime/Worker.js"
 
@@ -25,8 +26,11 @@ const settle = Effect.gen(function*() {
 const start = (stages: ReadonlyArray<Stage.Any>) =>
   Effect.gen(function*() {
     const scope = yield* Scope.make()
-    const context = yield* Layer.buildWithScope(Worker.layer(stages, options).pipe(Layer.provideMerge(MemoryQueue.layer())), scope)
-    return { scope, queue: Context.get(context, Queue.Queue) }
+    const context = yield* Layer.buildWithScope(
+      Worker.layer(stages, options).pipe(Layer.provideMerge(MemoryQueue.layer()), Layer.provideMerge(Events.layer())),
+      scope
+    )
+    return { scope, queue: Context.get(context, Queue.Queue), events: Context.get(context, Events.JobEvents) }
   })
 
 describe("a job's life through the runtime", () => {
@@ -85,7 +89,8 @@ describe("a job's life through the runtime", () => {
             yield* Deferred.await(gate)
           })
       })
-      const { queue, scope } = yield* start([stage])
+      const { events, queue, scope } = yield* start([stage])
+      const inbox = yield* events.subscribeScoped().pipe(Scope.extend(scope))
       const [job] = yield* queue.enqueue([{ stage: "long_progress" }])
       yield* settle
       // not yet: progress rides on the next heartbeat (every third of the lease)
@@ -94,6 +99,9 @@ describe("a job's life through the runtime", () => {
       yield* settle
       const running = (yield* queue.get(job!.id))!
       expect([running.status, running.progress, running.progressMessage]).toEqual(["running", 55, "halfway there"])
+      // in-process subscribers hear every report at once, not only what the heartbeat wrote
+      const heard = Chunk.toReadonlyArray(yield* Q.takeAll(inbox)).flatMap((e) => (e._tag === "Progress" ? [[e.progress, e.message]] : []))
+      expect(heard).toEqual([[10, "starting"], [55, "halfway there"]])
       yield* Deferred.succeed(gate, undefined)
       yield* settle
       const done = (yield* queue.get(job!.id))!
