@@ -347,6 +347,20 @@ describe("the dashboard in a real browser", () => {
     await context.close()
   })
 
+  it("without a session nothing is shown or streamed; revoking the key ends its sessions", async () => {
+    const { context, page } = await newPage()
+    expect((await page.request.get(`${base}/dashboard/live`)).status()).toBe(401)
+    const jobs = await page.request.get(`${base}/dashboard/jobs`, { maxRedirects: 0 })
+    expect([jobs.status(), jobs.headers()["location"]]).toEqual([303, "/dashboard/login"])
+
+    const { key, token } = await run(Effect.flatMap(ApiKeys.ApiKeys, (k) => k.create({ orgId: "acme", name: "short-lived" })))
+    await signIn(page, Redacted.value(token))
+    await run(Effect.flatMap(ApiKeys.ApiKeys, (k) => k.revoke(key.prefix)))
+    await page.goto(`${base}/dashboard/jobs`)
+    await page.waitForURL(/\/dashboard\/login$/)
+    await context.close()
+  })
+
   it("refuses a POST without the session's CSRF token", async () => {
     const { context, page } = await newPage()
     await signIn(page, keys.admin)
