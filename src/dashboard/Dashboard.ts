@@ -250,10 +250,10 @@ export const make = (options: DashboardOptions) =>
         ))
       })
 
-    const schedulesPage = (s: Signed) =>
+    const schedulesPage = (s: Signed, params: URLSearchParams) =>
       Effect.gen(function*() {
         const list = yield* asViewer(s, s.admin ? schedules.list() : schedules.list({ orgId: s.orgId }))
-        return page(Pages.layout(frame(s, "Schedules", "schedules"), Pages.schedules(base, list)))
+        return page(Pages.layout(frame(s, "Schedules", "schedules", { notice: text(params, "notice", 500) || undefined }), Pages.schedules(base, s.csrf, list)))
       })
 
     const orgsPage = (s: Signed, params: URLSearchParams) =>
@@ -350,6 +350,22 @@ export const make = (options: DashboardOptions) =>
           yield* Effect.logInfo(`stage ${verb === "pause" ? "paused" : "resumed"} from the dashboard`).pipe(Effect.annotateLogs({ stage: id, keyId: s.keyId }))
           return redirect(withNotice("/", "notice", `stage ${id} ${verb === "pause" ? "paused" : "resumed"}`))
         }
+        if (first === "schedules" && path.length === 4 && ["enable", "disable", "run-now"].includes(path[3]!)) {
+          // an org key reaches its own org's schedules only (row-level security); operators any, system ones too
+          const key = { name: path[2]!, orgId: s.admin ? (path[1] === "-" ? null : path[1]!) : s.orgId }
+          const action = path[3]!
+          const result = yield* Effect.either(asViewer(s, action === "run-now"
+            ? Effect.map(schedules.runNow(key), (r) => `schedule ${key.name} ran now: job ${r.id}`)
+            : Effect.as(schedules.setEnabled(key, action === "enable"), `schedule ${key.name} ${action}d`)))
+          if (result._tag === "Left") {
+            const e = result.left
+            if (e._tag === "ScheduleNotFound") return redirect(withNotice("/schedules", "notice", `schedule ${key.name} was not found`))
+            if (e._tag === "InvalidJob") return redirect(withNotice("/schedules", "notice", e.message))
+            return yield* Effect.fail(e)
+          }
+          yield* Effect.logInfo(`${result.right} (dashboard)`)
+          return redirect(withNotice("/schedules", "notice", result.right))
+        }
         if (first === "dead" && id === "bulk") {
           const stage = text(params, "stage") || null
           const org = s.admin ? text(params, "org") || null : null
@@ -443,7 +459,7 @@ export const make = (options: DashboardOptions) =>
         case "dead":
           return yield* deadPage(s, params)
         case "schedules":
-          return yield* schedulesPage(s)
+          return yield* schedulesPage(s, params)
         case "orgs":
           return yield* orgsPage(s, params)
         case "live":

@@ -275,12 +275,20 @@ ${Object.entries(fields).map(([k, v]) => html`<input type="hidden" name="${k}" v
 <div class="actions"><button class="danger" type="submit" id="confirm">Yes, do it</button> <a href="${base}/dead">Cancel</a></div>
 </form>`
 
-export const schedules = (base: string, list: ReadonlyArray<Schedules.Schedule>): Html => html`
+const scheduleActions = (base: string, csrf: string, s: Schedules.Schedule) => {
+  // "-" for the system's (no org): no org id can be "-"
+  const target = (verb: string) => `${base}/schedules/${encodeURIComponent(s.orgId ?? "-")}/${encodeURIComponent(s.name)}/${verb}`
+  return html`<form method="post" action="${target(s.enabled ? "disable" : "enable")}">${csrfField(csrf)}<button class="plain" type="submit" data-action="${s.enabled ? "disable" : "enable"}">${s.enabled ? "Disable" : "Enable"}</button></form>
+<form method="post" action="${target("run-now")}">${csrfField(csrf)}<button class="plain" type="submit" data-action="run-now">Run now</button></form>`
+}
+
+export const schedules = (base: string, csrf: string, list: ReadonlyArray<Schedules.Schedule>): Html => html`
 <h1>Schedules</h1>
-<table><thead><tr><th>name</th><th>org</th><th>stage</th><th>when</th><th>enabled</th><th>next tick</th><th>last tick</th><th>source</th></tr></thead>
-<tbody>${list.length === 0 ? html`<tr><td colspan="8" class="muted">no schedules</td></tr>` : list.map((s) => html`<tr><td>${s.name}</td><td>${s.orgId ?? "(system)"}</td>
+<table id="schedules"><thead><tr><th>name</th><th>org</th><th>stage</th><th>when</th><th>enabled</th><th>next tick</th><th>last tick</th><th>source</th><th></th></tr></thead>
+<tbody>${list.length === 0 ? html`<tr><td colspan="9" class="muted">no schedules</td></tr>` : list.map((s) => html`<tr data-schedule="${s.name}"><td>${s.name}</td><td>${s.orgId ?? "(system)"}</td>
 <td><a href="${base}/jobs?stage=${encodeURIComponent(s.stage)}">${s.stage}</a></td><td>${s.cron ? html`<code>${s.cron}</code> ${s.timeZone}` : `every ${Math.round((s.everyMs ?? 0) / 1000)} s`}</td>
-<td>${s.enabled ? "yes" : "no"}</td><td>${when(s.nextTickAt)}</td><td>${when(s.lastTickAt)}</td><td>${s.source}</td></tr>`)}</tbody></table>`
+<td>${s.enabled ? "yes" : "no"}</td><td>${when(s.nextTickAt)}</td><td>${when(s.lastTickAt)}</td><td>${s.source}</td>
+<td class="actions">${scheduleActions(base, csrf, s)}</td></tr>`)}</tbody></table>`
 
 export const orgs = (base: string, rows: ReadonlyArray<View.OrgRow>): Html => html`
 <h1>Orgs</h1>

@@ -17,7 +17,9 @@ import * as Server from "../../src/http/Server.js"
 import { Permanent } from "../../src/JobError.js"
 import * as Storage from "../../src/layers/Storage.js"
 import * as PgQueue from "../../src/queue/PgQueue.js"
+import * as PgSchedules from "../../src/queue/PgSchedules.js"
 import * as Queue from "../../src/queue/Queue.js"
+import * as Schedules from "../../src/queue/Schedules.js"
 import * as Events from "../../src/runtime/Events.js"
 import * as MinuteStats from "../../src/runtime/MinuteStats.js"
 import * as Stage from "../../src/runtime/Stage.js"
@@ -358,6 +360,30 @@ describe("the dashboard in a real browser", () => {
     await run(Effect.flatMap(ApiKeys.ApiKeys, (k) => k.revoke(key.prefix)))
     await page.goto(`${base}/dashboard/jobs`)
     await page.waitForURL(/\/dashboard\/login$/)
+    await context.close()
+  })
+
+  it("lists schedules and disables, enables and runs one now through the schedules service", async () => {
+    await run(Effect.gen(function*() {
+      const store = yield* PgSchedules.makeStore
+      const schedules = yield* Schedules.make(store)
+      yield* schedules.put({ name: "nightly-notes", stage: "notes", cron: "0 3 * * *", orgId: "acme", payload: { text: "nightly" } })
+    }))
+    const { context, page } = await newPage()
+    await signIn(page, keys.acme)
+    await page.goto(`${base}/dashboard/schedules`)
+    await page.click(`tr[data-schedule="nightly-notes"] button[data-action=disable]`)
+    await expect.poll(() => page.locator("[role=status]").textContent()).toContain("schedule nightly-notes disabled")
+    await page.click(`tr[data-schedule="nightly-notes"] button[data-action=enable]`)
+    await expect.poll(() => page.locator("[role=status]").textContent()).toContain("schedule nightly-notes enabled")
+    await page.click(`tr[data-schedule="nightly-notes"] button[data-action=run-now]`)
+    await expect.poll(() => page.locator("[role=status]").textContent()).toMatch(/schedule nightly-notes ran now: job \d+/)
+    // another org's key does not see it
+    const other = await newPage()
+    await signIn(other.page, keys.globex)
+    await other.page.goto(`${base}/dashboard/schedules`)
+    expect(await other.page.locator(`tr[data-schedule="nightly-notes"]`).count()).toBe(0)
+    await other.context.close()
     await context.close()
   })
 
