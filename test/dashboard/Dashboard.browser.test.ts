@@ -387,6 +387,23 @@ describe("the dashboard in a real browser", () => {
     await context.close()
   })
 
+  it("pages through jobs with a cursor, filters by stage, status and org, and finds one by id", async () => {
+    const made = await enqueue(Array.from({ length: 55 }, (_, n) => ({ stage: "notes", payload: { page: n }, orgId: "initech" })))
+    const { context, page } = await newPage()
+    await signIn(page, keys.admin)
+    await page.goto(`${base}/dashboard/jobs?stage=notes&status=queued&org=initech`)
+    const ids = () => page.locator("tr[data-job]").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-job")))
+    const first = await ids()
+    expect(first.length).toBe(50)
+    await page.click("#next-page")
+    const second = await ids()
+    expect([...first, ...second].sort()).toEqual(made.map((m) => m.id).sort())
+    expect(await page.locator("#next-page").count()).toBe(0)
+    await page.goto(`${base}/dashboard/jobs?id=${made[7]!.id}`)
+    expect(await ids()).toEqual([made[7]!.id])
+    await context.close()
+  })
+
   it("refuses a POST without the session's CSRF token", async () => {
     const { context, page } = await newPage()
     await signIn(page, keys.admin)
