@@ -16,7 +16,7 @@
  *   (a 503 in about a second), instead of waiting out porsager's reconnect backoff;
  * - `listen` owns the LISTEN connection and reports when it drops, so the Waker can say `down` and poll.
  */
-import { Config, Context, Data, Duration, Effect, Exit, FiberRef, Layer, Option, Queue as Q, Redacted, Schedule, type Scope } from "effect"
+import { Config, Context, Data, Deferred, Duration, Effect, Exit, FiberRef, Layer, Option, Queue as Q, Redacted, Schedule, type Scope } from "effect"
 import postgres from "postgres"
 import * as ConnectionFaultGuard from "./ConnectionFaultGuard.js"
 import * as EmbeddedPg from "./EmbeddedPg.js"
@@ -137,6 +137,11 @@ export class Db extends Context.Tag("pgfiber/Db")<Db, {
   readonly withOrg: <A, E, R>(orgId: string, effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | DbError, R>
   /** True when the caller is inside `transaction`. */
   readonly inTransaction: Effect.Effect<boolean>
+  /**
+   * Runs `effect` in a transaction with these settings local to it (planner settings for one statement's plan),
+   * sent in the same round trip as BEGIN; inside a transaction already, they hold for the rest of it.
+   */
+  readonly withSettings: <A, E, R>(settings: Readonly<Record<string, string>>, effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | DbError, R>
   /**
    * LISTENs on `channel` on a connection of its own for the life of the scope, re-LISTENing with backoff whenever
    * it drops: `onDown` the moment the connection is lost (or cannot be made), `onListening` each time LISTEN is
@@ -298,24 +303,32 @@ export const make = (options: DbOptions) =>
         return { reserved, conn, pin, beginStatement, orgId }
       })
 
-    const begin = <A, E, R>(effect: Effect.Effect<A, E, R>, orgId: string | null) =>
+    /** `set_config(name, value, true)` for each setting, in one statement. */
+    const localSettings = (sql: Sql, settings: Readonly<Record<string, string>>) =>
+      sql`select set_config(name, value, true) from unnest(${Object.keys(settings)}::text[], ${Object.values(settings)}::text[]) as s(name, value)`
+
+    const begin = <A, E, R>(effect: Effect.Effect<A, E, R>, orgId: string | null, settings?: Readonly<Record<string, string>>) =>
       Effect.flatMap(inTransaction, (inside) =>
         inside
-          ? orgId === null
-            ? effect
-            : Effect.flatMap(current, (tx) => Option.isSome(tx) ? Effect.zipRight(setOrg(tx.value.sql, tx.value.pin, orgId), effect) : effect)
+          ? Effect.flatMap(current, (tx) => {
+            if (Option.isNone(tx)) return effect
+            const { pin, sql } = tx.value
+            const withSettings = settings === undefined ? effect : Effect.zipRight(onPinned(sql, pin, (s) => localSettings(s, settings)), effect)
+            return orgId === null ? withSettings : Effect.zipRight(setOrg(sql, pin, orgId), withSettings)
+          })
           : outside(
             Effect.uninterruptibleMask((restore) =>
               Effect.gen(function*() {
                 const { conn, pin, reserved, beginStatement } = yield* observe(reserveAndBegin(orgId))
-                // BEGIN and the org's settings pipelined: both must succeed before any statement of the body runs
-                const opened: Effect.Effect<unknown, DbError> = orgId === null
-                  ? onPinned(conn, pin, () => beginStatement())
-                  : onPinned(conn, pin, () =>
-                    Promise.all([
-                      beginStatement(),
+                // BEGIN, the org's settings and the local ones pipelined: all must succeed before the body runs
+                const opened: Effect.Effect<unknown, DbError> = onPinned(conn, pin, () =>
+                  Promise.all([
+                    beginStatement(),
+                    ...(orgId === null ? [] : [
                       conn`select set_config('role', ${tenantRole}, true), set_config('pgfiber.org_id', ${orgId}, true)`
-                    ]))
+                    ]),
+                    ...(settings === undefined ? [] : [localSettings(conn, settings)])
+                  ]))
                 const exit = yield* Effect.exit(
                   restore(
                     observe(Effect.asVoid(opened)).pipe(
@@ -347,6 +360,9 @@ export const make = (options: DbOptions) =>
         inside ? effect : Effect.flatMap(FiberRef.get(currentOrg), (org) => begin(effect, Option.getOrNull(org))))
 
     const withOrg = <A, E, R>(orgId: string, effect: Effect.Effect<A, E, R>) => begin(effect, orgId)
+
+    const withSettings = <A, E, R>(settings: Readonly<Record<string, string>>, effect: Effect.Effect<A, E, R>) =>
+      Effect.flatMap(FiberRef.get(currentOrg), (org) => begin(effect, Option.getOrNull(org), settings))
 
     const run = <A>(query: (sql: Sql) => PromiseLike<A>): Effect.Effect<A, DbError> =>
       Effect.flatMap(current, (tx) =>
@@ -389,17 +405,23 @@ export const make = (options: DbOptions) =>
             return result
           })
         )
+        // the first attempt's outcome, either way: `listen` returns once LISTEN is up or has failed once
+        const firstAttempt = yield* Deferred.make<void>()
         const session = Effect.gen(function*() {
           yield* Q.takeAll(drops)
           yield* listenOnce.pipe(
-            Effect.tapError((e) => Effect.sync(() => handlers.onDown(`LISTEN failed: ${e.message}`))),
+            Effect.tapError((e) =>
+              Effect.zipRight(Effect.sync(() => handlers.onDown(`LISTEN failed: ${e.message}`)), Deferred.succeed(firstAttempt, undefined))
+            ),
             Effect.retry(Schedule.exponential("100 millis").pipe(Schedule.union(Schedule.spaced("1 second"))))
           )
           handlers.onListening()
+          yield* Deferred.succeed(firstAttempt, undefined)
           // listening until the connection drops; then round again
           yield* Q.take(drops)
         }).pipe(Effect.forever)
         yield* Effect.forkScoped(session)
+        yield* Deferred.await(firstAttempt)
       })
 
     return Db.of({
@@ -411,6 +433,7 @@ export const make = (options: DbOptions) =>
       transaction,
       withOrg,
       inTransaction,
+      withSettings,
       listen,
       outageSince: Effect.sync(() => outageSince)
     })
