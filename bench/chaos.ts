@@ -248,8 +248,20 @@ const main = async () => {
   const warmDeadline = Date.now() + 60_000
   while (workers.some((w) => w.readyAt === null) && Date.now() < warmDeadline) await sleep(100)
   await sleep(3_000)
+  /** The rate before a fault is the steady state: what the last fault (or the start-up) left queued has drained. */
+  const steady = async () => {
+    const deadline = Date.now() + 60_000
+    while (Date.now() < deadline) {
+      const rows = await query(monitor, (s) => s<Array<{ n: number }>>`
+        select count(*)::int as n from jobs where status = 'queued' and available_at <= now()`)
+      if (rows[0]!.n <= rate / 2) return
+      await sleep(250)
+    }
+    note("the backlog did not drain within 60 s before the next fault")
+  }
   for (let round = 1; round <= rounds; round++) {
     for (const fault of faults) {
+      await steady()
       const beforeFrom = Date.now()
       await until(beforeFrom + windowMs)
       const before = await completionRate(beforeFrom, beforeFrom + windowMs)
