@@ -379,6 +379,7 @@ export const make = (options: DbOptions) =>
       Effect.gen(function*() {
         const drops = yield* Q.sliding<string>(1)
         let up = false
+        let closing = false
         const listener = yield* Effect.acquireRelease(
           Effect.sync(() =>
             postgres(Redacted.value(options.listenUrl ?? options.url), {
@@ -388,15 +389,19 @@ export const make = (options: DbOptions) =>
                 if (name === channel) handlers.onNotify(payload)
               },
               onclose: () => {
-                // a failed connect closes too: only a drop of a listening connection is news
-                if (!up) return
+                // a failed connect closes too: only a drop of a listening connection is news (not our own end)
+                if (!up || closing) return
                 up = false
                 handlers.onDown("the LISTEN connection closed")
                 Q.unsafeOffer(drops, "closed")
               }
             } as postgres.Options<{}>)
           ),
-          (sql) => Effect.promise(() => sql.end({ timeout: 2 }).catch(() => undefined))
+          (sql) =>
+            Effect.suspend(() => {
+              closing = true
+              return Effect.promise(() => sql.end({ timeout: 2 }).catch(() => undefined))
+            })
         )
         const listenOnce = runQuery(() =>
           listener.unsafe(`listen "${channel.replace(/"/g, "\"\"")}"`).then((result) => {

@@ -7,7 +7,7 @@
  * running or dead-lettered, and a fresh batch drains (throughput returns).
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Duration, Effect, Exit, Redacted, Schedule } from "effect"
+import { Cause, Duration, Effect, Exit, Redacted, Schedule } from "effect"
 import { spawn } from "node:child_process"
 import * as Path from "node:path"
 import * as Db from "../../src/layers/Db.js"
@@ -32,6 +32,37 @@ const waitFor = <A>(what: string, probe: Effect.Effect<A | undefined | null | fa
   })
 
 describe("backend kills", () => {
+  it.live("a transaction whose backend is killed fails with an unavailable error; its connection is not reused, the pool goes on (porsager/postgres#1208)", () =>
+    Effect.gen(function*() {
+      const schema = freshSchemaName("bk1208")
+      const app = `pgfiber-test-bk1208-${process.pid}-${Date.now().toString(36)}`
+      yield* Effect.addFinalizer(() => dropSchema(schema))
+      const killer = rawSql()
+      yield* Effect.addFinalizer(() => Effect.promise(() => killer.end({ timeout: 5 })))
+      // a pool of one: were the dead connection handed back, the next statement would get it
+      const db = yield* Db.make({ url: Redacted.make(databaseUrl()), schema, poolMax: 1, applicationName: app })
+      for (let round = 0; round < 5; round++) {
+        const result = yield* Effect.exit(db.transaction(Effect.gen(function*() {
+          const [{ pid }] = yield* db.run((sql) => sql<Array<{ pid: number }>>`select pg_backend_pid() as pid`)
+          yield* Effect.promise(() => killer`select pg_terminate_backend(${pid}) where ${pid} in (select pid from pg_stat_activity where application_name = ${app})`)
+          // the next statements go to a connection whose backend is gone
+          yield* db.run((sql) => sql`select 1`)
+          return yield* db.run((sql) => sql`select 2`)
+        })))
+        expect(Exit.isFailure(result)).toBe(true)
+        if (Exit.isFailure(result)) {
+          const error = Cause.failureOption(result.cause)
+          expect(error._tag === "Some" && error.value.unavailable, String(result.cause)).toBe(true)
+        }
+        // the pool goes on, on a fresh connection
+        const [{ n }] = yield* db.run((sql) => sql<Array<{ n: number }>>`select 42 as n`).pipe(
+          Effect.retry({ times: 20, schedule: Schedule.spaced("100 millis"), while: (e) => e.unavailable })
+        )
+        expect(n).toBe(42)
+      }
+    }).pipe(Effect.scoped), 60_000)
+
+
   it.live("every backend of the worker and the producer killed twice a second for 30 s: the process lives, nothing is lost or stuck, throughput returns", () =>
     Effect.gen(function*() {
       const schema = freshSchemaName("bk")
