@@ -13,23 +13,12 @@ import * as Path from "node:path"
 import * as Db from "../../src/layers/Db.js"
 import * as Migrations from "../../src/queue/Migrations.js"
 import * as PgQueue from "../../src/queue/PgQueue.js"
+import { waitFor } from "../support/waitFor.js"
 import { databaseUrl, dropSchema, freshSchemaName, rawSql } from "../support/pg.js"
 
 const fixture = Path.resolve(import.meta.dirname, "../fixtures/recordingWorker.ts")
 const killFor = Duration.seconds(30)
 const killEvery = Duration.millis(500)
-
-/** Polls `probe` until it holds; the deadline is generous (a loaded machine), never a measure of speed. */
-const waitFor = <A>(what: string, probe: Effect.Effect<A | undefined | null | false>, timeout = Duration.minutes(3)): Effect.Effect<A> =>
-  Effect.gen(function*() {
-    const deadline = Date.now() + Duration.toMillis(timeout)
-    while (Date.now() < deadline) {
-      const value = yield* probe
-      if (value !== undefined && value !== null && value !== false) return value as A
-      yield* Effect.sleep("100 millis")
-    }
-    return yield* Effect.dieMessage(`timed out waiting for ${what}`)
-  })
 
 describe("backend kills", () => {
   it.live("a transaction whose backend is killed fails with an unavailable error; its connection is not reused, the pool goes on (porsager/postgres#1208)", () =>
@@ -142,7 +131,7 @@ describe("backend kills", () => {
       // nothing lost or stuck: the queue drains, every acknowledged job ran, nothing is dead-lettered
       yield* waitFor("the queue to drain after the kills", Effect.promise(() => sql<Array<{ n: number }>>`select count(*)::int as n from jobs`).pipe(
         Effect.map((r) => r[0]!.n === 0)
-      ))
+      ), Duration.minutes(3))
       expect(yield* executed(enqueued)).toBe(enqueued.length)
       const dead = yield* Effect.promise(() => sql<Array<{ n: number }>>`select count(*)::int as n from dead_letters`)
       expect(dead[0]!.n).toBe(0)

@@ -18,17 +18,7 @@ import * as PgQueue from "../../src/queue/PgQueue.js"
 import * as Stage from "../../src/runtime/Stage.js"
 import * as Waker from "../../src/runtime/Waker.js"
 import * as Worker from "../../src/runtime/Worker.js"
-
-const waitFor = <A>(what: string, probe: Effect.Effect<A | undefined | null | false>, timeout = Duration.minutes(2)): Effect.Effect<A> =>
-  Effect.gen(function*() {
-    const deadline = Date.now() + Duration.toMillis(timeout)
-    while (Date.now() < deadline) {
-      const value = yield* probe
-      if (value !== undefined && value !== null && value !== false) return value as A
-      yield* Effect.sleep("100 millis")
-    }
-    return yield* Effect.dieMessage(`timed out waiting for ${what}`)
-  })
+import { waitFor } from "../support/waitFor.js"
 
 const recorded = Stage.make({
   name: "restart_echo",
