@@ -131,7 +131,16 @@ describe("backend kills", () => {
       // nothing lost or stuck: the queue drains, every acknowledged job ran, nothing is dead-lettered
       yield* waitFor("the queue to drain after the kills", Effect.promise(() => sql<Array<{ n: number }>>`select count(*)::int as n from jobs`).pipe(
         Effect.map((r) => r[0]!.n === 0)
-      ), Duration.minutes(3))
+      ), Duration.minutes(3)).pipe(
+        Effect.tapDefect(() =>
+          Effect.promise(async () => {
+            const left = await sql`select status, count(*)::int as n, min(locked_until) as until, max(attempts) as attempts, min(available_at) as due, now() as now
+                                   from jobs group by status`
+            const backends = await sql`select application_name, state, query from pg_stat_activity where application_name like ${appPrefix + "%"}`
+            console.log("left in the queue:", JSON.stringify(left), "\nbackends:", JSON.stringify(backends), "\nworker output:\n", child.output().slice(-6000))
+          })
+        )
+      )
       expect(yield* executed(enqueued)).toBe(enqueued.length)
       const dead = yield* Effect.promise(() => sql<Array<{ n: number }>>`select count(*)::int as n from dead_letters`)
       expect(dead[0]!.n).toBe(0)
