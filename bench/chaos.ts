@@ -248,13 +248,16 @@ const main = async () => {
   const warmDeadline = Date.now() + 60_000
   while (workers.some((w) => w.readyAt === null) && Date.now() < warmDeadline) await sleep(100)
   await sleep(3_000)
-  /** The rate before a fault is the steady state: what the last fault (or the start-up) left queued has drained. */
+  /**
+   * The rate before a fault is the steady state, where completions match the producer's rate: what the last fault
+   * (or the start-up) left queued has drained, and the jobs running then have finished.
+   */
   const steady = async () => {
     const deadline = Date.now() + 60_000
     while (Date.now() < deadline) {
       const rows = await query(monitor, (s) => s<Array<{ n: number }>>`
         select count(*)::int as n from jobs where status = 'queued' and available_at <= now()`)
-      if (rows[0]!.n <= rate / 2) return
+      if (rows[0]!.n <= 2) return sleep(settings.sleepMaxMs * 4)
       await sleep(250)
     }
     note("the backlog did not drain within 60 s before the next fault")
