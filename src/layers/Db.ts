@@ -138,10 +138,11 @@ export class Db extends Context.Tag("pgfiber/Db")<Db, {
   /** True when the caller is inside `transaction`. */
   readonly inTransaction: Effect.Effect<boolean>
   /**
-   * Runs `effect` in a transaction with these settings local to it (planner settings for one statement's plan),
-   * sent in the same round trip as BEGIN; inside a transaction already, they hold for the rest of it.
+   * Runs one statement with these settings local to it (planner settings for its plan): in a transaction of its
+   * own (porsager's `begin`: no Effect runs inside it, and unlike a reservation it cannot lose a connection when
+   * the connect fails), or, inside a transaction already, for the rest of that one.
    */
-  readonly withSettings: <A, E, R>(settings: Readonly<Record<string, string>>, effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | DbError, R>
+  readonly runWithSettings: <A>(settings: Readonly<Record<string, string>>, query: (sql: Sql) => PromiseLike<A>) => Effect.Effect<A, DbError>
   /**
    * LISTENs on `channel` on a connection of its own for the life of the scope, re-LISTENing with backoff whenever
    * it drops: `onDown` the moment the connection is lost (or cannot be made), `onListening` each time LISTEN is
@@ -307,28 +308,24 @@ export const make = (options: DbOptions) =>
     const localSettings = (sql: Sql, settings: Readonly<Record<string, string>>) =>
       sql`select set_config(name, value, true) from unnest(${Object.keys(settings)}::text[], ${Object.values(settings)}::text[]) as s(name, value)`
 
-    const begin = <A, E, R>(effect: Effect.Effect<A, E, R>, orgId: string | null, settings?: Readonly<Record<string, string>>) =>
+    const begin = <A, E, R>(effect: Effect.Effect<A, E, R>, orgId: string | null) =>
       Effect.flatMap(inTransaction, (inside) =>
         inside
-          ? Effect.flatMap(current, (tx) => {
-            if (Option.isNone(tx)) return effect
-            const { pin, sql } = tx.value
-            const withSettings = settings === undefined ? effect : Effect.zipRight(onPinned(sql, pin, (s) => localSettings(s, settings)), effect)
-            return orgId === null ? withSettings : Effect.zipRight(setOrg(sql, pin, orgId), withSettings)
-          })
+          ? orgId === null
+            ? effect
+            : Effect.flatMap(current, (tx) => Option.isSome(tx) ? Effect.zipRight(setOrg(tx.value.sql, tx.value.pin, orgId), effect) : effect)
           : outside(
             Effect.uninterruptibleMask((restore) =>
               Effect.gen(function*() {
                 const { conn, pin, reserved, beginStatement } = yield* observe(reserveAndBegin(orgId))
-                // BEGIN, the org's settings and the local ones pipelined: all must succeed before the body runs
-                const opened: Effect.Effect<unknown, DbError> = onPinned(conn, pin, () =>
-                  Promise.all([
-                    beginStatement(),
-                    ...(orgId === null ? [] : [
+                // BEGIN and the org's settings pipelined: both must succeed before any statement of the body runs
+                const opened: Effect.Effect<unknown, DbError> = orgId === null
+                  ? onPinned(conn, pin, () => beginStatement())
+                  : onPinned(conn, pin, () =>
+                    Promise.all([
+                      beginStatement(),
                       conn`select set_config('role', ${tenantRole}, true), set_config('pgfiber.org_id', ${orgId}, true)`
-                    ]),
-                    ...(settings === undefined ? [] : [localSettings(conn, settings)])
-                  ]))
+                    ]))
                 const exit = yield* Effect.exit(
                   restore(
                     observe(Effect.asVoid(opened)).pipe(
@@ -361,8 +358,21 @@ export const make = (options: DbOptions) =>
 
     const withOrg = <A, E, R>(orgId: string, effect: Effect.Effect<A, E, R>) => begin(effect, orgId)
 
-    const withSettings = <A, E, R>(settings: Readonly<Record<string, string>>, effect: Effect.Effect<A, E, R>) =>
-      Effect.flatMap(FiberRef.get(currentOrg), (org) => begin(effect, Option.getOrNull(org), settings))
+    const runWithSettings = <A>(settings: Readonly<Record<string, string>>, query: (sql: Sql) => PromiseLike<A>): Effect.Effect<A, DbError> =>
+      Effect.flatMap(current, (tx) =>
+        Option.isSome(tx)
+          ? Effect.zipRight(onPinned(tx.value.sql, tx.value.pin, (s) => localSettings(s, settings)), onPinned(tx.value.sql, tx.value.pin, query))
+          : Effect.flatMap(FiberRef.get(currentOrg), (org) =>
+            Option.isSome(org)
+              ? begin(Effect.zipRight(run((s) => localSettings(s, settings)), run(query)), org.value)
+              // plain SQL in porsager's own transaction: a killed backend rejects it, and the connection goes
+              // back among the closed ones by porsager's own bookkeeping
+              : outside(observe(runQuery(() =>
+                pool.begin(async (sql) => {
+                  await localSettings(sql as unknown as Sql, settings)
+                  return await query(sql as unknown as Sql)
+                }) as PromiseLike<A>
+              )))))
 
     const run = <A>(query: (sql: Sql) => PromiseLike<A>): Effect.Effect<A, DbError> =>
       Effect.flatMap(current, (tx) =>
@@ -438,7 +448,7 @@ export const make = (options: DbOptions) =>
       transaction,
       withOrg,
       inTransaction,
-      withSettings,
+      runWithSettings,
       listen,
       outageSince: Effect.sync(() => outageSince)
     })

@@ -78,7 +78,7 @@ export const insertJobsReplacing = (sql: Sql, schema: string, jobs: ReadonlyArra
  * order, over queued rows only) that stops at the limit. With statistics taken while the table was small (as they
  * are after a restart or a quiet spell) the planner otherwise picks a bitmap scan and sorts the whole backlog,
  * so each claim costs more the longer the queue grows: 86 ms instead of 4 ms for 100 of 46,000 (docs/benchmarks.md).
- * Local to the claim's transaction, sent with its BEGIN.
+ * Local to the claim's own transaction (`Db.runWithSettings`).
  */
 export const claimPlan: Readonly<Record<string, string>> = {
   enable_seqscan: "off",

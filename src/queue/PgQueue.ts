@@ -130,9 +130,9 @@ export const make = (options: QueueOptions = {}) =>
       claimOptions: { readonly workerId: string; readonly leaseFor: Duration.Duration }
     ) {
       if (limit <= 0) return []
-      const rows = yield* db.withSettings(
+      const rows = yield* db.runWithSettings(
         JobsSql.claimPlan,
-        db.run((sql) => JobsSql.claimReady(sql, stage, limit, claimOptions.workerId, ms(claimOptions.leaseFor)))
+        (sql) => JobsSql.claimReady(sql, stage, limit, claimOptions.workerId, ms(claimOptions.leaseFor))
       )
       return rows.map(rowToJob).sort((a, b) =>
         a.priority - b.priority || a.availableAt.getTime() - b.availableAt.getTime() || Number(a.id) - Number(b.id)
