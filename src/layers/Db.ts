@@ -278,7 +278,12 @@ export const make = (options: DbOptions) =>
         return query(sql)
       }).pipe(Effect.tapError((e) => (e.unavailable ? Effect.sync(pin.markDead) : Effect.void)))
 
-    /** Reserves a connection for a transaction, and BEGINs on it; the pin watches it from BEGIN on. */
+    /**
+     * Reserves a connection for a transaction, and BEGINs on it; the pin watches it from BEGIN on. Known limit:
+     * porsager's `reserve()` both queues its request and connects a closed connection for it; when that connect
+     * fails the request stays queued, and the next connection to open is handed to it and lost to the pool. So
+     * the hot path (the claim) does not reserve (`runWithSettings`); transactions still do.
+     */
     const reserveAndBegin = (orgId: string | null) =>
       Effect.gen(function*() {
         const reserved = yield* runQuery(() => pool.reserve())
