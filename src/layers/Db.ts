@@ -122,7 +122,10 @@ export const currentOrgId: Effect.Effect<Option.Option<string>> = FiberRef.get(c
 
 export class Db extends Context.Tag("pgfiber/Db")<Db, {
   readonly pool: Sql
-  /** Where session-level locks go (the migrations' advisory lock): `pool` itself unless a separate listen URL is set. LISTEN has a connection of its own (`listen`), to the same URL. */
+  /**
+   * Where session-level locks go (the migrations' advisory lock): `pool` itself unless a separate listen URL is
+   * set. LISTEN has a connection of its own (`listen`), to the same URL.
+   */
   readonly session: Sql
   readonly schema: string
   readonly url: Redacted.Redacted<string>
