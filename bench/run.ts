@@ -2,8 +2,8 @@
  * `npm run bench`: one embedded PostgreSQL, every subject on a fresh database per run, the same workloads
  * interleaved (A B C D, A B C D, …), medians of the runs. Writes bench/results/latest.{json,md}.
  *
- * Flags: --runs N (3) · --quick (1 run, small sizes: a smoke test) · --only bulk,latency,idle,backlog,raw · --render
- *        --subjects pgfiber,graphile,graphile-batched,pgboss · --profile (CPU-profile the pgfiber bulk worker)
+ * Flags: --runs N (3) · --quick (1 run, small sizes: a smoke test) · --only bulk,latency,idle,backlog,history,raw · --render
+ *        --subjects pgfiber,pgfiber-noretain,graphile,graphile-batched,pgboss · --profile (CPU-profile the pgfiber bulk worker)
  *        --out DIR (bench/results)
  */
 import * as Fs from "node:fs"
@@ -25,7 +25,7 @@ const option = (name: string) => {
 
 const quick = flag("quick")
 const runs = Number(option("runs") ?? (quick ? 1 : 3))
-const only = new Set((option("only") ?? "bulk,latency,idle,backlog,raw").split(","))
+const only = new Set((option("only") ?? "bulk,latency,idle,backlog,history,raw").split(","))
 const outDir = Path.resolve(option("out") ?? Path.join(benchDir, "results"))
 // CPU profiles are large and machine-specific: kept out of the repository (.data is ignored)
 const profileDir = Path.join(benchDir, "..", ".data", "bench-profiles")
@@ -39,10 +39,12 @@ const sizes = {
   backlogSmall: 10_000,
   backlogLarge: quick ? 100_000 : 1_000_000,
   backlogWindowMs: 10_000,
-  rawJobs: 20_000
+  rawJobs: 20_000,
+  /** Expired finished jobs pruned while a worker drains `bulkJobs` (kept history). */
+  archivedToPrune: quick ? 50_000 : 1_000_000
 }
 
-const allSubjects: ReadonlyArray<Subject> = [Pgfiber.subject, Graphile.defaults, Graphile.batched, PgBoss.subject]
+const allSubjects: ReadonlyArray<Subject> = [Pgfiber.subject, Pgfiber.noRetention, Graphile.defaults, Graphile.batched, PgBoss.subject]
 const wanted = option("subjects")?.split(",")
 const subjects = wanted ? allSubjects.filter((s) => wanted.includes(s.key)) : allSubjects
 
@@ -94,6 +96,11 @@ const main = async () => {
   const idle: Runs<W.IdleResult> = {}
   const idleScheduled: Array<W.IdleResult | { error: string }> = []
   const backlog: { small: Array<W.BacklogResult | { error: string }>; large: Array<W.BacklogResult | { error: string }> } = { small: [], large: [] }
+  const history: {
+    largeOn: Array<W.BacklogResult | { error: string }>
+    largeOff: Array<W.BacklogResult | { error: string }>
+    prune: Array<W.PruneResult | { error: string }>
+  } = { largeOn: [], largeOff: [], prune: [] }
   const raw: Array<W.RawResult | { error: string }> = []
   const push = <T>(into: Runs<T>, key: string, value: T | { error: string }) => (into[key] ??= []).push(value)
   const rawRound = async (run: number) => {
@@ -171,6 +178,26 @@ const main = async () => {
       await cluster.dropDatabase(dbs.small.name)
       await cluster.dropDatabase(dbs.large.name)
     }
+    if (only.has("history") && subjects.some((s) => s.key === "pgfiber")) {
+      log(`== history: the ${sizes.backlogLarge}-backlog drain with retention on vs off; pruning ${sizes.archivedToPrune} expired rows while draining`)
+      const dbs = await W.prepareBacklog(cluster, sizes.backlogLarge)
+      for (let run = 1; run <= runs; run++) {
+        for (const [label, subject, into] of [["on", Pgfiber.subject, history.largeOn], ["off", Pgfiber.noRetention, history.largeOff]] as const) {
+          const r = await attempt(`backlog ${sizes.backlogLarge}, retention ${label}, run ${run}`, () =>
+            W.backlog(cluster, subject, dbs.large, sizes.backlogLarge, sizes.backlogWindowMs))
+          if (!("error" in r)) log(`    retention ${label}: ${Math.round(r.perSec)} jobs/s (${r.completed} in ${(r.windowMs / 1000).toFixed(1)} s)`)
+          into.push(r)
+        }
+        const p = await attempt(`prune ${sizes.archivedToPrune} while draining ${sizes.bulkJobs}, run ${run}`, () =>
+          W.pruneWhileDraining(cluster, Pgfiber.subject, run, { archived: sizes.archivedToPrune, jobs: sizes.bulkJobs }))
+        if (!("error" in p)) {
+          log(`    pruned ${p.pruned} in ${(p.pruneMs / 1000).toFixed(1)} s (longest batch ${Math.round(p.longestBatchMs)} ms) while draining at ${Math.round(p.drainPerSec)} jobs/s`)
+        }
+        history.prune.push(p)
+      }
+      await cluster.dropDatabase(dbs.small.name)
+      await cluster.dropDatabase(dbs.large.name)
+    }
   } finally {
     await cluster.close()
   }
@@ -197,6 +224,7 @@ const main = async () => {
     idle,
     idleScheduled,
     backlog,
+    history,
     raw
   }
   Fs.mkdirSync(outDir, { recursive: true })
@@ -291,6 +319,11 @@ const render = (r: {
   versions: Record<string, string>
   subjects: ReadonlyArray<{ key: string; label: string; notes: string }>
   summary: ReturnType<typeof summarize>
+  history?: {
+    largeOn: Array<W.BacklogResult | { error: string }>
+    largeOff: Array<W.BacklogResult | { error: string }>
+    prune: Array<W.PruneResult | { error: string }>
+  }
 }) => {
   const S = r.summary.subjects
   const keys = r.subjects.map((s) => s.key)
@@ -318,6 +351,28 @@ const render = (r: {
   if (pf) {
     lines.push(row(`ratio: pgfiber's drain ÷ the subject's`, (s) => (s === pf ? "1×" : ratio(pf.drainPerSec, s.drainPerSec))))
     lines.push(row(`ratio: the subject's p50 wake-up ÷ pgfiber's (> 1: pgfiber wakes sooner)`, (s) => (s === pf ? "1×" : ratio(s.p50Ms, pf.p50Ms))))
+  }
+  const h = r.history
+  if (h && (ok(h.largeOn).length > 0 || ok(h.prune).length > 0)) {
+    const on = median(ok(h.largeOn).map((x) => x.perSec))
+    const offLarge = median(ok(h.largeOff).map((x) => x.perSec))
+    const pr = ok(h.prune)
+    lines.push("")
+    lines.push(`| kept history | retention 7 days | retention off | on ÷ off |`)
+    lines.push(`| --- | ---: | ---: | ---: |`)
+    lines.push(`| drain with ${n0(r.sizes.backlogLarge)} queued, jobs/s | ${n0(on)} | ${n0(offLarge)} | ${pct(on, offLarge)} |`)
+    if (pr.length > 0) {
+      const prune = median(pr.map((x) => x.pruneMs))
+      lines.push(`| pruning ${n0(pr[0]!.archived)} expired rows (batches of 5,000) beside a drain of ${n0(pr[0]!.jobs)}: prune time / longest batch / drain jobs/s | ` +
+        `${n1(prune / 1000)} s / ${n0(median(pr.map((x) => x.longestBatchMs)))} ms / ${n0(median(pr.map((x) => x.drainPerSec)))} | | |`)
+    }
+    lines.push("")
+  }
+  const off = S["pgfiber-noretain"]
+  if (pf && off) {
+    lines.push("")
+    lines.push(`Kept history (retention 7 days, finished jobs handed to jobs_archive in the settle statement) vs retention off ` +
+      `(deleted at once): bulk drain ${n0(pf.drainPerSec)} vs ${n0(off.drainPerSec)} jobs/s, retention on at ${pct(pf.drainPerSec, off.drainPerSec)} of off.`)
   }
   lines.push("")
   if (keys.includes("pgboss")) {

@@ -406,6 +406,74 @@ export const backlog = async (
   }
 }
 
+// ---- kept history: pruning a large archive while a worker drains ---------------------------------------------
+
+export interface PruneResult {
+  /** Finished jobs in jobs_archive past their retention when the drain starts. */
+  readonly archived: number
+  readonly pruned: number
+  readonly pruneMs: number
+  /** Jobs drained while the pruner ran beside the worker. */
+  readonly jobs: number
+  readonly drainPerSec: number
+  /** The longest a single prune batch (one statement, one transaction) took. */
+  readonly longestBatchMs: number
+}
+
+/**
+ * The archive holds `archived` expired rows; a worker (retention on) drains `jobs` while a pruner deletes them
+ * in batches of 5,000 (JobsSql.pruneArchive, what housekeeping runs) on its own connection. Reports the drain
+ * rate beside the pruning (compare with bulk's) and the pruning's duration.
+ */
+export const pruneWhileDraining = async (
+  cluster: Cluster, subject: Subject, run: number, options: { archived: number; jobs: number }
+): Promise<PruneResult> => {
+  const name = dbName("prune", subject.key, run)
+  const url = await cluster.createDatabase(name)
+  const sql = connect(url, { max: 2, schema: pgfiberSchema })
+  try {
+    await migratePgfiber(url)
+    for (let done = 0; done < options.archived; done += 100_000) {
+      const n = Math.min(100_000, options.archived - done)
+      // negative ids: never a live job's
+      await sql`
+        insert into jobs_archive (id, stage, payload, priority, status, attempts, max_attempts, created_at, finished_at, keep_until)
+        select -(${done}::int + g), ${queueName}, jsonb_build_object('seq', g), 50, 'completed', 0, 5,
+               now() - interval '8 days', now() - interval '8 days', now() - interval '1 day'
+        from generate_series(1, ${n}::int) g`
+    }
+    await sql`vacuum analyze jobs_archive`
+    await fillJobs(url, options.jobs)
+    const worker = startWorker(subject, url, "bulk", options.jobs)
+    try {
+      const starting = await requireMessage(worker, "starting", 30_000)
+      let pruned = 0
+      let longestBatchMs = 0
+      const t0 = nowNs()
+      const pruning = (async () => {
+        for (;;) {
+          const b0 = nowNs()
+          const [row] = await JobsSql.pruneArchive(sql, 5000)
+          longestBatchMs = Math.max(longestBatchMs, msSince(b0))
+          pruned += row?.n ?? 0
+          if ((row?.n ?? 0) < 5000) return msSince(t0)
+        }
+      })()
+      const drained = await worker.waitFor("drained", 120_000)
+      if (drained === null) throw new Error("drain beside the pruner did not finish in 120 s")
+      while (Number((await sql<Array<{ n: string }>>`select count(*)::text as n from jobs`)[0]!.n) > 0) await sleep(2)
+      const drainMs = (nowNs() - starting.at) / 1e6
+      const pruneMs = await pruning
+      return { archived: options.archived, pruned, pruneMs, jobs: options.jobs, drainPerSec: options.jobs / (drainMs / 1000), longestBatchMs }
+    } finally {
+      await stopWorker(worker)
+    }
+  } finally {
+    await sql.end({ timeout: 5 })
+    await cluster.dropDatabase(name)
+  }
+}
+
 // ---- raw SQL ceiling ----------------------------------------------------------------------------------------
 
 export interface RawResult {
@@ -443,8 +511,9 @@ export const raw = async (cluster: Cluster, run: number, options: { jobs: number
           const ids = rows.map((r) => String(r.id))
           const leases = rows.map((r) => Number(r.lease))
           const deleted = await JobsSql.settleOutcomes(sql, pgfiberSchema, {
-            ids, leases, kinds: ids.map(() => "complete"), delays: ids.map(() => 0), tags: ids.map(() => null), messages: ids.map(() => null)
-          })
+            ids, leases, kinds: ids.map(() => "complete"), delays: ids.map(() => 0), tags: ids.map(() => null), messages: ids.map(() => null),
+            outputs: ids.map(() => null), runMs: ids.map(() => null), retainMs: ids.map(() => null)
+          }, { defaultMs: 0, byStage: "{}" })
           done += deleted.length
         }
       }))

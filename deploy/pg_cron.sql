@@ -1,7 +1,8 @@
 -- Optional: pgfiber's housekeeping from pg_cron, inside the database (seed 002's cron.schedule pattern).
 --
 -- You do not need this when a `pgfiber start` or `pgfiber worker` runs somewhere: every worker runs the reaper
--- itself, and the same two jobs are pgfiber schedules (`pgfiber.reap-expired`, `pgfiber.dead-letter-retention`;
+-- itself, and the same jobs are pgfiber schedules (`pgfiber.reap-expired`, `pgfiber.dead-letter-retention`,
+-- `pgfiber.history-retention`;
 -- `pgfiber schedules disable …` them if you run this instead). It is for deployments where nothing runs continuously (`pgfiber tick` from cron or a serverless
 -- function; each tick also reaps first) and for keeping the dead-letter table short.
 --
@@ -34,7 +35,7 @@ begin
       update pgfiber.jobs set status = 'queued', attempts = attempts + 1, available_at = now(),
         last_error = 'lease expired: the worker ' || coalesce(locked_by, '?') || ' stopped heartbeating',
         errors = errors || jsonb_build_array(jsonb_build_object('attempt', attempts + 1, 'at', now(), 'tag', 'LeaseExpired',
-          'message', 'lease expired: the worker ' || coalesce(locked_by, '?') || ' stopped heartbeating')),
+          'message', 'lease expired: the worker ' || coalesce(locked_by, '?') || ' stopped heartbeating', 'worker', locked_by)),
         locked_by = null, locked_until = null, updated_at = now()
       where id in (select id from pgfiber.jobs where status = 'running' and locked_until < now() for update skip locked)
       returning stage
@@ -54,5 +55,25 @@ select cron.schedule('pgfiber-dead-letter-retention', '17 3 * * *', $purge$
   where resolution_status is not null and dead_at < now() - interval '30 days'
 $purge$);
 
+-- Every 10 minutes: finished jobs kept as history (jobs_archive) whose retention has passed are deleted, 5,000
+-- at a time, each batch its own short transaction, until none is due (what the `pgfiber.history-retention`
+-- schedule does). SKIP LOCKED lets it run beside a worker's pruning.
+select cron.schedule('pgfiber-history-retention', '*/10 * * * *', $prune$
+do $body$
+declare
+  n integer;
+begin
+  loop
+    delete from pgfiber.jobs_archive where id in (
+      select id from pgfiber.jobs_archive where keep_until <= now() order by keep_until limit 5000 for update skip locked);
+    get diagnostics n = row_count;
+    commit;  -- pg_cron runs a DO block as a procedure call: each batch commits on its own
+    exit when n < 5000;
+  end loop;
+end
+$body$;
+$prune$);
+
 -- To see what ran:      select * from cron.job_run_details where command like '%pgfiber%' order by start_time desc limit 20;
 -- To stop:              select cron.unschedule('pgfiber-reap-expired'); select cron.unschedule('pgfiber-dead-letter-retention');
+--                       select cron.unschedule('pgfiber-history-retention');

@@ -27,7 +27,7 @@ import * as SpeechKitSimulator from "../src/testing/SpeechKitSimulator.js"
 import * as Storage from "../src/layers/Storage.js"
 import * as Migrations from "../src/queue/Migrations.js"
 import * as PgQueue from "../src/queue/PgQueue.js"
-import type * as Stage from "../src/runtime/Stage.js"
+import * as Stage from "../src/runtime/Stage.js"
 import * as Worker from "../src/runtime/Worker.js"
 import { Calls, callStages } from "../src/stages/calls/index.js"
 
@@ -55,9 +55,9 @@ interface Run {
 
 const runs: Array<Run> = []
 
-const describeOutcome = (exit: Exit.Exit<void | Stage.Completion, { _tag: string; message: string }>): string => {
+const describeOutcome = (exit: Exit.Exit<unknown, { _tag: string; message: string }>): string => {
   if (Exit.isSuccess(exit)) {
-    const next = exit.value?.followUps ?? []
+    const next = Stage.isCompletion(exit.value) ? exit.value.followUps : []
     if (next.length === 0) return "completed"
     return `completed → ${next.map((job) => {
       const delay = job.delay === undefined ? undefined : Duration.decode(job.delay)

@@ -13,6 +13,7 @@ import * as PgQueue from "./queue/PgQueue.js"
 import * as PgSchedules from "./queue/PgSchedules.js"
 import type * as Queue from "./queue/Queue.js"
 import type * as Schedules from "./queue/Schedules.js"
+import * as Events from "./runtime/Events.js"
 import * as Scheduler from "./runtime/Scheduler.js"
 import type * as Stage from "./runtime/Stage.js"
 import type * as Waker from "./runtime/Waker.js"
@@ -82,7 +83,18 @@ export const layerDb = Layer.effectDiscard(Migrations.migrate().pipe(
   Effect.tap((r) => r.applied.length > 0 ? Effect.logInfo(`migrations applied: ${r.applied.join(", ")}`) : Effect.void)
 )).pipe(Layer.provideMerge(Db.layer))
 
-export const layerQueue = PgQueue.layer({ knownStages: stageNames() }).pipe(Layer.provideMerge(layerDb))
+/** The queue, plus the process's job-events bus (Events.ts) that it and the worker publish to. */
+/**
+ * The stages' own retention (`retain`), for the queue: it applies them to what it finishes itself (a cancelled
+ * queued job); the default comes from PGFIBER_RETAIN_COMPLETED.
+ */
+export const retentionOf = (list: ReadonlyArray<Stage.Any>) => ({
+  stages: Object.fromEntries(list.flatMap((s) => (s.retain === undefined ? [] : [[s.name, s.retain] as const])))
+})
+
+export const layerQueue = PgQueue.layer({ knownStages: stageNames(), retention: retentionOf(stages) }).pipe(
+  Layer.provideMerge(Layer.merge(layerDb, Events.layer()))
+)
 
 export interface Selection {
   readonly stages: ReadonlyArray<AnyStage>

@@ -9,6 +9,7 @@ import { Layer } from "effect"
 import * as Db from "./layers/Db.js"
 import * as Migrations from "./queue/Migrations.js"
 import * as PgQueue from "./queue/PgQueue.js"
+import * as Events from "./runtime/Events.js"
 import type * as Queue from "./queue/Queue.js"
 
 export { NotReady, Permanent, RateLimited, Transient } from "./JobError.js"
@@ -18,6 +19,7 @@ export * as Stage from "./runtime/Stage.js"
 export * as Worker from "./runtime/Worker.js"
 export * as RetryPolicy from "./runtime/RetryPolicy.js"
 export * as Waker from "./runtime/Waker.js"
+export * as Events from "./runtime/Events.js"
 export * as Queue from "./queue/Queue.js"
 export * as PgQueue from "./queue/PgQueue.js"
 export * as MemoryQueue from "./queue/MemoryQueue.js"
@@ -36,5 +38,9 @@ export * as Logging from "./layers/Logging.js"
  */
 export const layerDbMigrated = Layer.effectDiscard(Migrations.migrate()).pipe(Layer.provideMerge(Db.layer))
 
-/** `PgQueue` over `layerDbMigrated`: a queue ready to enqueue to and to run workers on. */
-export const layerPgQueue = (options: Queue.QueueOptions = {}) => PgQueue.layer(options).pipe(Layer.provideMerge(layerDbMigrated))
+/**
+ * `PgQueue` over `layerDbMigrated`, with the process's job-events bus (`Events.JobEvents`) that the queue and
+ * the worker publish to: a queue ready to enqueue to and to run workers on.
+ */
+export const layerPgQueue = (options: Queue.QueueOptions = {}) =>
+  PgQueue.layer(options).pipe(Layer.provideMerge(Layer.merge(layerDbMigrated, Events.layer())))

@@ -25,6 +25,7 @@ const root = Command.make("pgfiber", {}, () => cli([process.argv[0]!, process.ar
     Jobs.jobs,
     Jobs.dlq,
     Jobs.stats,
+    Jobs.stagesCommand,
     Schedules.schedules,
     Service.tick,
     Keys.keys,

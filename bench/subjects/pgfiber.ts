@@ -20,7 +20,7 @@ export const subject: Subject = {
   label: "pgfiber",
   variant: "default",
   workerScript: "subjects/pgfiberWorker.ts",
-  notes: "concurrency 10; LISTEN/NOTIFY wake-ups; claims sized to free capacity; completions group-committed",
+  notes: "concurrency 10; LISTEN/NOTIFY wake-ups; claims sized to free capacity; completions group-committed; finished jobs kept 7 days (jobs_archive)",
   drainCapMs: 60_000,
   install: async (url) => {
     const runtime = runtimeFor(url)
@@ -46,4 +46,13 @@ export const subject: Subject = {
       }
     }
   }
+}
+
+/** The same worker with retention off (PGFIBER_RETAIN_COMPLETED=0): finished jobs deleted at once, no history. */
+export const noRetention: Subject = {
+  ...subject,
+  key: "pgfiber-noretain",
+  label: "pgfiber (retention off)",
+  variant: "noretain",
+  notes: "as pgfiber, with finished jobs deleted at once instead of kept 7 days: the cost of the kept history"
 }

@@ -3,7 +3,7 @@
  * package, launched with `Layer.launch` under `NodeRuntime.runMain` (SIGTERM drains and exits 0).
  */
 import { NodeRuntime } from "@effect/platform-node"
-import { Effect, Layer, Redacted, Schema } from "effect"
+import { Duration, Effect, Layer, Redacted, Schema } from "effect"
 // the package as a user installs it: `pgfiber` resolves (by its own `exports`) to the compiled dist/
 import { Db, PgQueue, PgSchedules, Scheduler, Stage, Worker } from "pgfiber"
 import { nowNs, tell } from "../lib.js"
@@ -38,7 +38,12 @@ tell({ t: "starting", at: nowNs() })
 Layer.launch(
   reportReady.pipe(
     Layer.provide(withSchedule),
-    Layer.provide(PgQueue.layer({ knownStages: [queueName] })),
+    // variant "noretain": finished jobs are deleted at once (PGFIBER_RETAIN_COMPLETED=0), as before the kept
+    // history; the default subject keeps them 7 days (the default), handed to jobs_archive by the settle
+    Layer.provide(PgQueue.layer({
+      knownStages: [queueName],
+      ...(config.variant === "noretain" ? { retention: { default: Duration.zero } } : { retention: { default: Duration.days(7) } })
+    })),
     Layer.provide(Db.layerWith({ url: Redacted.make(config.url), schema, poolMax: 10 }))
   )
 ).pipe(NodeRuntime.runMain)

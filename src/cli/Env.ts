@@ -6,6 +6,7 @@ import { Config, Effect, Layer } from "effect"
 import * as App from "../App.js"
 import * as Db from "../layers/Db.js"
 import * as PgQueue from "../queue/PgQueue.js"
+import * as Events from "../runtime/Events.js"
 import type * as Stage from "../runtime/Stage.js"
 import * as ApiKeys from "../auth/ApiKeys.js"
 import * as EchoStage from "../stages/echo/EchoStage.js"
@@ -48,13 +49,16 @@ export const migrateOnStart = Config.boolean("PGFIBER_MIGRATE_ON_START").pipe(Co
  */
 export const layerOps = (stages: ReadonlyArray<KnownStage>) =>
   Layer.mergeAll(ApiKeys.layer, Layer.succeed(Submit.KnownStages, stages)).pipe(
-    Layer.provideMerge(PgQueue.layer({ knownStages: stages.map((s) => s.name) })),
+    Layer.provideMerge(PgQueue.layer({ knownStages: stages.map((s) => s.name), retention: App.retentionOf(stages) })),
     Layer.provideMerge(Db.layer)
   )
 
-/** Postgres and the queue for the long-running commands, migrated first when PGFIBER_MIGRATE_ON_START allows. */
+/**
+ * Postgres and the queue for the long-running commands, migrated first when PGFIBER_MIGRATE_ON_START allows,
+ * with the process's job-events bus (Events.ts) that the queue, the workers and the HTTP API share.
+ */
 export const layerService = (stages: ReadonlyArray<KnownStage>, migrate: boolean) =>
   Layer.mergeAll(ApiKeys.layer, Layer.succeed(Submit.KnownStages, stages)).pipe(
-    Layer.provideMerge(PgQueue.layer({ knownStages: stages.map((s) => s.name) })),
-    Layer.provideMerge(migrate ? App.layerDb : Db.layer)
+    Layer.provideMerge(PgQueue.layer({ knownStages: stages.map((s) => s.name), retention: App.retentionOf(stages) })),
+    Layer.provideMerge(Layer.merge(migrate ? App.layerDb : Db.layer, Events.layer()))
   )

@@ -1,6 +1,6 @@
 /**
- * Operator commands on the queue: `enqueue`, `jobs list|show|cancel`, `dlq list|show|retry|resolve|purge`,
- * `stats`. They act as the service's own role (every org), print results on stdout and logs on stderr.
+ * Operator commands on the queue: `enqueue`, `jobs list|history|show|cancel`, `dlq list|show|retry|resolve|purge`,
+ * `stats`, `stages list|pause|resume|purge`. They act as the service's own role (every org), print results on stdout and logs on stderr.
  */
 import { Args, Command, Options } from "@effect/cli"
 import { Duration, Effect, Option } from "effect"
@@ -55,6 +55,7 @@ export const enqueue = Command.make(
     priority: optionalText("priority", "fast, normal, bulk, or 0..100 (lower runs first)"),
     delay: Options.integer("delay-ms").pipe(Options.optional, Options.withDescription("Run no sooner than this many ms from now")),
     maxAttempts: Options.integer("max-attempts").pipe(Options.optional, Options.withDescription("Attempts before dead-lettering")),
+    timeout: Options.integer("timeout-ms").pipe(Options.optional, Options.withDescription("This job's timeout in ms, overriding its stage's")),
     dedupeKey: optionalText("dedupe-key", "Unique among queued and running jobs: a duplicate returns the live job's id"),
     dedupeMode: Options.choice("dedupe-mode", ["first", "replace", "debounce"]).pipe(
       Options.optional,
@@ -76,7 +77,8 @@ export const enqueue = Command.make(
           delay: Option.getOrUndefined(Option.map(o.delay, Duration.millis)),
           maxAttempts: Option.getOrUndefined(o.maxAttempts),
           dedupeKey: Option.getOrUndefined(o.dedupeKey),
-          dedupeMode: Option.getOrUndefined(o.dedupeMode)
+          dedupeMode: Option.getOrUndefined(o.dedupeMode),
+          timeout: Option.getOrUndefined(Option.map(o.timeout, Duration.millis))
         })
         if (o.json) return yield* Output.json(result)
         if (result.deduped) yield* Output.note(`a live job with that dedupe key exists: ${result.id}`)
@@ -115,6 +117,7 @@ const jobsList = Command.make(
             { header: "STATUS" },
             { header: "ATTEMPTS", align: "right" },
             { header: "DUE IN", align: "right" },
+            { header: "PROGRESS", align: "right" },
             { header: "ORG" },
             { header: "LAST ERROR" }
           ],
@@ -124,23 +127,75 @@ const jobsList = Command.make(
             j.status,
             `${j.attempts}/${j.maxAttempts}`,
             j.status === "queued" ? Output.age(j.availableAt.getTime() - now) : "",
+            progressText(j),
             j.orgId ?? "",
             Output.truncate(j.lastError)
           ])
         ))
       })
     )
-).pipe(Command.withDescription("List live jobs (completed jobs leave the queue)"))
+).pipe(Command.withDescription("List live jobs (finished ones: jobs history)"))
+
+const progressText = (j: Queue.Job) =>
+  j.progress === null ? "" : `${j.progress}${j.progressMessage ? ` ${Output.truncate(j.progressMessage, 30)}` : ""}`
+
+const jobsHistory = Command.make(
+  "history",
+  {
+    stage: optionalText("stage", "Only this stage's jobs"),
+    status: Options.choice("status", ["completed", "dead", "cancelled"]).pipe(Options.optional, Options.withDescription("Only jobs that finished so")),
+    limit: limitOption,
+    before: optionalText("before", "Only ids smaller than this (keyset pagination, newest first)"),
+    json: jsonFlag
+  },
+  (o) =>
+    operator(() =>
+      Effect.gen(function*() {
+        const queue = yield* Queue.Queue
+        const jobs = yield* queue.history.list({
+          stage: Option.getOrUndefined(o.stage),
+          status: Option.getOrUndefined(o.status),
+          limit: o.limit,
+          beforeId: Option.getOrUndefined(o.before)
+        })
+        if (o.json) return yield* Output.json(jobs)
+        yield* Output.line(Output.table(
+          [
+            { header: "ID", align: "right" },
+            { header: "STAGE" },
+            { header: "STATUS" },
+            { header: "ATTEMPTS", align: "right" },
+            { header: "FINISHED" },
+            { header: "LAST RUN", align: "right" },
+            { header: "ORG" },
+            { header: "LAST ERROR" }
+          ],
+          jobs.map((j) => [
+            j.id,
+            j.stage,
+            j.status,
+            String(j.attempts),
+            j.finishedAt?.toISOString() ?? "",
+            j.lastRunMs === null ? "" : `${Math.round(j.lastRunMs)} ms`,
+            j.orgId ?? "",
+            Output.truncate(j.lastError)
+          ])
+        ))
+      })
+    )
+).pipe(Command.withDescription("List finished jobs kept for their stage's retention (PGFIBER_RETAIN_COMPLETED), newest first"))
 
 const jobsShow = Command.make("show", { id: idArg("job") }, ({ id }) =>
   operator(() =>
     Effect.gen(function*() {
       const queue = yield* Queue.Queue
       const job = yield* queue.get(id)
-      if (job === null) return yield* new NotFound({ message: `job ${id} not found (completed jobs leave the queue; see dlq list)` })
+      if (job === null) {
+        return yield* new NotFound({ message: `job ${id} not found (finished jobs are kept for their stage's retention, then pruned; see dlq list)` })
+      }
       yield* Output.json(job)
     })
-  )).pipe(Command.withDescription("Print one job as JSON"))
+  )).pipe(Command.withDescription("Print one job as JSON, live or finished (status, output, progress, started/finished times, errors)"))
 
 const jobsCancel = Command.make("cancel", { id: idArg("job") }, ({ id }) =>
   operator(() =>
@@ -155,7 +210,7 @@ const jobsCancel = Command.make("cancel", { id: idArg("job") }, ({ id }) =>
 
 export const jobs = Command.make("jobs").pipe(
   Command.withDescription("Inspect and cancel jobs"),
-  Command.withSubcommands([jobsList, jobsShow, jobsCancel])
+  Command.withSubcommands([jobsList, jobsHistory, jobsShow, jobsCancel])
 )
 
 // ---------------------------------------------------------------------------------------------
@@ -303,10 +358,14 @@ export const stats = Command.make("stats", { json: jsonFlag }, ({ json }) =>
           { header: "RUNNING", align: "right" },
           { header: "CANCELLING", align: "right" },
           { header: "DEAD", align: "right" },
-          { header: "OLDEST READY", align: "right" }
+          { header: "OLDEST READY", align: "right" },
+          { header: "PAUSED" }
         ],
         [
-          ...all.map((s) => [s.stage, n(s.ready), n(s.scheduled), n(s.running), n(s.cancelling), n(s.deadLetters), Output.age(s.oldestReadyAgeMs)]),
+          ...all.map((s) => [
+            s.stage, n(s.ready), n(s.scheduled), n(s.running), n(s.cancelling), n(s.deadLetters), Output.age(s.oldestReadyAgeMs),
+            s.paused ? "paused" : ""
+          ]),
           [
             "total",
             sum((s) => s.ready),
@@ -314,9 +373,78 @@ export const stats = Command.make("stats", { json: jsonFlag }, ({ json }) =>
             sum((s) => s.running),
             sum((s) => s.cancelling),
             sum((s) => s.deadLetters),
-            Output.age(Math.max(0, ...all.map((s) => s.oldestReadyAgeMs)))
+            Output.age(Math.max(0, ...all.map((s) => s.oldestReadyAgeMs))),
+            ""
           ]
         ]
       ))
     })
-  )).pipe(Command.withDescription("Queue depth per stage and state, the oldest ready job's age (lag), unresolved dead letters"))
+  )).pipe(Command.withDescription("Queue depth per stage and state, the oldest ready job's age (lag), unresolved dead letters, paused stages"))
+
+// ---------------------------------------------------------------------------------------------
+// stages: pause, resume, purge (every process hears a pause at once, through NOTIFY)
+
+const stageArg = Args.text({ name: "stage" }).pipe(Args.withDescription("The stage's name"))
+
+const knownStage = (stages: ReadonlyArray<Env.KnownStage>, name: string) =>
+  stages.some((s) => s.name === name)
+    ? Effect.void
+    : Effect.fail(new NotFound({ message: `unknown stage ${JSON.stringify(name)}; known: ${stages.map((s) => s.name).sort().join(", ")}` }))
+
+const stagesList = Command.make("list", { json: jsonFlag }, ({ json }) =>
+  operator((stages) =>
+    Effect.gen(function*() {
+      const queue = yield* Queue.Queue
+      const controls = yield* queue.stageControls.list
+      const names = [...new Set([...stages.map((s) => s.name), ...controls.map((c) => c.stage)])].sort()
+      const rows = names.map((stage) => {
+        const c = controls.find((x) => x.stage === stage)
+        return { stage, paused: c?.paused ?? false, changedBy: c?.changedBy ?? null, changedAt: c?.changedAt ?? null }
+      })
+      if (json) return yield* Output.json(rows)
+      yield* Output.line(Output.table(
+        [{ header: "STAGE" }, { header: "STATE" }, { header: "CHANGED" }, { header: "BY" }],
+        rows.map((r) => [r.stage, r.paused ? "paused" : "running", r.changedAt?.toISOString() ?? "", r.changedBy ?? ""])
+      ))
+    })
+  )).pipe(Command.withDescription("Each stage's state: running or paused"))
+
+const setPaused = (paused: boolean) => ({ stage }: { readonly stage: string }) =>
+  operator((stages) =>
+    Effect.gen(function*() {
+      yield* knownStage(stages, stage)
+      const queue = yield* Queue.Queue
+      yield* queue.stageControls.setPaused(stage, paused, "cli")
+      yield* Effect.logInfo(paused ? "stage paused" : "stage resumed").pipe(Effect.annotateLogs({ stage }))
+      yield* Output.line(paused ? "paused" : "resumed")
+    })
+  )
+
+const stagesPause = Command.make("pause", { stage: stageArg }, setPaused(true)).pipe(
+  Command.withDescription("Pause a stage in every process: nothing of it is claimed until resumed; running jobs finish, enqueues succeed")
+)
+const stagesResume = Command.make("resume", { stage: stageArg }, setPaused(false)).pipe(
+  Command.withDescription("Resume a paused stage: every worker that runs it claims again at once")
+)
+const stagesPurge = Command.make(
+  "purge",
+  { stage: stageArg, yes: Options.boolean("yes").pipe(Options.withDescription("Confirm: the queued jobs are deleted, not archived")) },
+  ({ stage, yes }) =>
+    operator((stages) =>
+      Effect.gen(function*() {
+        yield* knownStage(stages, stage)
+        if (!yes) {
+          return yield* new UsageError({ message: `purge deletes every queued job of ${stage} (running ones finish); add --yes to confirm` })
+        }
+        const queue = yield* Queue.Queue
+        const purged = yield* queue.stageControls.purge(stage)
+        yield* Effect.logInfo("stage purged").pipe(Effect.annotateLogs({ stage, purged }))
+        yield* Output.line(String(purged))
+      })
+    )
+).pipe(Command.withDescription("Delete a stage's queued jobs (needs --yes); prints how many"))
+
+export const stagesCommand = Command.make("stages").pipe(
+  Command.withDescription("Pause, resume or purge a stage across every process"),
+  Command.withSubcommands([stagesList, stagesPause, stagesResume, stagesPurge])
+)

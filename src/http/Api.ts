@@ -74,7 +74,9 @@ export const StageReadiness = Schema.Struct({
   running: Schema.Number,
   deadLetters: Schema.Number,
   /** How long the oldest ready job has waited: the stage's lag. */
-  oldestReadyAgeSeconds: Schema.Number
+  oldestReadyAgeSeconds: Schema.Number,
+  /** Paused by an operator (`pgfiber stages pause`): claimed by no process until resumed. Not a readiness problem. */
+  paused: Schema.Boolean
 })
 
 const readinessFields = {
@@ -123,7 +125,14 @@ export class HealthApi extends HttpApiGroup.make("health")
 
 const JobId = HttpApiSchema.param("id", Schema.String)
 
-const ErrorEntry = Schema.Struct({ attempt: Schema.Number, at: Schema.String, tag: Schema.String, message: Schema.String })
+const ErrorEntry = Schema.Struct({
+  attempt: Schema.Number,
+  at: Schema.String,
+  tag: Schema.String,
+  message: Schema.String,
+  /** The worker that ran the failed attempt. */
+  worker: Schema.optional(Schema.String)
+})
 
 export const JobView = Schema.Struct({
   id: Schema.String,
@@ -132,8 +141,12 @@ export const JobView = Schema.Struct({
   subjectId: Schema.NullOr(Schema.String),
   payload: Schema.Unknown,
   priority: Schema.Number,
-  /** Live states; `dead` when the job was dead-lettered (see `deadLetterId`). Completed jobs leave the queue: 404. */
-  status: Schema.Literal("queued", "running", "cancelled", "dead"),
+  /**
+   * Live: `queued`, `running`, `cancelled` (asked to stop while running). Finished, kept for the stage's
+   * retention (PGFIBER_RETAIN_COMPLETED): `completed`, `dead` (see `deadLetterId`), `cancelled` with
+   * `finishedAt`. Past its retention a finished job is 404 (a dead one stays readable while its dead letter does).
+   */
+  status: Schema.Literal("queued", "running", "cancelled", "completed", "dead"),
   attempts: Schema.Number,
   maxAttempts: Schema.Number,
   polls: Schema.Number,
@@ -144,7 +157,20 @@ export const JobView = Schema.Struct({
   lastError: Schema.NullOr(Schema.String),
   deadLetterId: Schema.NullOr(Schema.String),
   createdAt: Schema.Date,
-  updatedAt: Schema.Date
+  updatedAt: Schema.Date,
+  /** When the first run started. */
+  startedAt: Schema.NullOr(Schema.Date),
+  /** When the job finished; null while it is live. */
+  finishedAt: Schema.NullOr(Schema.Date),
+  /** The last finished run's length in milliseconds. */
+  lastRunMs: Schema.NullOr(Schema.Number),
+  /** The handler's result (completed jobs of stages with an `output` Schema). */
+  output: Schema.optional(Schema.Unknown),
+  /** The last progress the handler reported, and its message. */
+  progress: Schema.NullOr(Schema.Number),
+  progressMessage: Schema.NullOr(Schema.String),
+  /** This job's own timeout in ms (null: the stage's). */
+  timeoutMs: Schema.NullOr(Schema.Number)
 })
 
 export const DeadLetterView = Schema.Struct({
@@ -185,6 +211,8 @@ export const EnqueueRequest = Schema.Struct({
   dedupeKey: Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(1024))),
   /** What a duplicate does to the still-queued live job: `first` (default) nothing, `replace`, `debounce`. */
   dedupeMode: Schema.optional(Schema.Literal("first", "replace", "debounce")),
+  /** This job's timeout in milliseconds, overriding its stage's. */
+  timeoutMs: Schema.optional(Schema.Int.pipe(Schema.between(1, 2_147_483_647))),
   subjectId: Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(200)))
 })
 
@@ -395,8 +423,33 @@ export class CallsApi extends HttpApiGroup.make("calls")
   .annotate(OpenApi.Description, "Recorded calls: upload or point at a recording; read status, artifacts, transcript, analysis")
 {}
 
+// ---------------------------------------------------------------------------------------------
+// stage control (admin listener only, no key: stages are shared by every org)
+
+const StageName = HttpApiSchema.param("name", Schema.String)
+
+export const StageControlView = Schema.Struct({
+  stage: Schema.String,
+  paused: Schema.Boolean,
+  changedBy: Schema.NullOr(Schema.String),
+  changedAt: Schema.NullOr(Schema.Date)
+})
+
+export class StagesApi extends HttpApiGroup.make("stages")
+  .add(HttpApiEndpoint.get("listStages", "/stages").addSuccess(Schema.Struct({ stages: Schema.Array(StageControlView) })))
+  .add(HttpApiEndpoint.post("pauseStage")`/stages/${StageName}/pause`.addSuccess(StageControlView).addError(NotFound))
+  .add(HttpApiEndpoint.post("resumeStage")`/stages/${StageName}/resume`.addSuccess(StageControlView).addError(NotFound))
+  .addError(Unavailable)
+  .annotate(
+    OpenApi.Description,
+    "Pause and resume a stage in every process (state in the database, heard by NOTIFY). Served on the admin " +
+      "listener only, without a key: a stage is shared by every org, so no tenant's key may pause it."
+  )
+{}
+
 export class Api extends HttpApi.make("pgfiber")
   .add(HealthApi)
+  .add(StagesApi)
   .add(JobsApi)
   .add(SchedulesApi)
   .add(CallsApi)

@@ -119,7 +119,8 @@ export const layer = HttpApiBuilder.group(Api, "health", (handlers) =>
             scheduled: s?.scheduled ?? 0,
             running: s?.running ?? 0,
             deadLetters: s?.deadLetters ?? 0,
-            oldestReadyAgeSeconds: (s?.oldestReadyAgeMs ?? 0) / 1000
+            oldestReadyAgeSeconds: (s?.oldestReadyAgeMs ?? 0) / 1000,
+            paused: s?.paused ?? false
           }
         })
       }
@@ -162,6 +163,12 @@ export const layer = HttpApiBuilder.group(Api, "health", (handlers) =>
             help: "Unresolved dead letters by stage",
             type: "gauge",
             samples: rows.map((s) => ({ labels: { stage: s.stage }, value: s.deadLetters }))
+          },
+          {
+            name: "pgfiber_stage_paused",
+            help: "1 when an operator paused the stage (nothing of it is claimed until resumed)",
+            type: "gauge",
+            samples: rows.map((s) => ({ labels: { stage: s.stage }, value: s.paused ? 1 : 0 }))
           }
         )
       }

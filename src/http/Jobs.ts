@@ -41,9 +41,16 @@ export const jobView = (job: Queue.Job) => ({
   dedupeKey: job.dedupeKey,
   errors: job.errors,
   lastError: job.lastError,
-  deadLetterId: null,
+  deadLetterId: null as string | null,
   createdAt: job.createdAt,
-  updatedAt: job.updatedAt
+  updatedAt: job.updatedAt,
+  startedAt: job.startedAt,
+  finishedAt: job.finishedAt,
+  lastRunMs: job.lastRunMs,
+  ...(job.output === null || job.output === undefined ? {} : { output: job.output }),
+  progress: job.progress,
+  progressMessage: job.progressMessage,
+  timeoutMs: job.timeoutMs
 })
 
 const deadJobView = (dl: Queue.DeadLetter) => ({
@@ -64,7 +71,13 @@ const deadJobView = (dl: Queue.DeadLetter) => ({
   lastError: dl.reason,
   deadLetterId: dl.id,
   createdAt: dl.jobCreatedAt,
-  updatedAt: dl.deadAt
+  updatedAt: dl.deadAt,
+  startedAt: null,
+  finishedAt: dl.deadAt,
+  lastRunMs: null,
+  progress: null,
+  progressMessage: null,
+  timeoutMs: null
 })
 
 export const deadLetterView = (dl: Queue.DeadLetter) => ({
@@ -131,6 +144,7 @@ export const layer = <R>(options: JobsOptions<R>) =>
                 maxAttempts: body.maxAttempts,
                 dedupeKey: body.dedupeKey,
                 dedupeMode: body.dedupeMode,
+                timeout: body.timeoutMs === undefined ? undefined : Duration.millis(body.timeoutMs),
                 caller: "tenant"
               }).pipe(Effect.provideService(Queue.Queue, queue))
             )
@@ -154,13 +168,15 @@ export const layer = <R>(options: JobsOptions<R>) =>
             if (!isId(path.id)) return yield* notFound(`job ${path.id}`)
             const found = yield* asOrg(Effect.gen(function*() {
               const job = yield* queue.get(path.id)
-              if (job !== null) return jobView(job)
+              if (job !== null && job.status !== "dead") return jobView(job)
               const [dead] = yield* db.run((sql) => selectDeadLetterOfJob(sql, path.id))
+              // a dead job's history, pointing at the dead letter it became
+              if (job !== null) return { ...jobView(job), deadLetterId: dead ? String(dead.id) : null }
               const dl = dead ? yield* queue.deadLetters.get(String(dead.id)) : null
               return dl === null ? null : deadJobView(dl)
             }))
             if (found === null) {
-              return yield* new NotFound({ message: `job ${path.id} not found (completed jobs leave the queue)` })
+              return yield* new NotFound({ message: `job ${path.id} not found (finished jobs are kept for their stage's retention, then pruned)` })
             }
             return found
           }).pipe(Effect.catchTag("DbError", dbFailure)))

@@ -18,7 +18,12 @@ export const PrioritySchema = Schema.Union(
 export const defaultMaxPayloadBytes = 256 * 1024
 
 export type JobId = string
-export type JobStatus = "queued" | "running" | "cancelled"
+/**
+ * Live: `queued`, `running`, `cancelled` (a running job asked to stop: its worker removes it). Finished, from
+ * the kept history: `completed`, `dead` (dead-lettered), and `cancelled` with a `finishedAt`.
+ */
+export type JobStatus = "queued" | "running" | "cancelled" | "completed" | "dead"
+export type LiveStatus = "queued" | "running" | "cancelled"
 
 export interface NewJob {
   readonly stage: string
@@ -33,6 +38,8 @@ export interface NewJob {
   readonly maxAttempts?: number | undefined
   /** Unique among queued and running jobs: enqueueing a duplicate returns the live job instead. */
   readonly dedupeKey?: string | undefined
+  /** Overrides the stage's timeout for this job's runs. */
+  readonly timeout?: Duration.DurationInput | undefined
   /**
    * What a duplicate does to the live job while it is still queued (a running one is never touched):
    * `first` (default) leaves it; `replace` gives it this enqueue's payload, priority and run time;
@@ -57,6 +64,7 @@ export interface ValidJob {
   readonly maxAttempts: number
   readonly dedupeKey: string | null
   readonly dedupeMode: DedupeMode
+  readonly timeoutMs: number | null
 }
 
 export interface ErrorEntry {
@@ -64,6 +72,8 @@ export interface ErrorEntry {
   readonly at: string
   readonly tag: string
   readonly message: string
+  /** The worker that ran the failed attempt (absent in entries written before history was kept). */
+  readonly worker?: string | undefined
 }
 
 export interface Job {
@@ -88,6 +98,19 @@ export interface Job {
   readonly lastError: string | null
   readonly createdAt: Date
   readonly updatedAt: Date
+  /** When the first run started; null until then. */
+  readonly startedAt: Date | null
+  /** When the job finished (completed, dead-lettered, cancelled); null while it is live. */
+  readonly finishedAt: Date | null
+  /** The last finished run's length, in ms. */
+  readonly lastRunMs: number | null
+  /** The handler's result, as its stage's `output` Schema encoded it (completed jobs only). */
+  readonly output: unknown
+  /** The last progress the handler reported (written at most once a second). */
+  readonly progress: number | null
+  readonly progressMessage: string | null
+  /** This job's own timeout, overriding its stage's; null: the stage's. */
+  readonly timeoutMs: number | null
 }
 
 /** What a worker holds after a claim and must present to finish the job. */
@@ -95,6 +118,46 @@ export interface Lease {
   readonly id: JobId
   readonly lease: number
 }
+
+/** A handler's report of how far it got: a number (e.g. percent) and a short message. */
+export interface Progress {
+  readonly value: number
+  readonly message: string | null
+}
+
+/** A held lease, with the progress reported since the last heartbeat (written by that heartbeat). */
+export interface Beat extends Lease {
+  readonly reported?: Progress | undefined
+}
+
+/** Longest progress message kept; longer ones are cut. */
+export const maxProgressMessage = 200
+
+/** A stage's control row: paused stages claim nothing, everywhere. */
+export interface StageControl {
+  readonly stage: string
+  readonly paused: boolean
+  readonly changedBy: string | null
+  readonly changedAt: Date
+}
+
+/** How long finished jobs stay readable: a default, and stages that keep theirs longer or shorter. */
+export interface Retention {
+  /** For stages not named in `stages`; omitted: PGFIBER_RETAIN_COMPLETED (7 days). */
+  readonly default?: Duration.Duration | undefined
+  readonly stages?: Readonly<Record<string, Duration.Duration>> | undefined
+}
+
+export interface HistoryListOptions {
+  readonly stage?: string | undefined
+  readonly status?: "completed" | "dead" | "cancelled" | undefined
+  readonly limit?: number | undefined
+  /** Keyset pagination, newest first: jobs with a smaller id than this. */
+  readonly beforeId?: JobId | undefined
+}
+
+/** Outputs larger than this are refused (the job fails with `OutputTooLarge`): the same bound as payloads. */
+export const defaultMaxOutputBytes = 256 * 1024
 
 export interface EnqueueResult {
   readonly id: JobId
@@ -137,6 +200,8 @@ export interface StageStats {
   readonly deadLetters: number
   /** How long the oldest ready job has waited, in ms; 0 when none is ready. */
   readonly oldestReadyAgeMs: number
+  /** Paused by an operator: nothing of it is claimed until it is resumed. */
+  readonly paused: boolean
 }
 
 export interface ListOptions {
@@ -165,7 +230,8 @@ export const statsForStages = (rows: ReadonlyArray<StageStats>, stages: Readonly
     running: 0,
     cancelling: 0,
     deadLetters: 0,
-    oldestReadyAgeMs: 0
+    oldestReadyAgeMs: 0,
+    paused: false
   }))
   return [...rows, ...empty].sort((a, b) => (a.stage < b.stage ? -1 : a.stage > b.stage ? 1 : 0))
 }
@@ -328,6 +394,13 @@ export const validate = (job: NewJob, options: ValidateOptions): Either.Either<V
   if (Either.isLeft(subjectId)) return Either.left(subjectId.left)
   const dedupeKey = optionalText(job.dedupeKey, "dedupeKey", 1024)
   if (Either.isLeft(dedupeKey)) return Either.left(dedupeKey.left)
+  let timeoutMs: number | null = null
+  if (job.timeout !== undefined) {
+    const decoded = Duration.decodeUnknown(job.timeout)
+    const millis = decoded._tag === "Some" && Duration.isFinite(decoded.value) ? Math.round(Duration.toMillis(decoded.value)) : NaN
+    if (!(millis >= 1 && millis <= 2_147_483_647)) return fail("timeout", "timeout must be a finite duration from 1 ms to about 24 days")
+    timeoutMs = millis
+  }
   const dedupeMode = job.dedupeMode ?? "first"
   if (!dedupeModes.includes(dedupeMode)) return fail("dedupeMode", `dedupeMode must be one of ${dedupeModes.join(", ")}`)
   if (dedupeMode !== "first" && dedupeKey.right === null) return fail("dedupeMode", `dedupeMode ${dedupeMode} needs a dedupeKey`)
@@ -342,7 +415,8 @@ export const validate = (job: NewJob, options: ValidateOptions): Either.Either<V
     runAt,
     maxAttempts,
     dedupeKey: dedupeKey.right,
-    dedupeMode
+    dedupeMode,
+    timeoutMs
   })
 }
 
@@ -378,11 +452,12 @@ export const makeDedupeKey = (stage: string, orgId: string | null | undefined, p
   `${stage}::${orgId ?? "global"}::${stableJson(payload ?? {})}`
 
 /** The error history entry a failure appends, with the attempt it ended. */
-export const errorEntry = (attempt: number, at: Date, tag: string, message: string): ErrorEntry => ({
+export const errorEntry = (attempt: number, at: Date, tag: string, message: string, worker?: string | null): ErrorEntry => ({
   attempt,
   at: at.toISOString(),
   tag,
-  message: message.length > 4000 ? `${message.slice(0, 4000)}…` : message
+  message: message.length > 4000 ? `${message.slice(0, 4000)}…` : message,
+  ...(worker ? { worker } : {})
 })
 
 /** A dead letter brought back: the same work as a fresh job (attempts 0), or why it cannot be. */

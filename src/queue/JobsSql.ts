@@ -17,7 +17,8 @@ const columns = (jobs: ReadonlyArray<ValidJob>) => ({
   delays: jobs.map((j) => j.delayMs),
   runAts: jobs.map((j) => (j.runAt ? j.runAt.toISOString() : null)),
   maxAttempts: jobs.map((j) => j.maxAttempts),
-  dedupeKeys: jobs.map((j) => j.dedupeKey)
+  dedupeKeys: jobs.map((j) => j.dedupeKey),
+  timeouts: jobs.map((j) => j.timeoutMs)
 })
 
 /**
@@ -28,13 +29,13 @@ const columns = (jobs: ReadonlyArray<ValidJob>) => ({
 export const insertJobs = (sql: Sql, jobs: ReadonlyArray<ValidJob>) => {
   const c = columns(jobs)
   return sql<Array<{ id: string; deduped: boolean }>>`
-    insert into jobs (stage, org_id, subject_id, payload, priority, available_at, max_attempts, dedupe_key)
+    insert into jobs (stage, org_id, subject_id, payload, priority, available_at, max_attempts, dedupe_key, timeout_ms)
     select stage, org_id, subject_id, payload::jsonb, priority,
-           coalesce(run_at, now() + delay_ms * interval '1 millisecond'), max_attempts, dedupe_key
+           coalesce(run_at, now() + delay_ms * interval '1 millisecond'), max_attempts, dedupe_key, timeout_ms
     from unnest(${c.stages}::text[], ${c.orgs}::text[], ${c.subjects}::text[], ${c.payloads}::text[],
                 ${c.priorities}::int[], ${c.delays}::float8[], ${c.runAts}::timestamptz[], ${c.maxAttempts}::int[],
-                ${c.dedupeKeys}::text[]) with ordinality
-         as t(stage, org_id, subject_id, payload, priority, delay_ms, run_at, max_attempts, dedupe_key, ord)
+                ${c.dedupeKeys}::text[], ${c.timeouts}::int[]) with ordinality
+         as t(stage, org_id, subject_id, payload, priority, delay_ms, run_at, max_attempts, dedupe_key, timeout_ms, ord)
     order by ord
     on conflict (org_id, dedupe_key) where dedupe_key is not null do update set dedupe_key = excluded.dedupe_key
     returning id, (xmax <> 0) as deduped`
@@ -50,13 +51,13 @@ export const insertJobsReplacing = (sql: Sql, schema: string, jobs: ReadonlyArra
   const c = columns(jobs)
   return sql<Array<{ id: string; deduped: boolean; org_id: string | null; dedupe_key: string }>>`
     with written as (
-      insert into jobs as j (stage, org_id, subject_id, payload, priority, available_at, max_attempts, dedupe_key)
+      insert into jobs as j (stage, org_id, subject_id, payload, priority, available_at, max_attempts, dedupe_key, timeout_ms)
       select stage, org_id, subject_id, payload::jsonb, priority,
-             coalesce(run_at, now() + delay_ms * interval '1 millisecond'), max_attempts, dedupe_key
+             coalesce(run_at, now() + delay_ms * interval '1 millisecond'), max_attempts, dedupe_key, timeout_ms
       from unnest(${c.stages}::text[], ${c.orgs}::text[], ${c.subjects}::text[], ${c.payloads}::text[],
                   ${c.priorities}::int[], ${c.delays}::float8[], ${c.runAts}::timestamptz[], ${c.maxAttempts}::int[],
-                  ${c.dedupeKeys}::text[]) with ordinality
-           as t(stage, org_id, subject_id, payload, priority, delay_ms, run_at, max_attempts, dedupe_key, ord)
+                  ${c.dedupeKeys}::text[], ${c.timeouts}::int[]) with ordinality
+           as t(stage, org_id, subject_id, payload, priority, delay_ms, run_at, max_attempts, dedupe_key, timeout_ms, ord)
       order by ord
       on conflict (org_id, dedupe_key) where dedupe_key is not null do update set
         payload = case when j.status = 'queued' then excluded.payload else j.payload end,
@@ -98,41 +99,62 @@ export const claimReady = (sql: Sql, stage: string, limit: number, workerId: str
       select id from jobs
       where stage = ${stage} and status = 'queued' and available_at <= now()
         and (select set_config('synchronous_commit', 'off', true)) = 'off'
+        -- a paused stage claims nothing (the pools stop asking; this guards the moment before they hear it)
+        and not exists (select 1 from stage_controls c where c.stage = ${stage} and c.paused)
       order by priority, available_at, id
       limit ${limit}
       for update skip locked
     )
     update jobs j
     set status = 'running', locked_by = ${workerId}, locked_until = now() + ${leaseMs} * interval '1 millisecond',
-        lease = j.lease + 1, updated_at = now()
+        lease = j.lease + 1, updated_at = now(), started_at = coalesce(j.started_at, now())
     from next where j.id = next.id
     returning j.*`
 
 /**
- * Extends held leases. Locking: row locks on the caller's own running jobs, taken in id order first (as settles
- * take theirs), so a beat and a settle of the same rows never deadlock; unindexed columns, so HOT.
+ * Extends held leases, and writes the progress reported since the last beat (`reported` 0: unchanged).
+ * Locking: row locks on the caller's own running jobs, taken in id order first (as settles take theirs), so a
+ * beat and a settle of the same rows never deadlock; unindexed columns, so HOT.
  */
-export const extendLeases = (sql: Sql, ids: ReadonlyArray<string>, leases: ReadonlyArray<number>, leaseMs: number) =>
+export const extendLeases = (
+  sql: Sql,
+  ids: ReadonlyArray<string>,
+  leases: ReadonlyArray<number>,
+  leaseMs: number,
+  progress: {
+    /** 1 where progress was reported since the last beat, else 0 */
+    readonly reported: ReadonlyArray<number>
+    readonly values: ReadonlyArray<number | null>
+    readonly messages: ReadonlyArray<string | null>
+  }
+) =>
   sql<Array<{ id: string }>>`
     with held as (
-      select j.id from jobs j join unnest(${ids}::bigint[], ${leases}::int[]) as h(id, lease)
+      select j.id, h.reported, h.progress, h.message
+      from jobs j join unnest(${ids}::bigint[], ${leases}::int[], ${progress.reported}::int[], ${progress.values}::float4[],
+                              ${progress.messages}::text[]) as h(id, lease, reported, progress, message)
         on j.id = h.id and j.lease = h.lease
       where j.status = 'running'
       order by j.id
       for update of j
     )
-    update jobs j set locked_until = now() + ${leaseMs} * interval '1 millisecond', updated_at = now()
+    update jobs j set locked_until = now() + ${leaseMs} * interval '1 millisecond', updated_at = now(),
+      progress = case when held.reported = 1 then held.progress else j.progress end,
+      progress_message = case when held.reported = 1 then held.message else j.progress_message end
     from held where j.id = held.id
     returning j.id`
 
 /**
  * Settles a batch of outcomes of every kind in one statement (the settler's group commit). Each input row is
- * (id, lease, kind, delay_ms, tag, message) with kind one of complete | retry | reschedule | dead | release;
- * a retry with no attempt left becomes dead, and a job cancelled while it ran is removed by anything but a
- * completion. Returns one row per outcome whose lease still held, with the action taken; the others were
- * fenced. Releases and due requeues wake their stages.
+ * (id, lease, kind, delay_ms, tag, message, output, run_ms, retain_ms) with kind one of complete | retry |
+ * reschedule | dead | release; a retry with no attempt left becomes dead, and a job cancelled while it ran is
+ * removed by anything but a completion. A finished job (completed, dead, removed as cancelled) whose retention
+ * (`retain_ms`, else its stage's in `retainByStage`, else `retainDefaultMs`) is above zero is handed to
+ * `jobs_archive` in the same statement; at zero it is only deleted. Each failed attempt's history entry names
+ * the worker that held the lease. Returns one row per outcome whose lease still held, with the action taken;
+ * the others were fenced. Releases and due requeues wake their stages.
  * Locking: the caller's own leased rows, locked in id order first (as heartbeats do), so two statements
- * touching the same rows never deadlock; a fenced row is never locked.
+ * touching the same rows never deadlock; a fenced row is never locked. Archive rows are new (keyed by job id).
  */
 export const settleOutcomes = (
   sql: Sql,
@@ -144,14 +166,21 @@ export const settleOutcomes = (
     readonly delays: ReadonlyArray<number>
     readonly tags: ReadonlyArray<string | null>
     readonly messages: ReadonlyArray<string | null>
-  }
+    readonly outputs: ReadonlyArray<string | null>
+    readonly runMs: ReadonlyArray<number | null>
+    readonly retainMs: ReadonlyArray<number | null>
+  },
+  retention: { readonly defaultMs: number; readonly byStage: string }
 ) =>
   sql<Array<{ id: string; action: string; reason: string | null }>>`
     with input as (
       select * from unnest(${o.ids}::bigint[], ${o.leases}::int[], ${o.kinds}::text[], ${o.delays}::float8[],
-                           ${o.tags}::text[], ${o.messages}::text[]) as i(id, lease, kind, delay_ms, tag, message)
+                           ${o.tags}::text[], ${o.messages}::text[], ${o.outputs}::text[], ${o.runMs}::float8[],
+                           ${o.retainMs}::float8[])
+        as i(id, lease, kind, delay_ms, tag, message, output, run_ms, retain_ms)
     ), held as (
-      select j.id, i.delay_ms, i.tag, i.message,
+      select j.id, i.delay_ms, i.tag, i.message, i.output, i.run_ms,
+             coalesce(i.retain_ms, (${retention.byStage}::jsonb ->> j.stage)::float8, ${retention.defaultMs}::float8) as retain_ms,
              case when i.kind = 'complete' then 'complete'
                   when j.status = 'cancelled' then 'remove'
                   when i.kind = 'retry' and j.attempts + 1 >= j.max_attempts then 'dead'
@@ -162,32 +191,48 @@ export const settleOutcomes = (
       for update of j
     ), deleted as (
       delete from jobs j using held h where j.id = h.id and h.action in ('complete', 'remove')
-      returning j.id, h.action
+      returning j.*, h.action, h.output as result, h.run_ms as run_ms_now, h.retain_ms as keep_ms
     ), died as (
       delete from jobs j using held h where j.id = h.id and h.action = 'dead'
-      returning j.*, h.tag as dead_tag, h.message as dead_message
+      -- a job claimed with its attempts already spent (the reaper recorded the last one) keeps count and history
+      returning j.*, h.message as dead_message, h.run_ms as run_ms_now, h.retain_ms as keep_ms,
+        case when j.attempts >= j.max_attempts then j.attempts else j.attempts + 1 end as final_attempts,
+        case when j.attempts >= j.max_attempts then j.errors
+             else j.errors || jsonb_build_array(jsonb_build_object('attempt', j.attempts + 1, 'at', now(),
+                    'tag', h.tag, 'message', h.message, 'worker', j.locked_by)) end as final_errors
     ), buried as (
       insert into dead_letters (job_id, stage, org_id, subject_id, payload, priority, attempts, max_attempts,
                                 dedupe_key, reason, error_history, job_created_at)
-      -- a job claimed with its attempts already spent (the reaper recorded the last one) keeps count and history
-      select id, stage, org_id, subject_id, payload, priority,
-             case when attempts >= max_attempts then attempts else attempts + 1 end, max_attempts, dedupe_key, dead_message,
-             case when attempts >= max_attempts then errors
-                  else errors || jsonb_build_array(jsonb_build_object(
-                    'attempt', attempts + 1, 'at', now(), 'tag', dead_tag, 'message', dead_message)) end,
-             created_at
+      select id, stage, org_id, subject_id, payload, priority, final_attempts, max_attempts, dedupe_key, dead_message,
+             final_errors, created_at
       from died
       returning job_id, reason
+    ), kept as (
+      insert into jobs_archive (id, stage, org_id, subject_id, payload, priority, status, attempts, max_attempts, polls,
+                                dedupe_key, errors, last_error, output, progress, progress_message, timeout_ms,
+                                created_at, started_at, finished_at, last_run_ms, keep_until)
+      select id, stage, org_id, subject_id, payload, priority,
+             case when action = 'complete' then 'completed' else 'cancelled' end, attempts, max_attempts, polls,
+             dedupe_key, errors, last_error, case when action = 'complete' then result::jsonb end, progress,
+             progress_message, timeout_ms, created_at, started_at, now(), coalesce(run_ms_now, last_run_ms),
+             now() + keep_ms * interval '1 millisecond'
+      from deleted where keep_ms > 0
+      union all
+      select id, stage, org_id, subject_id, payload, priority, 'dead', final_attempts, max_attempts, polls,
+             dedupe_key, final_errors, dead_message, null, progress, progress_message, timeout_ms,
+             created_at, started_at, now(), coalesce(run_ms_now, last_run_ms), now() + keep_ms * interval '1 millisecond'
+      from died where keep_ms > 0
     ), requeued as (
       update jobs j
       set status = 'queued', locked_by = null, locked_until = null, updated_at = now(),
           available_at = now() + h.delay_ms * interval '1 millisecond',
           attempts = j.attempts + (h.action = 'retry')::int,
           polls = j.polls + (h.action = 'reschedule')::int,
+          last_run_ms = coalesce(h.run_ms, j.last_run_ms),
           last_error = case when h.action = 'retry' then h.message else j.last_error end,
           errors = case when h.action = 'retry'
                         then j.errors || jsonb_build_array(jsonb_build_object(
-                          'attempt', j.attempts + 1, 'at', now(), 'tag', h.tag, 'message', h.message))
+                          'attempt', j.attempts + 1, 'at', now(), 'tag', h.tag, 'message', h.message, 'worker', j.locked_by))
                         else j.errors end
       from held h where j.id = h.id and h.action in ('retry', 'reschedule', 'release')
       returning j.id, j.stage, h.action, h.delay_ms
@@ -221,7 +266,7 @@ export const requeueExpired = (sql: Sql, schema: string) =>
       update jobs set status = 'queued', attempts = attempts + 1, available_at = now(),
         last_error = 'lease expired: the worker ' || coalesce(locked_by, '?') || ' stopped heartbeating',
         errors = errors || jsonb_build_array(jsonb_build_object('attempt', attempts + 1, 'at', now(), 'tag', 'LeaseExpired',
-          'message', 'lease expired: the worker ' || coalesce(locked_by, '?') || ' stopped heartbeating')),
+          'message', 'lease expired: the worker ' || coalesce(locked_by, '?') || ' stopped heartbeating', 'worker', locked_by)),
         locked_by = null, locked_until = null, updated_at = now()
       where id in (
         select id from jobs where status = 'running' and locked_until < now() for update skip locked)
@@ -243,20 +288,82 @@ export const nextWake = (sql: Sql, stages: ReadonlyArray<string>) =>
       (extract(epoch from (select min(locked_until) from jobs where status <> 'queued') - now()) * 1000)::float8
         as lease_expires_in_ms`
 
-/** Cancels a job: a queued one is deleted, a running one is marked for its worker. Locking: that row. */
-export const cancelJob = (sql: Sql, id: string) =>
-  sql<Array<{ outcome: string }>>`
-    with target as (select id, status from jobs where id = ${id} for update),
-    removed as (delete from jobs j using target t where j.id = t.id and t.status = 'queued' returning j.id),
+/**
+ * Cancels a job: a queued one is deleted (into the history, as `cancelled`, when its stage keeps any), a
+ * running one is marked for its worker. Locking: that row.
+ */
+export const cancelJob = (sql: Sql, id: string, retention: { readonly defaultMs: number; readonly byStage: string }) =>
+  sql<Array<{ outcome: string; stage: string | null; org_id: string | null }>>`
+    with target as (select id, status, stage, org_id from jobs where id = ${id} for update),
+    removed as (delete from jobs j using target t where j.id = t.id and t.status = 'queued' returning j.*),
+    kept as (
+      insert into jobs_archive (id, stage, org_id, subject_id, payload, priority, status, attempts, max_attempts, polls,
+                                dedupe_key, errors, last_error, timeout_ms, created_at, started_at, finished_at,
+                                last_run_ms, keep_until)
+      select id, stage, org_id, subject_id, payload, priority, 'cancelled', attempts, max_attempts, polls, dedupe_key,
+             errors, last_error, timeout_ms, created_at, started_at, now(), last_run_ms,
+             now() + coalesce((${retention.byStage}::jsonb ->> stage)::float8, ${retention.defaultMs}::float8) * interval '1 millisecond'
+      from removed
+      where coalesce((${retention.byStage}::jsonb ->> stage)::float8, ${retention.defaultMs}::float8) > 0
+    ),
     marked as (
       update jobs j set status = 'cancelled', updated_at = now()
       from target t where j.id = t.id and t.status = 'running' returning j.id)
     select case when exists (select 1 from removed) then 'cancelled'
                 when exists (select 1 from marked) then 'cancelling'
                 when exists (select 1 from target) then 'cancelling'
-                else 'not-found' end as outcome`
+                else 'not-found' end as outcome,
+           (select stage from target) as stage, (select org_id from target) as org_id`
 
 export const selectJob = (sql: Sql, id: string) => sql<Array<Record<string, unknown>>>`select * from jobs where id = ${id}`
+
+/** A finished job from the kept history. Locking: none; by primary key. */
+export const selectArchivedJob = (sql: Sql, id: string) =>
+  sql<Array<Record<string, unknown>>>`select * from jobs_archive where id = ${id}`
+
+/** Finished jobs, newest first: a stage's history page. Locking: none; the (stage, finished_at) index. */
+export const listArchivedJobs = (sql: Sql, stage: string | null, status: string | null, beforeId: string | null, limit: number) =>
+  sql<Array<Record<string, unknown>>>`
+    select * from jobs_archive
+    where (${stage}::text is null or stage = ${stage}::text)
+      and (${status}::text is null or status = ${status}::text)
+      and (${beforeId}::bigint is null or id < ${beforeId}::bigint)
+    order by id desc limit ${limit}`
+
+/**
+ * Deletes up to `limit` history rows whose retention has passed, oldest first. Locking: SKIP LOCKED on the
+ * rows it takes, so two pruners (a worker's housekeeping, pg_cron) share the work; a batch per statement
+ * keeps each transaction short, so pruning a large history never holds the settle's inserts.
+ */
+export const pruneArchive = (sql: Sql, limit: number) =>
+  sql<Array<{ n: number }>>`
+    with gone as (
+      delete from jobs_archive where id in (
+        select id from jobs_archive where keep_until <= now() order by keep_until limit ${limit} for update skip locked)
+      returning 1
+    )
+    select count(*)::int as n from gone`
+
+/** Every stage's control row (paused or not). Locking: none. */
+export const selectStageControls = (sql: Sql) =>
+  sql<Array<{ stage: string; paused: boolean; changed_by: string | null; changed_at: Date }>>`
+    select stage, paused, changed_by, changed_at from stage_controls order by stage`
+
+/** Pauses or resumes a stage; the table's trigger NOTIFYs every worker. Locking: that stage's control row. */
+export const setStagePaused = (sql: Sql, stage: string, paused: boolean, by: string | null) =>
+  sql`
+    insert into stage_controls (stage, paused, changed_by, changed_at) values (${stage}, ${paused}, ${by}, now())
+    on conflict (stage) do update set paused = excluded.paused, changed_by = excluded.changed_by, changed_at = now()`
+
+/** Deletes a stage's queued jobs (running ones finish). Locking: SKIP LOCKED, so a claim in flight keeps its rows. */
+export const purgeQueued = (sql: Sql, stage: string) =>
+  sql<Array<{ n: number }>>`
+    with gone as (
+      delete from jobs where id in (
+        select id from jobs where stage = ${stage} and status = 'queued' for update skip locked)
+      returning 1
+    )
+    select count(*)::int as n from gone`
 
 export const listJobs = (
   sql: Sql, stage: string | null, status: string | null, afterId: string | null, limit: number
@@ -278,6 +385,7 @@ export const stageStats = (sql: Sql) =>
     cancelling: string
     dead_letters: string
     oldest_ready_ms: number | null
+    paused: boolean
   }>>`
     with live as (
       select stage,
@@ -290,12 +398,15 @@ export const stageStats = (sql: Sql) =>
       from jobs group by stage
     ), dead as (
       select stage, count(*) as dead_letters from dead_letters where resolution_status is null group by stage
+    ), known as (
+      select coalesce(live.stage, dead.stage) as stage, ready, scheduled, running, cancelling, dead_letters, oldest_ready_ms
+      from live full join dead on live.stage = dead.stage
     )
-    select coalesce(live.stage, dead.stage) as stage,
+    select coalesce(known.stage, c.stage) as stage,
            coalesce(ready, 0) as ready, coalesce(scheduled, 0) as scheduled, coalesce(running, 0) as running,
            coalesce(cancelling, 0) as cancelling, coalesce(dead_letters, 0) as dead_letters,
-           coalesce(oldest_ready_ms, 0)::float8 as oldest_ready_ms
-    from live full join dead on live.stage = dead.stage
+           coalesce(oldest_ready_ms, 0)::float8 as oldest_ready_ms, coalesce(c.paused, false) as paused
+    from known full join (select stage, paused from stage_controls where paused) c on known.stage = c.stage
     order by 1`
 
 export const selectDeadLetter = (sql: Sql, id: string) =>

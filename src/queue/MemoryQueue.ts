@@ -5,11 +5,12 @@
  * only when the transaction's effect succeeds.
  */
 import { Clock, Duration, Effect, Either, Exit, FiberRef, Layer, Option } from "effect"
-import type { DeadLetter, EnqueueResult, ErrorEntry, Job, Lease, NewJob, StageStats, ValidJob } from "./Job.js"
+import type { Beat, DeadLetter, EnqueueResult, ErrorEntry, Job, Lease, NewJob, StageControl, StageStats, ValidJob } from "./Job.js"
 import { countEnqueued, defaultMaxPayloadBytes, errorEntry, jobFromDeadLetter, JobNotFound, validateAll } from "./Job.js"
+import * as Events from "../runtime/Events.js"
 import * as Outcome from "./Outcome.js"
 import type { Settled } from "./Outcome.js"
-import { type OnDead, Queue, type QueueOptions, type Wakeups } from "./Queue.js"
+import { type OnDead, Queue, type QueueOptions, resolveRetention, stageControlsTopic, type Wakeups } from "./Queue.js"
 
 type MutableJob = { -readonly [K in keyof Job]: Job[K] }
 
@@ -21,7 +22,7 @@ interface Pending {
 const currentTransaction = FiberRef.unsafeMake<Option.Option<Pending>>(Option.none())
 
 export const make = (options: QueueOptions = {}) =>
-  Effect.sync(() => {
+  Effect.flatMap(Effect.all([Events.current, resolveRetention(options)]), ([events, retention]) => Effect.sync(() => {
     const owner = {}
     const validation = {
       maxPayloadBytes: options.maxPayloadBytes ?? defaultMaxPayloadBytes,
@@ -32,6 +33,21 @@ export const make = (options: QueueOptions = {}) =>
     const listeners = new Set<Wakeups>()
     let nextId = 1
     let nextDeadId = 1
+
+    // the kept history: finished jobs with the instant their retention passes
+    const archive = new Map<string, { job: MutableJob; keepUntil: number }>()
+    const controls = new Map<string, { -readonly [K in keyof StageControl]: StageControl[K] }>()
+    const retainMs = (stage: string, override?: Duration.Duration) =>
+      Math.max(0, Duration.toMillis(override ?? retention.stages?.[stage] ?? retention.default))
+    /** Hands a job that left the live table to the history, when its stage keeps any. */
+    const keep = (j: MutableJob, status: "completed" | "dead" | "cancelled", now: number, override?: Duration.Duration) => {
+      const ms = retainMs(j.stage, override)
+      if (ms <= 0) return
+      archive.set(j.id, {
+        job: { ...j, status, lockedBy: null, lockedUntil: null, finishedAt: new Date(now), updatedAt: new Date(now) },
+        keepUntil: now + ms
+      })
+    }
 
     const wake = (stage: string) => listeners.forEach((l) => l.onWake(stage))
     const snapshot = (j: MutableJob): Job => ({ ...j, errors: [...j.errors] })
@@ -89,7 +105,14 @@ export const make = (options: QueueOptions = {}) =>
           errors: [],
           lastError: null,
           createdAt: new Date(now),
-          updatedAt: new Date(now)
+          updatedAt: new Date(now),
+          startedAt: null,
+          finishedAt: null,
+          lastRunMs: null,
+          output: null,
+          progress: null,
+          progressMessage: null,
+          timeoutMs: v.timeoutMs
         })
         results.push({ id, deduped: false })
       }
@@ -136,7 +159,11 @@ export const make = (options: QueueOptions = {}) =>
       const valid = validateAll(newJobs, validation)
       return Either.isLeft(valid)
         ? Effect.fail(valid.left)
-        : Effect.tap(enqueueValid(valid.right), (results) => countEnqueued(valid.right, results))
+        : Effect.tap(enqueueValid(valid.right), (results) =>
+          Effect.zipRight(
+            countEnqueued(valid.right, results),
+            Effect.sync(() => events.active() && events.publish(Events.enqueued(valid.right, results)))
+          ))
     }
 
     const transaction = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
@@ -150,6 +177,7 @@ export const make = (options: QueueOptions = {}) =>
 
     const claim = (stage: string, limit: number, o: { readonly workerId: string; readonly leaseFor: Duration.Duration }) =>
       Effect.map(Clock.currentTimeMillis, (now) => {
+        if (controls.get(stage)?.paused) return []
         const ready = [...jobs.values()]
           .filter((j) => j.stage === stage && j.status === "queued" && j.availableAt.getTime() <= now)
           .sort((a, b) => a.priority - b.priority || a.availableAt.getTime() - b.availableAt.getTime() || Number(a.id) - Number(b.id))
@@ -160,23 +188,34 @@ export const make = (options: QueueOptions = {}) =>
           j.lockedUntil = new Date(now + Duration.toMillis(o.leaseFor))
           j.lease += 1
           j.updatedAt = new Date(now)
+          j.startedAt ??= new Date(now)
           return snapshot(j)
         })
       })
 
-    const heartbeat = (leases: ReadonlyArray<Lease>, leaseFor: Duration.Duration) =>
+    const heartbeat = (leases: ReadonlyArray<Beat>, leaseFor: Duration.Duration) =>
       Effect.map(Clock.currentTimeMillis, (now) =>
         leases.flatMap((l) => {
           const j = heldBy(l)
           if (!j || j.status !== "running") return []
           j.lockedUntil = new Date(now + Duration.toMillis(leaseFor))
+          if (l.reported !== undefined) {
+            j.progress = l.reported.value
+            j.progressMessage = l.reported.message
+          }
           return [j.id]
         }))
 
-    const moveToDead = (j: MutableJob, entry: ErrorEntry, now: number) => {
+    const moveToDead = (j: MutableJob, entry: ErrorEntry, now: number, retain?: Duration.Duration) => {
       jobs.delete(j.id)
       // claimed with its attempts already spent (the reaper recorded the last one): count and history as is
       const spent = j.attempts >= j.maxAttempts
+      keep({
+        ...j,
+        attempts: spent ? j.attempts : j.attempts + 1,
+        errors: spent ? j.errors : [...j.errors, entry],
+        lastError: entry.message
+      }, "dead", now, retain)
       const id = String(nextDeadId++)
       dead.set(id, {
         id,
@@ -201,15 +240,18 @@ export const make = (options: QueueOptions = {}) =>
     }
 
     /** One outcome, applied at once; each call is one synchronous step, so a batch is atomic here too. */
-    const settleOne = (o: Outcome.Outcome, followUps: ReadonlyArray<ValidJob> | undefined, invalid: string | undefined, now: number): { settled: Settled; reason?: string; enqueued?: ReadonlyArray<EnqueueResult> } => {
+    const settleOne = (o: Outcome.Outcome, followUps: ReadonlyArray<ValidJob> | undefined, invalid: string | undefined, now: number, retain: Duration.Duration | undefined): { settled: Settled; reason?: string; enqueued?: ReadonlyArray<EnqueueResult> } => {
       const j = heldBy(o.lease)
       if (!j || j.status === "queued") return { settled: "fenced" }
+      if (o.runMs !== undefined) j.lastRunMs = o.runMs
       if (o._tag === "Complete" && invalid === undefined) {
         jobs.delete(j.id)
+        keep({ ...j, output: o.output === undefined ? null : JSON.parse(JSON.stringify(o.output)) }, "completed", now, retain)
         return followUps ? { settled: "completed", enqueued: insertNow(followUps, now) } : { settled: "completed" }
       }
       if (j.status === "cancelled") {
         jobs.delete(j.id)
+        keep(j, "cancelled", now, retain)
         return { settled: "released" }
       }
       const requeue = (delay: Duration.Duration) => {
@@ -224,14 +266,14 @@ export const make = (options: QueueOptions = {}) =>
         case "Complete":
         case "DeadLetter": {
           const error = o._tag === "DeadLetter" ? o.error : { tag: "InvalidFollowUp", message: invalid! }
-          const entry = errorEntry(j.attempts + 1, new Date(now), error.tag, error.message)
-          moveToDead(j, entry, now)
+          const entry = errorEntry(j.attempts + 1, new Date(now), error.tag, error.message, j.lockedBy)
+          moveToDead(j, entry, now, retain)
           return { settled: "deadLettered", reason: entry.message }
         }
         case "Retry": {
-          const entry = errorEntry(j.attempts + 1, new Date(now), o.error.tag, o.error.message)
+          const entry = errorEntry(j.attempts + 1, new Date(now), o.error.tag, o.error.message, j.lockedBy)
           if (j.attempts + 1 >= j.maxAttempts) {
-            moveToDead(j, entry, now)
+            moveToDead(j, entry, now, retain)
             return { settled: "deadLettered", reason: entry.message }
           }
           j.attempts += 1
@@ -260,9 +302,12 @@ export const make = (options: QueueOptions = {}) =>
             ? { followUps: undefined, invalid: `follow-up rejected: ${valid.left.message}` }
             : { followUps: valid.right, invalid: undefined }
         })
-        const done = outcomes.map((o, i) => settleOne(o, prepared[i]!.followUps, prepared[i]!.invalid, now))
+        const done = outcomes.map((o, i) => settleOne(o, prepared[i]!.followUps, prepared[i]!.invalid, now, settleOptions.retain))
         for (let i = 0; i < done.length; i++) {
-          if (done[i]!.enqueued) yield* countEnqueued(prepared[i]!.followUps!, done[i]!.enqueued!)
+          if (done[i]!.enqueued) {
+            yield* countEnqueued(prepared[i]!.followUps!, done[i]!.enqueued!)
+            if (events.active()) events.publish(Events.enqueued(prepared[i]!.followUps!, done[i]!.enqueued!))
+          }
         }
         const dead = done.flatMap((d, index): Array<Outcome.DeadLettered> =>
           d.settled === "deadLettered" ? [{ index, reason: d.reason ?? "", exhausted: outcomes[index]!._tag === "Retry" }] : []
@@ -324,7 +369,7 @@ export const make = (options: QueueOptions = {}) =>
         }
         // the last attempt's job is requeued too: its stage's claim dead-letters it (see Queue.reapExpired)
         const message = `lease expired: the worker ${j.lockedBy ?? "?"} stopped heartbeating`
-        const entry = errorEntry(j.attempts + 1, new Date(now), "LeaseExpired", message)
+        const entry = errorEntry(j.attempts + 1, new Date(now), "LeaseExpired", message, j.lockedBy)
         j.attempts += 1
         j.status = "queued"
         j.availableAt = new Date(now)
@@ -357,18 +402,67 @@ export const make = (options: QueueOptions = {}) =>
       })
 
     const cancel = (id: string) =>
-      Effect.sync(() => {
+      Effect.map(Clock.currentTimeMillis, (now) => {
         const j = jobs.get(id)
         if (!j) return "not-found" as const
         if (j.status === "queued") {
           jobs.delete(id)
+          keep(j, "cancelled", now)
+          if (events.active()) events.publish([{ _tag: "Cancelled", jobId: id, stage: j.stage, orgId: j.orgId, attempt: 0, at: new Date() }])
           return "cancelled" as const
         }
         j.status = "cancelled"
         return "cancelling" as const
       })
 
-    const get = (id: string) => Effect.sync(() => (jobs.has(id) ? snapshot(jobs.get(id)!) : null))
+    const get = (id: string) =>
+      Effect.sync(() => {
+        const live = jobs.get(id)
+        if (live) return snapshot(live)
+        const finished = archive.get(id)
+        return finished ? snapshot(finished.job) : null
+      })
+
+    const history = {
+      list: (o: import("./Job.js").HistoryListOptions = {}) =>
+        Effect.sync(() =>
+          [...archive.values()].map((a) => a.job)
+            .filter((j) => (o.stage === undefined || j.stage === o.stage) && (o.status === undefined || j.status === o.status))
+            .filter((j) => o.beforeId === undefined || Number(j.id) < Number(o.beforeId))
+            .sort((a, b) => Number(b.id) - Number(a.id))
+            .slice(0, Math.max(1, Math.min(o.limit ?? 100, 10_000)))
+            .map(snapshot)
+        ),
+      prune: (o: { readonly batch?: number; readonly maxBatches?: number } = {}) =>
+        Effect.map(Clock.currentTimeMillis, (now) => {
+          const most = Math.max(1, o.batch ?? 5000) * Math.max(1, o.maxBatches ?? 1000)
+          const due = [...archive.entries()].filter(([, a]) => a.keepUntil <= now)
+            .sort(([, a], [, b]) => a.keepUntil - b.keepUntil)
+            .slice(0, most)
+          for (const [id] of due) archive.delete(id)
+          return due.length
+        })
+    }
+
+    const stageControls = {
+      list: Effect.sync(() => [...controls.values()].map((c) => ({ ...c })).sort((a, b) => (a.stage < b.stage ? -1 : 1))),
+      setPaused: (stage: string, paused: boolean, by?: string) =>
+        Effect.map(Clock.currentTimeMillis, (now) => {
+          controls.set(stage, { stage, paused, changedBy: by ?? null, changedAt: new Date(now) })
+          wake(stageControlsTopic)
+        }),
+      purge: (stage: string) =>
+        Effect.sync(() => {
+          let n = 0
+          for (const j of [...jobs.values()]) {
+            if (j.stage === stage && j.status === "queued") {
+              jobs.delete(j.id)
+              n++
+            }
+          }
+          return n
+        })
+    }
 
     const list = (o: import("./Job.js").ListOptions = {}) =>
       Effect.sync(() =>
@@ -384,7 +478,7 @@ export const make = (options: QueueOptions = {}) =>
       const by = new Map<string, { -readonly [K in keyof StageStats]: StageStats[K] }>()
       const row = (stage: string) => {
         if (!by.has(stage)) {
-          by.set(stage, { stage, ready: 0, scheduled: 0, running: 0, cancelling: 0, deadLetters: 0, oldestReadyAgeMs: 0 })
+          by.set(stage, { stage, ready: 0, scheduled: 0, running: 0, cancelling: 0, deadLetters: 0, oldestReadyAgeMs: 0, paused: controls.get(stage)?.paused ?? false })
         }
         return by.get(stage)!
       }
@@ -398,6 +492,7 @@ export const make = (options: QueueOptions = {}) =>
         } else r.scheduled++
       }
       for (const d of dead.values()) if (d.resolutionStatus === null) row(d.stage).deadLetters++
+      for (const c of controls.values()) if (c.paused) row(c.stage)
       return [...by.values()].sort((a, b) => a.stage.localeCompare(b.stage))
     })
 
@@ -473,8 +568,10 @@ export const make = (options: QueueOptions = {}) =>
       list,
       stats,
       deadLetters,
+      history,
+      stageControls,
       listen
     })
-  })
+  }))
 
 export const layer = (options: QueueOptions = {}) => Layer.effect(Queue, make(options))

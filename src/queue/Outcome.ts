@@ -13,9 +13,17 @@ export interface OutcomeError {
   readonly message: string
 }
 
-export type Outcome =
-  /** Done: the job leaves the queue; its follow-ups are enqueued in the same transaction. */
-  | { readonly _tag: "Complete"; readonly lease: Lease; readonly followUps: ReadonlyArray<NewJob> }
+export type Outcome = Outcomes & {
+  /** The run's length in ms, as the worker measured it (recorded as the job's `last_run_ms`). */
+  readonly runMs?: number | undefined
+}
+
+type Outcomes =
+  /**
+   * Done: the job leaves the queue (into the kept history, with its `output`, when its stage keeps any); its
+   * follow-ups are enqueued in the same transaction.
+   */
+  | { readonly _tag: "Complete"; readonly lease: Lease; readonly followUps: ReadonlyArray<NewJob>; readonly output?: unknown }
   /** Spends an attempt and runs again after `delay`; dead-lettered instead when no attempt is left. */
   | { readonly _tag: "Retry"; readonly lease: Lease; readonly delay: Duration.Duration; readonly error: OutcomeError }
   /** A poll that found nothing yet: runs again after `delay`, `polls` counted, no attempt spent. */
@@ -25,7 +33,8 @@ export type Outcome =
   /** Hands the job back untouched (shutdown, a lost lease): queued now, no attempt spent. */
   | { readonly _tag: "Release"; readonly lease: Lease }
 
-export const complete = (lease: Lease, followUps: ReadonlyArray<NewJob> = []): Outcome => ({ _tag: "Complete", lease, followUps })
+export const complete = (lease: Lease, followUps: ReadonlyArray<NewJob> = [], output?: unknown): Outcome =>
+  output === undefined ? { _tag: "Complete", lease, followUps } : { _tag: "Complete", lease, followUps, output }
 export const retry = (lease: Lease, delay: Duration.Duration, error: OutcomeError): Outcome => ({ _tag: "Retry", lease, delay, error })
 export const reschedule = (lease: Lease, delay: Duration.Duration): Outcome => ({ _tag: "Reschedule", lease, delay })
 export const deadLetter = (lease: Lease, error: OutcomeError): Outcome => ({ _tag: "DeadLetter", lease, error })
@@ -54,4 +63,9 @@ export interface SettleOptions {
    * writes commit with them (the stages' `onDeadLetter`). Only called when at least one was.
    */
   readonly onDeadLettered?: ((dead: ReadonlyArray<DeadLettered>) => Effect.Effect<void>) | undefined
+  /**
+   * How long the finished jobs of this batch stay readable in the history (the stage's retention); when
+   * omitted, the queue's own retention for each job's stage. Zero: deleted at once.
+   */
+  readonly retain?: Duration.Duration | undefined
 }

@@ -4,12 +4,13 @@
  */
 import { Duration, Effect, Either, Exit, Layer } from "effect"
 import * as Db from "../layers/Db.js"
-import type { DeadLetter, ErrorEntry, Job, JobStatus, StageStats, ValidJob } from "./Job.js"
+import * as Events from "../runtime/Events.js"
+import type { Beat, DeadLetter, ErrorEntry, Job, JobStatus, StageStats, ValidJob } from "./Job.js"
 import { countEnqueued, defaultMaxPayloadBytes, isJobId, jobFromDeadLetter, JobNotFound, validateAll } from "./Job.js"
 import * as JobsSql from "./JobsSql.js"
 import * as Outcome from "./Outcome.js"
 import type { DeadLettered, Settled, SettleOptions } from "./Outcome.js"
-import { type OnDead, Queue, type QueueOptions, type Wakeups } from "./Queue.js"
+import { type OnDead, Queue, type QueueOptions, resolveRetention, retentionParams, type Wakeups } from "./Queue.js"
 
 const str = (v: unknown): string | null => (v === null || v === undefined ? null : String(v))
 const date = (v: unknown): Date => (v instanceof Date ? v : new Date(String(v)))
@@ -25,15 +26,23 @@ export const rowToJob = (r: Record<string, unknown>): Job => ({
   attempts: Number(r.attempts),
   maxAttempts: Number(r.max_attempts),
   polls: Number(r.polls),
-  availableAt: date(r.available_at),
+  // a finished job (from the history) has no run time ahead: its finishing instant stands in
+  availableAt: date(r.available_at ?? r.finished_at),
   lockedBy: str(r.locked_by),
   lockedUntil: r.locked_until ? date(r.locked_until) : null,
-  lease: Number(r.lease),
+  lease: Number(r.lease ?? 0),
   dedupeKey: str(r.dedupe_key),
   errors: (r.errors as ReadonlyArray<ErrorEntry>) ?? [],
   lastError: str(r.last_error),
   createdAt: date(r.created_at),
-  updatedAt: date(r.updated_at)
+  updatedAt: date(r.updated_at ?? r.finished_at),
+  startedAt: r.started_at ? date(r.started_at) : null,
+  finishedAt: r.finished_at ? date(r.finished_at) : null,
+  lastRunMs: r.last_run_ms == null ? null : Number(r.last_run_ms),
+  output: r.output ?? null,
+  progress: r.progress == null ? null : Number(r.progress),
+  progressMessage: str(r.progress_message),
+  timeoutMs: r.timeout_ms == null ? null : Number(r.timeout_ms)
 })
 
 export const rowToDeadLetter = (r: Record<string, unknown>): DeadLetter => ({
@@ -64,6 +73,8 @@ const clampLimit = (n: number | undefined, fallback: number) => Math.max(1, Math
 export const make = (options: QueueOptions = {}) =>
   Effect.gen(function*() {
     const db = yield* Db.Db
+    const events = yield* Events.current
+    const retention = retentionParams(yield* resolveRetention(options))
     let savepoints = 0
     const validation = {
       maxPayloadBytes: options.maxPayloadBytes ?? defaultMaxPayloadBytes,
@@ -121,6 +132,7 @@ export const make = (options: QueueOptions = {}) =>
       if (Either.isLeft(valid)) return yield* valid.left
       const results = yield* enqueueValid(valid.right)
       yield* countEnqueued(valid.right, results)
+      if (events.active()) events.publish(Events.enqueued(valid.right, results))
       return results
     })
 
@@ -144,10 +156,15 @@ export const make = (options: QueueOptions = {}) =>
       tokens: leases.map((l) => l.lease)
     })
 
-    const heartbeat = (leases: ReadonlyArray<{ id: string; lease: number }>, leaseFor: Duration.Duration) => {
+    const heartbeat = (leases: ReadonlyArray<Beat>, leaseFor: Duration.Duration) => {
       if (leases.length === 0) return Effect.succeed([])
       const { ids, tokens } = split(leases)
-      return db.run((sql) => JobsSql.extendLeases(sql, ids, tokens, ms(leaseFor))).pipe(
+      const progress = {
+        reported: leases.map((l) => (l.reported !== undefined ? 1 : 0)),
+        values: leases.map((l) => l.reported?.value ?? null),
+        messages: leases.map((l) => l.reported?.message ?? null)
+      }
+      return db.run((sql) => JobsSql.extendLeases(sql, ids, tokens, ms(leaseFor), progress)).pipe(
         Effect.map((rows) => rows.map((r) => String(r.id))),
         Effect.withSpan("Queue.heartbeat")
       )
@@ -179,8 +196,12 @@ export const make = (options: QueueOptions = {}) =>
         kinds: [] as Array<string>,
         delays: [] as Array<number>,
         tags: [] as Array<string | null>,
-        messages: [] as Array<string | null>
+        messages: [] as Array<string | null>,
+        outputs: [] as Array<string | null>,
+        runMs: [] as Array<number | null>,
+        retainMs: [] as Array<number | null>
       }
+      const retainMs = settleOptions.retain === undefined ? null : Math.max(0, Duration.toMillis(settleOptions.retain))
       let anyFollowUps = false
       let mayDie = false
       outcomes.forEach((o, i) => {
@@ -210,9 +231,12 @@ export const make = (options: QueueOptions = {}) =>
         input.delays.push(delay)
         input.tags.push(tag)
         input.messages.push(message)
+        input.outputs.push(o._tag === "Complete" && kind === "complete" && o.output !== undefined ? JSON.stringify(o.output) : null)
+        input.runMs.push(o.runMs ?? null)
+        input.retainMs.push(retainMs)
       })
       const write = Effect.gen(function*() {
-        const rows = yield* db.run((sql) => JobsSql.settleOutcomes(sql, db.schema, input))
+        const rows = yield* db.run((sql) => JobsSql.settleOutcomes(sql, db.schema, input, retention))
         const byId = new Map(rows.map((r) => [r.id, r]))
         const results = outcomes.map((o): Settled => {
           const row = byId.get(o.lease.id)
@@ -220,7 +244,11 @@ export const make = (options: QueueOptions = {}) =>
         })
         if (anyFollowUps) {
           const next = results.flatMap((r, i) => (r === "completed" && followUps[i] ? followUps[i]! : []))
-          if (next.length > 0) yield* countEnqueued(next, yield* enqueueValid(next))
+          if (next.length > 0) {
+            const written = yield* enqueueValid(next)
+            yield* countEnqueued(next, written)
+            if (events.active()) events.publish(Events.enqueued(next, written))
+          }
         }
         if (settleOptions.onDeadLettered) {
           const dead = results.flatMap((r, index): Array<DeadLettered> =>
@@ -311,16 +339,56 @@ export const make = (options: QueueOptions = {}) =>
 
     const cancel = (id: string) =>
       isId(id)
-        ? db.run((sql) => JobsSql.cancelJob(sql, id)).pipe(
-          Effect.map((rows) => (rows[0]?.outcome ?? "not-found") as "cancelled" | "cancelling" | "not-found"),
+        ? db.run((sql) => JobsSql.cancelJob(sql, id, retention)).pipe(
+          Effect.map((rows) => {
+            const row = rows[0]
+            if (row?.outcome === "cancelled" && row.stage !== null && events.active()) {
+              events.publish([{ _tag: "Cancelled", jobId: id, stage: row.stage, orgId: row.org_id, attempt: 0, at: new Date() }])
+            }
+            return (row?.outcome ?? "not-found") as "cancelled" | "cancelling" | "not-found"
+          }),
           Effect.withSpan("Queue.cancel")
         )
         : Effect.succeed("not-found" as const)
 
     const get = (id: string) =>
       isId(id)
-        ? db.run((sql) => JobsSql.selectJob(sql, id)).pipe(Effect.map((rows) => (rows[0] ? rowToJob(rows[0]) : null)))
+        ? Effect.gen(function*() {
+          const [live] = yield* db.run((sql) => JobsSql.selectJob(sql, id))
+          if (live) return rowToJob(live)
+          const [finished] = yield* db.run((sql) => JobsSql.selectArchivedJob(sql, id))
+          return finished ? rowToJob(finished) : null
+        })
         : Effect.succeed(null)
+
+    const history = {
+      list: (o: import("./Job.js").HistoryListOptions = {}) =>
+        db.run((sql) =>
+          JobsSql.listArchivedJobs(sql, o.stage ?? null, o.status ?? null, o.beforeId && isId(o.beforeId) ? o.beforeId : null, clampLimit(o.limit, 100))
+        ).pipe(Effect.map((rows) => rows.map(rowToJob))),
+      prune: (o: { readonly batch?: number; readonly maxBatches?: number } = {}) =>
+        Effect.gen(function*() {
+          const batch = Math.max(1, Math.min(o.batch ?? 5000, 100_000))
+          const maxBatches = Math.max(1, o.maxBatches ?? 1000)
+          let total = 0
+          for (let i = 0; i < maxBatches; i++) {
+            const [row] = yield* db.run((sql) => JobsSql.pruneArchive(sql, batch))
+            const n = row?.n ?? 0
+            total += n
+            if (n < batch) break
+          }
+          return total
+        }).pipe(Effect.withSpan("Queue.history.prune"))
+    }
+
+    const stageControls = {
+      list: db.run((sql) => JobsSql.selectStageControls(sql)).pipe(
+        Effect.map((rows) => rows.map((r) => ({ stage: r.stage, paused: r.paused, changedBy: r.changed_by, changedAt: date(r.changed_at) })))
+      ),
+      setPaused: (stage: string, paused: boolean, by?: string) =>
+        db.run((sql) => JobsSql.setStagePaused(sql, stage, paused, by ?? null)).pipe(Effect.asVoid),
+      purge: (stage: string) => db.run((sql) => JobsSql.purgeQueued(sql, stage)).pipe(Effect.map(([row]) => row?.n ?? 0))
+    }
 
     const list = (o: import("./Job.js").ListOptions = {}) =>
       db.run((sql) =>
@@ -336,7 +404,8 @@ export const make = (options: QueueOptions = {}) =>
           running: Number(r.running),
           cancelling: Number(r.cancelling),
           deadLetters: Number(r.dead_letters),
-          oldestReadyAgeMs: Math.round(Number(r.oldest_ready_ms ?? 0))
+          oldestReadyAgeMs: Math.round(Number(r.oldest_ready_ms ?? 0)),
+          paused: r.paused === true
         }))
       )
     )
@@ -400,6 +469,8 @@ export const make = (options: QueueOptions = {}) =>
       list,
       stats,
       deadLetters,
+      history,
+      stageControls,
       listen
     })
   })

@@ -2,14 +2,17 @@
  * The Queue service: every way a producer, a worker or an operator touches jobs. Two implementations stand
  * behind this one tag and pass one contract suite: `PgQueue` (the product) and `MemoryQueue` (unit tests).
  */
-import { Context, Duration, Effect, Scope } from "effect"
+import { Config, Context, Duration, Effect, Either, Scope } from "effect"
+import * as ConfigError from "effect/ConfigError"
 import type * as Db from "../layers/Db.js"
 import type {
   CancelOutcome,
   DeadLetter,
   DeadLetterListOptions,
+  Beat,
   EnqueueResult,
   ErrorEntry,
+  HistoryListOptions,
   InvalidJob,
   Job,
   JobId,
@@ -17,7 +20,9 @@ import type {
   Lease,
   ListOptions,
   NewJob,
+  Retention,
   RetryOutcome,
+  StageControl,
   StageStats
 } from "./Job.js"
 
@@ -67,8 +72,11 @@ export class Queue extends Context.Tag("pgfiber/Queue")<Queue, {
   readonly transaction: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | QueueError, R>
   /** Leases up to `limit` due jobs of a stage: priority, then available_at, then id; SKIP LOCKED. */
   readonly claim: (stage: string, limit: number, options: ClaimOptions) => Effect.Effect<ReadonlyArray<Job>, QueueError>
-  /** Extends the leases still held; returns the ids that were (others were fenced out or cancelled). */
-  readonly heartbeat: (leases: ReadonlyArray<Lease>, leaseFor: Duration.Duration) => Effect.Effect<ReadonlyArray<JobId>, QueueError>
+  /**
+   * Extends the leases still held, writing any progress reported with them; returns the ids that were (others
+   * were fenced out or cancelled).
+   */
+  readonly heartbeat: (leases: ReadonlyArray<Beat>, leaseFor: Duration.Duration) => Effect.Effect<ReadonlyArray<JobId>, QueueError>
   /**
    * Writes a batch of outcomes of every kind in one statement, each fenced by its job's lease (follow-ups
    * enqueued and `onDeadLettered` run in the same transaction); one result per outcome, in order.
@@ -107,6 +115,7 @@ export class Queue extends Context.Tag("pgfiber/Queue")<Queue, {
   readonly nextWake: (stages: ReadonlyArray<string>) => Effect.Effect<NextWake, QueueError>
   /** Queued: removed. Running: marked cancelled; its worker stops it at the next heartbeat. */
   readonly cancel: (id: JobId) => Effect.Effect<CancelOutcome, QueueError>
+  /** A live job, or a finished one from the kept history (until its retention passes); null: neither. */
   readonly get: (id: JobId) => Effect.Effect<Job | null, QueueError>
   readonly list: (options?: ListOptions) => Effect.Effect<ReadonlyArray<Job>, QueueError>
   readonly stats: Effect.Effect<ReadonlyArray<StageStats>, QueueError>
@@ -119,6 +128,24 @@ export class Queue extends Context.Tag("pgfiber/Queue")<Queue, {
     /** Deletes resolved/retried dead letters older than `olderThan` (all resolved ones when omitted). */
     readonly purge: (options?: { readonly olderThan?: Duration.Duration; readonly includeUnresolved?: boolean }) => Effect.Effect<number, QueueError>
   }
+  /** Finished jobs kept for their stage's retention (completed, dead-lettered, cancelled). */
+  readonly history: {
+    /** Newest first. */
+    readonly list: (options?: HistoryListOptions) => Effect.Effect<ReadonlyArray<Job>, QueueError>
+    /**
+     * Deletes finished jobs whose retention has passed, `batch` rows per statement (each its own short
+     * transaction), at most `maxBatches` statements; returns how many went.
+     */
+    readonly prune: (options?: { readonly batch?: number; readonly maxBatches?: number }) => Effect.Effect<number, QueueError>
+  }
+  /** Per-stage control, shared by every process: paused stages claim nothing until resumed. */
+  readonly stageControls: {
+    readonly list: Effect.Effect<ReadonlyArray<StageControl>, QueueError>
+    /** Pauses (or resumes) the stage everywhere: every listening worker hears it at once. */
+    readonly setPaused: (stage: string, paused: boolean, by?: string) => Effect.Effect<void, QueueError>
+    /** Deletes the stage's queued jobs (running ones finish); returns how many. */
+    readonly purge: (stage: string) => Effect.Effect<number, QueueError>
+  }
   /** Subscribes to wake-ups for the life of the scope (one LISTEN connection for Postgres). */
   readonly listen: (wakeups: Wakeups) => Effect.Effect<void, never, Scope.Scope>
 }>() {}
@@ -126,7 +153,40 @@ export class Queue extends Context.Tag("pgfiber/Queue")<Queue, {
 export interface QueueOptions {
   readonly maxPayloadBytes?: number
   readonly knownStages?: ReadonlyArray<string>
+  /** How long finished jobs stay readable; default from PGFIBER_RETAIN_COMPLETED (7 days). */
+  readonly retention?: Retention
 }
+
+/** The NOTIFY payload (on the jobs channel) that says a stage was paused or resumed. */
+export const stageControlsTopic = "pgfiber:stages"
+
+/** A retention from text: "0" (delete at once), or a duration such as "7 days", "12 hours", "30 minutes". */
+export const parseRetention = (text: string): Either.Either<Duration.Duration, string> => {
+  const t = text.trim()
+  if (/^0+(\.0+)?$/.test(t)) return Either.right(Duration.zero)
+  const d = Duration.decodeUnknown(t)
+  return d._tag === "Some" && Duration.isFinite(d.value)
+    ? Either.right(d.value)
+    : Either.left(`"${text}" is not 0 or a duration such as "7 days", "12 hours"`)
+}
+
+/** `PGFIBER_RETAIN_COMPLETED`: how long finished jobs stay readable, for stages that set no retention of their own. */
+export const retentionConfig: Config.Config<Duration.Duration> = Config.string("PGFIBER_RETAIN_COMPLETED").pipe(
+  Config.mapOrFail((text) => Either.mapLeft(parseRetention(text), (m) => ConfigError.InvalidData([], m))),
+  Config.withDefault(Duration.days(7))
+)
+
+/** The queue's retention: the options' when given, else the configured default. */
+export const resolveRetention = (options: QueueOptions): Effect.Effect<Retention & { readonly default: Duration.Duration }> =>
+  options.retention?.default !== undefined
+    ? Effect.succeed({ ...options.retention, default: options.retention.default })
+    : Effect.map(Effect.orDie(retentionConfig), (d) => ({ ...options.retention, default: d }))
+
+/** Retention as the statements take it: the default in ms and a JSON object of stage → ms. */
+export const retentionParams = (r: Retention & { readonly default: Duration.Duration }) => ({
+  defaultMs: Math.max(0, Duration.toMillis(r.default)),
+  byStage: JSON.stringify(Object.fromEntries(Object.entries(r.stages ?? {}).map(([k, v]) => [k, Math.max(0, Duration.toMillis(v))])))
+})
 
 export const enqueueOne = (job: NewJob) =>
   Effect.flatMap(Queue, (q) => Effect.map(q.enqueue([job]), (r) => r[0]!))

@@ -6,13 +6,13 @@
  * the queue: the pool's settler writes the values in batches, so a job's fate does not depend on how it was
  * claimed (a pool or `tick`) and costs no round trip of its own.
  */
-import { Cause, Data, Duration, Effect, Exit, Option } from "effect"
+import { Cause, Data, Duration, Effect, Either, Exit, Option, ParseResult, Schema } from "effect"
 import * as Db from "../layers/Db.js"
-import type { Job, Lease } from "../queue/Job.js"
+import { defaultMaxOutputBytes, type Job, jsonProblem, type Lease } from "../queue/Job.js"
 import * as ErrorText from "./ErrorText.js"
 import * as Outcome from "../queue/Outcome.js"
 import * as RetryPolicy from "./RetryPolicy.js"
-import type * as Stage from "./Stage.js"
+import * as Stage from "./Stage.js"
 
 /** Raised when a heartbeat finds the lease gone (cancelled, or expired and taken over). */
 export class LeaseLost extends Data.TaggedError("LeaseLost")<{}> {}
@@ -46,7 +46,11 @@ export const failureOf = (cause: Cause.Cause<unknown>): RetryPolicy.Failure => {
   return { _tag: "Defect", message: `unexpected failure: ${String(e?.message ?? e)}` }
 }
 
-export const jobInfo = (job: Job): Stage.JobInfo => ({
+/** The run's own timeout: the job's when it has one, else the stage's. */
+export const timeoutOf = (stage: { readonly timeout: Duration.Duration }, job: Job): Duration.Duration =>
+  job.timeoutMs !== null ? Duration.millis(job.timeoutMs) : stage.timeout
+
+export const jobInfo = (job: Job, run: Partial<Pick<Stage.JobInfo, "timeout" | "progress">> = {}): Stage.JobInfo => ({
   id: job.id,
   stage: job.stage,
   attempt: job.attempts + 1,
@@ -54,8 +58,29 @@ export const jobInfo = (job: Job): Stage.JobInfo => ({
   polls: job.polls,
   orgId: job.orgId,
   subjectId: job.subjectId,
-  createdAt: job.createdAt
+  createdAt: job.createdAt,
+  timeout: run.timeout ?? (job.timeoutMs !== null ? Duration.millis(job.timeoutMs) : Stage.jobInfoDefaults.timeout),
+  progress: run.progress ?? Stage.jobInfoDefaults.progress
 })
+
+/**
+ * The handler's success value as the stage's `output` Schema encodes it: undefined when the stage has no
+ * output Schema or the handler returned nothing; a Left (why) when it cannot be stored.
+ */
+export const encodeOutput = (stage: Stage.Any, raw: unknown): Either.Either<unknown, { tag: string; message: string }> => {
+  if (stage.output === undefined || raw === undefined) return Either.right(undefined)
+  const encoded = Schema.encodeUnknownEither(stage.output)(raw)
+  if (Either.isLeft(encoded)) {
+    return Either.left({ tag: "InvalidOutput", message: `output does not match the ${stage.name} output schema: ${ParseResult.TreeFormatter.formatErrorSync(encoded.left)}` })
+  }
+  const problem = jsonProblem(encoded.right, "output", new Set())
+  if (problem) return Either.left({ tag: "InvalidOutput", message: problem })
+  const bytes = Buffer.byteLength(JSON.stringify(encoded.right), "utf8")
+  if (bytes > defaultMaxOutputBytes) {
+    return Either.left({ tag: "OutputTooLarge", message: `output is ${bytes} bytes, over the limit of ${defaultMaxOutputBytes}; store it elsewhere and return its key` })
+  }
+  return Either.right(encoded.right)
+}
 
 export const leaseOf = (job: Job): Lease => ({ id: job.id, lease: job.lease })
 
@@ -113,12 +138,18 @@ export const invalidPayload = (job: Job, message: string): Decided => ({
 export const decideExit = (
   stage: Stage.Any,
   job: Job,
-  exit: Exit.Exit<void | Stage.Completion, unknown>,
+  exit: Exit.Exit<unknown, unknown>,
   why: { readonly timedOut: boolean; readonly leaseLost: boolean }
 ): Decided | Effect.Effect<Decided> => {
   if (Exit.isSuccess(exit)) {
+    const completion = Stage.isCompletion(exit.value) ? exit.value : undefined
+    const output = encodeOutput(stage, completion ? completion.output : exit.value)
+    if (Either.isLeft(output)) {
+      // retrying would produce the same value: the job dies with the reason
+      return { outcome: Outcome.deadLetter(leaseOf(job), output.left), kind: "failure", note: `dead-lettered: ${output.left.message}` }
+    }
     // an org's job hands off within its org: a follow-up without an org takes the job's, another org is refused
-    const followUps = (exit.value ? exit.value.followUps : []).map((f) =>
+    const followUps = (completion ? completion.followUps : []).map((f) =>
       f.orgId === undefined && job.orgId !== null ? { ...f, orgId: job.orgId } : f
     )
     const foreign = job.orgId === null ? undefined : followUps.find((f) => f.orgId !== job.orgId)
@@ -126,11 +157,11 @@ export const decideExit = (
       const message = `follow-up to ${foreign.stage} names another org than the job's`
       return { outcome: Outcome.deadLetter(leaseOf(job), { tag: "InvalidFollowUp", message }), kind: "defect", note: `dead-lettered: ${message}` }
     }
-    return { outcome: Outcome.complete(leaseOf(job), followUps), kind: "defect" }
+    return { outcome: Outcome.complete(leaseOf(job), followUps, output.right), kind: "defect" }
   }
   if (Cause.isInterruptedOnly(exit.cause)) {
     if (why.timedOut) {
-      const message = `handler timed out after ${Duration.format(stage.timeout)}`
+      const message = `handler timed out after ${Duration.format(timeoutOf(stage, job))}`
       return decideFailure(stage, job, { _tag: "Defect", message }, "timeout").pipe(
         Effect.map((d) => ({ ...d, note: `handler failed: ${message}` }))
       )

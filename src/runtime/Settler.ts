@@ -14,6 +14,7 @@ import { Cause, Duration, Effect, Metric, Queue as Q, Schedule } from "effect"
 import type { Job } from "../queue/Job.js"
 import type * as Outcome from "../queue/Outcome.js"
 import * as Queue from "../queue/Queue.js"
+import * as Events from "./Events.js"
 import type * as JobRun from "./JobRun.js"
 import * as Metrics from "./Metrics.js"
 import * as Stage from "./Stage.js"
@@ -62,6 +63,7 @@ export const make = <A, I, R>(stage: Stage.Stage<A, I, R>, options: SettlerOptio
       Object.entries(counters).map(([k, m]) => [k, Metrics.forStage(m, stage.name)])
     ) as Record<Outcome.Settled, Metric.Metric.Counter<number>>
     const duration = Metrics.forStage(Metrics.duration, stage.name)
+    const events = yield* Events.current
 
     const annotate = (job: Job) => Effect.annotateLogs({ stage: stage.name, jobId: job.id, attempt: job.attempts + 1 })
 
@@ -96,6 +98,7 @@ export const make = <A, I, R>(stage: Stage.Stage<A, I, R>, options: SettlerOptio
           if (log) yield* log.pipe(annotate(job))
         }
         for (const [result, n] of Object.entries(counts)) yield* Metric.incrementBy(byOutcome[result as Outcome.Settled], n)
+        if (events.active()) events.publish(eventsOf(batch, results, new Date()))
         if (requeued) yield* options.requeued
       })
 
@@ -105,7 +108,8 @@ export const make = <A, I, R>(stage: Stage.Stage<A, I, R>, options: SettlerOptio
       const batch = pending.splice(0, maxBatch)
       if (batch.length === 0) return
       const hook = onDeadLettered?.(batch)
-      const results = yield* queue.settle(batch.map((f) => f.decided.outcome), hook ? { onDeadLettered: hook } : undefined).pipe(
+      const outcomes = batch.map((f) => (f.seconds === undefined ? f.decided.outcome : { ...f.decided.outcome, runMs: f.seconds * 1000 }))
+      const results = yield* queue.settle(outcomes, { onDeadLettered: hook, retain: stage.retain }).pipe(
         Effect.tapError((e) => Effect.logWarning("settling a batch failed; retrying", e.message)),
         Effect.retry({ schedule: settleRetry, while: (e) => e._tag === "DbError" }),
         Effect.catchAllCause((cause) =>
@@ -142,6 +146,32 @@ export const make = <A, I, R>(stage: Stage.Stage<A, I, R>, options: SettlerOptio
       }
     }
   })
+
+/** The batch's lifecycle events: the settled outcomes that end a run (completed, retried, dead-lettered). */
+const eventsOf = (batch: ReadonlyArray<Finished>, results: ReadonlyArray<Outcome.Settled>, at: Date) => {
+  const out: Array<Events.JobEvent> = []
+  for (let i = 0; i < batch.length; i++) {
+    const { decided, job, seconds } = batch[i]!
+    const base = { jobId: job.id, stage: job.stage, orgId: job.orgId, attempt: job.attempts + 1, at, seconds: seconds ?? null }
+    const o = decided.outcome
+    switch (results[i]) {
+      case "completed":
+        out.push({ _tag: "Completed", ...base })
+        break
+      case "retried":
+        if (o._tag === "Retry") out.push({ _tag: "Retried", ...base, error: o.error, delayMs: Duration.toMillis(o.delay) })
+        break
+      case "deadLettered":
+        out.push({
+          _tag: "DeadLettered",
+          ...base,
+          error: o._tag === "Retry" || o._tag === "DeadLetter" ? o.error : { tag: "InvalidFollowUp", message: "the handler produced an invalid follow-up" }
+        })
+        break
+    }
+  }
+  return out
+}
 
 const describe = (decided: JobRun.Decided, result: Outcome.Settled): Effect.Effect<void> | undefined => {
   const o = decided.outcome

@@ -19,15 +19,31 @@ export interface JobInfo {
   readonly orgId: string | null
   readonly subjectId: string | null
   readonly createdAt: Date
+  /** This run's own timeout (the job's, else the stage's). */
+  readonly timeout: Duration.Duration
+  /**
+   * Reports how far the run got: a number (e.g. a percentage) and an optional short message (cut at 200
+   * characters). Never waits: the pool writes the latest report with its next heartbeat (at most once a
+   * second per job), and publishes a `Progress` event at once to in-process subscribers.
+   */
+  readonly progress: (value: number, message?: string) => Effect.Effect<void>
 }
 
-/** A handler's success value: plain success, or success that hands off follow-up jobs atomically. */
-export interface Completion {
+/**
+ * A handler's success value that hands off follow-up jobs atomically (and, for a stage with an `output`
+ * Schema, carries the output too). A handler may also succeed with the output alone, or with nothing.
+ */
+export interface Completion<O = never> {
   readonly _tag: "Completion"
   readonly followUps: ReadonlyArray<Job.NewJob>
+  readonly output?: O
 }
 
-export const complete = (followUps: ReadonlyArray<Job.NewJob> = []): Completion => ({ _tag: "Completion", followUps })
+export const complete = <O = never>(followUps: ReadonlyArray<Job.NewJob> = [], ...output: [] | [O]): Completion<O> =>
+  output.length === 0 ? { _tag: "Completion", followUps } : { _tag: "Completion", followUps, output: output[0] as O }
+
+export const isCompletion = (u: unknown): u is Completion<unknown> =>
+  typeof u === "object" && u !== null && (u as { _tag?: unknown })._tag === "Completion"
 
 /** A job that died for good, as its stage's `onDeadLetter` sees it. */
 export interface DeadLettered {
@@ -48,12 +64,23 @@ export interface DeadLettered {
  */
 export type Visibility = "public" | "internal"
 
-export interface StageOptions<A, I, R> {
+export interface StageOptions<A, I, R, O = void, OI = O> {
   readonly name: string
   /** Default `internal`: a stage is exposed to tenants only when it says so. */
   readonly visibility?: Visibility
   readonly payload: Schema.Schema<A, I>
-  readonly handler: (payload: A, job: JobInfo) => Effect.Effect<void | Completion, JobError, R>
+  /**
+   * What a handler's success value is: encoded by this Schema and stored with the job (`output`, returned by
+   * `Queue.get` and `GET /jobs/:id`). Without it, a success value is not stored. An encoded output over the
+   * payload size limit (256 KiB) dead-letters the job with `OutputTooLarge`.
+   */
+  readonly output?: Schema.Schema<O, OI>
+  readonly handler: (payload: A, job: JobInfo) => Effect.Effect<O | Completion<O>, JobError, R>
+  /**
+   * How long this stage's finished jobs stay readable (GET /jobs/:id, `pgfiber jobs show`); 0: deleted at
+   * once. Default: PGFIBER_RETAIN_COMPLETED (7 days).
+   */
+  readonly retain?: Duration.DurationInput
   /** Jobs of this stage run at once in one process. */
   readonly concurrency?: number
   /** How long a claim holds without a heartbeat; a dead worker's job is retried after this. */
@@ -73,11 +100,15 @@ export interface StageOptions<A, I, R> {
   readonly onDeadLetter?: (dead: DeadLettered) => Effect.Effect<void, unknown, R>
 }
 
-export interface Stage<A, I, R> {
+export interface Stage<A, I, R, O = void> {
   readonly name: string
   readonly visibility: Visibility
   readonly payload: Schema.Schema<A, I>
-  readonly handler: (payload: A, job: JobInfo) => Effect.Effect<void | Completion, JobError, R>
+  /** Encodes the handler's success value for storage; undefined: none is stored. */
+  readonly output: Schema.Schema<any, any> | undefined
+  readonly handler: (payload: A, job: JobInfo) => Effect.Effect<O | Completion<O>, JobError, R>
+  /** The stage's own retention for finished jobs; undefined: the queue's default. */
+  readonly retain: Duration.Duration | undefined
   readonly concurrency: number
   readonly leaseFor: Duration.Duration
   readonly timeout: Duration.Duration
@@ -88,8 +119,14 @@ export interface Stage<A, I, R> {
 }
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
-export type Any = Stage<any, any, any>
-export type Requirements<S> = S extends Stage<any, any, infer R> ? R : never
+export type Any = Stage<any, any, any, any>
+export type Requirements<S> = S extends Stage<any, any, infer R, any> ? R : never
+
+/** What a run's JobInfo has besides the job's fields, for calling a handler by hand (tests): no-op progress. */
+export const jobInfoDefaults: Pick<JobInfo, "timeout" | "progress"> = {
+  timeout: Duration.minutes(15),
+  progress: () => Effect.void
+}
 
 /**
  * A 3 s lease, heartbeated every quarter of it (750 ms): a killed worker's jobs are requeued about 3 s after its
@@ -101,11 +138,13 @@ export const defaultLease = Duration.seconds(3)
 /** How often a pool extends its leases: a quarter of the lease, so three beats can be lost before it expires. */
 export const heartbeatEvery = (leaseFor: Duration.Duration) => Duration.millis(Math.max(50, Duration.toMillis(leaseFor) / 4))
 
-export const make = <A, I, R>(options: StageOptions<A, I, R>): Stage<A, I, R> => ({
+export const make = <A, I, R, O = void, OI = O>(options: StageOptions<A, I, R, O, OI>): Stage<A, I, R, O> => ({
   name: options.name,
   visibility: options.visibility ?? "internal",
   payload: options.payload,
+  output: options.output,
   handler: options.handler,
+  retain: options.retain === undefined ? undefined : Duration.decode(options.retain),
   concurrency: options.concurrency ?? 4,
   leaseFor: options.leaseFor ? Duration.decode(options.leaseFor) : defaultLease,
   timeout: options.timeout ? Duration.decode(options.timeout) : Duration.minutes(15),

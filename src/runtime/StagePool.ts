@@ -24,10 +24,12 @@
  */
 import { Cause, Clock, Duration, Effect, Exit, Fiber, FiberRef, HashMap, HashSet, Logger, Metric, Option, Queue as Q, Runtime, Schedule, Schema, Scope } from "effect"
 import * as Db from "../layers/Db.js"
+import * as Events from "./Events.js"
 import * as JobRun from "./JobRun.js"
 import * as Metrics from "./Metrics.js"
 import * as Settler from "./Settler.js"
 import * as Stage from "./Stage.js"
+import * as StageControl from "./StageControl.js"
 import * as Waker from "./Waker.js"
 import type { Job, Lease } from "../queue/Job.js"
 import * as Outcome from "../queue/Outcome.js"
@@ -41,6 +43,8 @@ export interface PoolOptions {
   readonly concurrency?: number | undefined
   /** Where the pool reports its state for health checks. */
   readonly health?: Map<string, PoolHealth> | undefined
+  /** Operators' per-stage pause, shared by every process (StageControl.ts); none: never paused. */
+  readonly control?: StageControl.StageControl | undefined
 }
 
 export interface PoolHealth {
@@ -50,6 +54,8 @@ export interface PoolHealth {
   readonly inFlight: number
   /** The claim loop is retrying because the database does not answer. */
   readonly paused: boolean
+  /** An operator paused the stage (`pgfiber stages pause`): nothing is claimed until it is resumed. */
+  readonly stagePaused: boolean
   readonly lastClaimAt: Date | null
 }
 
@@ -69,6 +75,12 @@ interface Held {
   startedAt: number
   timedOut: boolean
   leaseLost: boolean
+  /** This run's timeout in ms (the job's own, else the stage's). */
+  readonly timeoutMs: number
+  /** The latest progress the handler reported and not yet written by a heartbeat. */
+  reported: Queue.Progress | undefined
+  /** When a heartbeat last wrote this job's progress (ms): at most once a second. */
+  reportedAt: number
 }
 
 export type Counts = Record<Outcome.Settled | "unrecorded", number>
@@ -90,6 +102,8 @@ const makeCore = <A, I, R>(stage: Stage.Stage<A, I, R>, concurrency: number, onR
     const maxUnsettled = maxUnsettledFor(concurrency)
     const queue = yield* Queue.Queue
     const held = new Map<string, Held>()
+    const events = yield* Events.current
+    const timeoutMs = Duration.toMillis(stage.timeout)
     const waiting: Array<Held> = []
     let running = 0
     const counts: Counts = { completed: 0, retried: 0, rescheduled: 0, deadLettered: 0, released: 0, fenced: 0, unrecorded: 0 }
@@ -150,9 +164,25 @@ const makeCore = <A, I, R>(stage: Stage.Stage<A, I, R>, concurrency: number, onR
       settler.post({ job: entry.job, decided, seconds })
     }
 
-    const handlerOf = (entry: Held, payload: A): Effect.Effect<void | Stage.Completion, unknown, R> => {
+    /** The handler's progress reports: kept for the next heartbeat, published at once to in-process subscribers. */
+    const progressOf = (entry: Held) => (value: number, message?: string) =>
+      Effect.sync(() => {
+        if (!Number.isFinite(value)) return
+        const text = message === undefined ? null : message.slice(0, Queue.maxProgressMessage)
+        entry.reported = { value, message: text }
+        if (events.active()) {
+          const job = entry.job
+          events.publish([{
+            _tag: "Progress", jobId: job.id, stage: job.stage, orgId: job.orgId, attempt: job.attempts + 1,
+            at: new Date(clock.unsafeCurrentTimeMillis()), progress: value, message: text
+          }])
+        }
+      })
+
+    const handlerOf = (entry: Held, payload: A): Effect.Effect<unknown, unknown, R> => {
       const job = entry.job
-      const run = JobRun.underJobOrg(job, stage.handler(payload, JobRun.jobInfo(job)))
+      const info = JobRun.jobInfo(job, { timeout: Duration.millis(entry.timeoutMs), progress: progressOf(entry) })
+      const run = JobRun.underJobOrg(job, stage.handler(payload, info))
       return traced
         ? Effect.withSpan(run, `stage.${stage.name}`, { attributes: { jobId: job.id, attempt: job.attempts + 1 }, captureStackTrace: false })
         : run
@@ -190,6 +220,13 @@ const makeCore = <A, I, R>(stage: Stage.Stage<A, I, R>, concurrency: number, onR
           entry.slot = slot
           running++
           entry.startedAt = clock.unsafeCurrentTimeMillis()
+          if (events.active()) {
+            const job = entry.job
+            events.publish([{
+              _tag: "Started", jobId: job.id, stage: job.stage, orgId: job.orgId, attempt: job.attempts + 1,
+              at: new Date(entry.startedAt), workerId: job.lockedBy ?? ""
+            }])
+          }
           return Effect.flatMap(Effect.exit(restore(handlerOf(entry, payload))), (exit) => {
             const seconds = (clock.unsafeCurrentTimeMillis() - entry.startedAt) / 1000
             const decided = JobRun.decideExit(stage, entry.job, exit, entry)
@@ -249,7 +286,10 @@ const makeCore = <A, I, R>(stage: Stage.Stage<A, I, R>, concurrency: number, onR
     /** Takes claimed jobs into the table and starts as many as there are free slots. */
     const accept = (jobs: ReadonlyArray<Job>) => {
       for (const job of jobs) {
-        const entry: Held = { job, lease: { id: job.id, lease: job.lease }, phase: "waiting", slot: undefined, startedAt: 0, timedOut: false, leaseLost: false }
+        const entry: Held = {
+          job, lease: { id: job.id, lease: job.lease }, phase: "waiting", slot: undefined, startedAt: 0, timedOut: false,
+          leaseLost: false, timeoutMs: job.timeoutMs ?? timeoutMs, reported: undefined, reportedAt: 0
+        }
         held.set(job.id, entry)
         waiting.push(entry)
       }
@@ -266,8 +306,16 @@ const makeCore = <A, I, R>(stage: Stage.Stage<A, I, R>, concurrency: number, onR
     yield* Effect.forkScoped(
       Effect.gen(function*() {
         yield* Effect.sleep(heartbeatEvery)
-        const leases = [...held.values()].map((e) => e.lease)
-        if (leases.length === 0) return
+        if (held.size === 0) return
+        // progress rides on the beat: each job's latest report, written at most once a second
+        const now = clock.unsafeCurrentTimeMillis()
+        const leases = [...held.values()].map((e): Queue.Beat => {
+          if (e.reported === undefined || e.phase !== "running" || now - e.reportedAt < 1000) return e.lease
+          const reported = e.reported
+          e.reported = undefined
+          e.reportedAt = now
+          return { ...e.lease, reported }
+        })
         const extended = new Set(yield* queue.heartbeat(leases, stage.leaseFor))
         for (const lease of leases) {
           const entry = held.get(lease.id)
@@ -292,14 +340,14 @@ const makeCore = <A, I, R>(stage: Stage.Stage<A, I, R>, concurrency: number, onR
     )
 
     // ---- watchdog: the stage's timeout for every running handler from one loop, not a timer per job ----
-    const timeoutMs = Duration.toMillis(stage.timeout)
+    // a job's own timeout (NewJob.timeout) overrides the stage's; the loop looks at least once a second
     yield* Effect.forkScoped(
       Effect.gen(function*() {
         yield* Effect.sleep(Duration.millis(Math.min(1000, Math.max(10, timeoutMs / 4))))
         const now = yield* Clock.currentTimeMillis
         for (const entry of held.values()) {
           const fiber = entry.slot?.fiber
-          if (entry.phase === "running" && fiber && !entry.timedOut && now - entry.startedAt >= timeoutMs) {
+          if (entry.phase === "running" && fiber && !entry.timedOut && now - entry.startedAt >= entry.timeoutMs) {
             entry.timedOut = true
             yield* Fiber.interruptFork(fiber)
           }
@@ -365,6 +413,7 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
     const claimOptions = { workerId: options.workerId, leaseFor: stage.leaseFor }
     const claimedMetric = Metrics.forStage(Metrics.claimed, stage.name)
     const core = yield* makeCore(stage, concurrency, waker.rearm)
+    const control = options.control ?? StageControl.none
 
     let stopping = false
     let paused = false
@@ -375,6 +424,7 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
       get concurrency() { return concurrency },
       get inFlight() { return core.running },
       get paused() { return paused },
+      get stagePaused() { return control.isPaused(stage.name) },
       get lastClaimAt() { return lastClaimAt }
     })
     yield* Effect.addFinalizer(() => Effect.sync(() => options.health?.delete(stage.name)))
@@ -403,6 +453,8 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
         const want = limit - inHand
         // under a backlog, refill only once the jobs in hand run low: fewer, larger claims
         if (want <= 0 || (backlog && core.waiting.length > Math.floor(ahead / 2)) || core.settling >= maxSettling) break
+        // paused by an operator: claim nothing (moreWork stays set; resuming pokes the loop)
+        if (control.isPaused(stage.name)) break
         // grow only when slots stand idle for want of jobs (fast jobs); busy slots with jobs waiting shrink it
         if (backlog && core.waiting.length === 0 && core.running < concurrency) ahead = Math.min(maxAhead, ahead * 2)
         else if (backlog && core.waiting.length > 0) ahead = Math.max(concurrency, Math.floor(ahead * 3 / 4))
@@ -469,10 +521,12 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
       }).pipe(Effect.annotateLogs({ stage: stage.name }))
     )
 
-    yield* waker.register(stage.name, () => {
+    const wake = () => {
       moreWork = true
       poke()
-    })
+    }
+    control.onResume(stage.name, wake)
+    yield* waker.register(stage.name, wake, () => control.isPaused(stage.name))
   })
 
 /** The stage as a Layer: its pool runs for the life of the layer. */

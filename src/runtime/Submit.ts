@@ -23,6 +23,8 @@ export interface SubmitRequest {
   readonly maxAttempts?: number | undefined
   readonly dedupeKey?: string | undefined
   readonly dedupeMode?: Queue.DedupeMode | undefined
+  /** This job's timeout, overriding its stage's. */
+  readonly timeout?: Duration.DurationInput | undefined
   /** `tenant` (the HTTP API) may submit public stages only; `operator` (the CLI, the default) any stage. */
   readonly caller?: "tenant" | "operator" | undefined
 }
@@ -52,7 +54,8 @@ export const prepare = (stages: ReadonlyArray<Stage.Any>, request: SubmitRequest
         runAt: request.runAt,
         maxAttempts: request.maxAttempts,
         dedupeKey: request.dedupeKey,
-        dedupeMode: request.dedupeMode
+        dedupeMode: request.dedupeMode,
+        timeout: request.timeout
       }).filter(([, v]) => v !== undefined)
     )
     return yield* Stage.job(stage, decoded, options)

@@ -55,8 +55,11 @@ export interface DueSource {
 }
 
 export class Waker extends Context.Tag("pgfiber/Waker")<Waker, {
-  /** A pool registers its wake-up for the life of its scope. */
-  readonly register: (stage: string, wake: () => void) => Effect.Effect<void, never, import("effect").Scope.Scope>
+  /**
+   * A pool registers its wake-up for the life of its scope. While `paused()` says so (an operator paused the
+   * stage), the timer leaves the stage's due jobs out: nothing would claim them.
+   */
+  readonly register: (stage: string, wake: () => void, paused?: () => boolean) => Effect.Effect<void, never, import("effect").Scope.Scope>
   /** A pool found less than it asked for (or scheduled something for later): re-arm the next-due timer. */
   readonly rearm: Effect.Effect<void>
   /** Adds a due time to the timer for the life of the scope. */
@@ -69,6 +72,7 @@ export const make = (options: Partial<WakerOptions> = {}) =>
     const opts = { ...defaultOptions, ...options }
     const queue = yield* Queue.Queue
     const pools = new Map<string, () => void>()
+    const pausedChecks = new Map<string, () => boolean>()
     const sources = new Map<string, DueSource>()
     const rearmRequests = yield* Q.sliding<void>(1)
     let listener: ListenerState = "connecting"
@@ -138,7 +142,7 @@ export const make = (options: Partial<WakerOptions> = {}) =>
     // (or a re-arm request). Each firing re-asks first, so heartbeated leases never trigger a useless reap.
     const armNextDueTimer = Effect.gen(function*() {
       yield* Q.take(rearmRequests)
-      const next = yield* queue.nextWake([...pools.keys()])
+      const next = yield* queue.nextWake([...pools.keys()].filter((stage) => !pausedChecks.get(stage)?.()))
       if (next.leaseExpiresInMs === 0) {
         const reaped = yield* reap
         // the reaped jobs are queued now (and NOTIFYed); look again for what remains. Nothing reaped means
@@ -197,13 +201,17 @@ export const make = (options: Partial<WakerOptions> = {}) =>
     }).pipe(Effect.forever)
     yield* Effect.forkScoped(sweep)
 
-    const register = (stage: string, wake: () => void) =>
+    const register = (stage: string, wake: () => void, paused?: () => boolean) =>
       Effect.acquireRelease(
         Effect.sync(() => {
           pools.set(stage, wake)
+          if (paused) pausedChecks.set(stage, paused)
           wake()
         }),
-        () => Effect.sync(() => pools.delete(stage))
+        () => Effect.sync(() => {
+          pools.delete(stage)
+          pausedChecks.delete(stage)
+        })
       ).pipe(Effect.zipRight(rearm))
 
     const registerDue = (source: DueSource) =>

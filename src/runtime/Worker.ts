@@ -7,6 +7,7 @@ import { Config, Context, Duration, Effect, Either, Layer } from "effect"
 import * as ConfigError from "effect/ConfigError"
 import * as Os from "node:os"
 import * as Stage from "./Stage.js"
+import * as StageControl from "./StageControl.js"
 import * as StagePool from "./StagePool.js"
 import * as Waker from "./Waker.js"
 import type * as Queue from "../queue/Queue.js"
@@ -79,13 +80,18 @@ export const layer = <const Stages extends ReadonlyArray<Stage.Any>>(
 ): Layer.Layer<Waker.Waker | WorkerInfo, never, Queue.Queue | Stage.Requirements<Stages[number]>> => {
   const health = new Map<string, StagePool.PoolHealth>()
   const pools = Layer.scopedDiscard(
-    Effect.forEach(stages, (stage) =>
-      StagePool.scoped(stage, {
-        workerId: options.workerId,
-        shutdownGrace: options.shutdownGrace,
-        concurrency: options.concurrency[stage.name],
-        health
-      }), { discard: true })
+    Effect.gen(function*() {
+      // operators' pause, heard through the Waker's LISTEN connection (one read per change)
+      const control = yield* StageControl.make
+      yield* Effect.forEach(stages, (stage) =>
+        StagePool.scoped(stage, {
+          workerId: options.workerId,
+          shutdownGrace: options.shutdownGrace,
+          concurrency: options.concurrency[stage.name],
+          health,
+          control
+        }), { discard: true })
+    })
   )
   const info = Layer.sync(WorkerInfo, () => ({
     workerId: options.workerId,

@@ -53,8 +53,8 @@ const program = Effect.gen(function*() {
   const { id } = yield* Stage.enqueue(greet, { to: "world" })
   while (seen.length === 0) yield* Effect.sleep("50 millis")
   const queue = yield* Queue.Queue
-  // completed jobs leave the queue
-  while ((yield* queue.get(id)) !== null) yield* Effect.sleep("50 millis")
+  // a completed job stays readable, with its final state, for its retention
+  while ((yield* queue.get(id))?.status !== "completed") yield* Effect.sleep("50 millis")
   console.log(JSON.stringify({ id, seen }))
 })
 

@@ -167,8 +167,10 @@ describe("npm start on a machine with no PostgreSQL", () => {
       expect(submitted.status).toBe(201)
       const { id } = (await submitted.json()) as { id: string }
       await waitFor("the job to run", () => service.output().includes(`"jobId":"${id}"`) && service.output().includes("echo: hello"))
-      await waitFor("the job to leave the queue", () =>
-        fetch(`${service.base}/jobs/${id}`, { headers: { authorization: `Bearer ${token}` } }).then((r) => r.status === 404))
+      // it stays readable, completed, for its retention (PGFIBER_RETAIN_COMPLETED, 7 days by default)
+      await waitFor("the job to complete", () =>
+        fetch(`${service.base}/jobs/${id}`, { headers: { authorization: `Bearer ${token}` } })
+          .then((r) => r.json() as Promise<{ status?: string }>).then((j) => j.status === "completed"))
 
       const stats = await runCli(dataDir, ["stats"])
       expect(stats.code).toBe(0)

@@ -39,7 +39,7 @@ describe("pgfiber CLI", () => {
         const stats = yield* pgfiber(schema, ["stats"])
         expect(stats.code).toBe(0)
         const lines = stats.stdout.trim().split("\n")
-        expect(lines[0]).toMatch(/^STAGE\s+READY\s+SCHEDULED\s+RUNNING\s+CANCELLING\s+DEAD\s+OLDEST READY$/)
+        expect(lines[0]).toMatch(/^STAGE\s+READY\s+SCHEDULED\s+RUNNING\s+CANCELLING\s+DEAD\s+OLDEST READY\s+PAUSED$/)
         expect(lines.find((l) => l.startsWith("pgfiber.echo"))).toMatch(/^pgfiber\.echo\s+1\s+0\s+0\s+0\s+0\s+\S+$/)
         // every known stage has a row, busy or not, and a total closes the table
         expect(lines.some((l) => l.startsWith("extract_audio "))).toBe(true)
@@ -64,6 +64,40 @@ describe("pgfiber CLI", () => {
         expect(missing.stderr).toContain("job 999999999 not found")
         expect(badArgs.code).toBe(2)
         expect((yield* query(schema, "select 1 from jobs where payload ? 'sleepMs'")).length).toBe(0)
+      }))
+
+    it.effect("stages pause/resume/purge; jobs show and jobs history read a finished job", () =>
+      Effect.gen(function*() {
+        const { schema } = yield* Db.Db
+        const ids = yield* Effect.forEach([1, 2, 3], (n) => pgfiber(schema, ["enqueue", "pgfiber.echo", `{"message":"m${n}"}`]))
+        expect((yield* pgfiber(schema, ["stages", "pause", "pgfiber.echo"])).stdout).toBe("paused\n")
+        // a paused stage claims nothing, even from tick
+        expect((yield* pgfiber(schema, ["tick", "--max", "1"])).stdout).toMatch(/^claimed 0/)
+        const stats = yield* pgfiber(schema, ["stats"])
+        expect(stats.stdout.split("\n").find((l) => l.startsWith("pgfiber.echo"))).toMatch(/\spaused$/)
+        expect((yield* pgfiber(schema, ["stages", "list"])).stdout).toMatch(/pgfiber\.echo\s+paused\s+\S+\s+cli/)
+        expect((yield* pgfiber(schema, ["stages", "resume", "pgfiber.echo"])).stdout).toBe("resumed\n")
+        const tick = yield* pgfiber(schema, ["tick", "--max", "1"])
+        expect(tick.stdout).toMatch(/^claimed 1: completed 1/)
+        const finished = yield* query<{ id: string }>(schema,
+          "select id::text from jobs_archive where stage = 'pgfiber.echo' order by finished_at desc limit 1")
+        const shown = yield* pgfiber(schema, ["jobs", "show", finished[0]!.id])
+        expect(shown.code).toBe(0)
+        const job = JSON.parse(shown.stdout)
+        expect(job).toMatchObject({ id: finished[0]!.id, status: "completed", stage: "pgfiber.echo" })
+        expect(job.finishedAt).not.toBeNull()
+        expect(job.startedAt).not.toBeNull()
+        expect((yield* pgfiber(schema, ["jobs", "history", "--stage", "pgfiber.echo"])).stdout).toContain(finished[0]!.id)
+        // purge needs --yes; then the queued ones go
+        const refused = yield* pgfiber(schema, ["stages", "purge", "pgfiber.echo"])
+        expect(refused.code).toBe(2)
+        expect(refused.stderr).toContain("--yes")
+        const queued = yield* query(schema, "select 1 from jobs where stage = 'pgfiber.echo' and status = 'queued'")
+        expect(queued.length).toBeGreaterThanOrEqual(2)
+        const purged = yield* pgfiber(schema, ["stages", "purge", "pgfiber.echo", "--yes"])
+        expect(purged.stdout).toBe(`${queued.length}\n`)
+        expect(yield* query(schema, "select 1 from jobs where stage = 'pgfiber.echo'")).toEqual([])
+        expect(ids.every((r) => r.code === 0)).toBe(true)
       }))
 
     it.effect("a bad configuration value exits 78 naming the variable", () =>

@@ -74,7 +74,42 @@ describe("HTTP API", () => {
         const cancelled = yield* call(base, "POST", `/jobs/${id}/cancel`, { key: a })
         expect(cancelled.status).toBe(200)
         expect(cancelled.json).toEqual({ id, outcome: "cancelled" })
-        expect((yield* call(base, "GET", `/jobs/${id}`, { key: a })).status).toBe(404)
+        // kept in the history for the stage's retention, as cancelled
+        const after = yield* call(base, "GET", `/jobs/${id}`, { key: a })
+        expect(after.status).toBe(200)
+        expect(after.json.status).toBe("cancelled")
+        expect(after.json.finishedAt).not.toBeNull()
+      }))
+
+    it.effect("a completed job stays readable with its timestamps; pausing a stage (admin listener only) holds its jobs", () =>
+      Effect.gen(function*() {
+        const base = yield* baseUrl
+        const admin = yield* adminUrl
+        const { a } = yield* keysFor
+        const created = yield* call(base, "POST", "/jobs", { key: a, body: { stage: "echo", payload: { n: 21 }, timeoutMs: 30_000 } })
+        const done = yield* eventually(call(base, "GET", `/jobs/${created.json.id}`, { key: a }), (r) => r.json?.status === "completed")
+        expect(done.json).toMatchObject({ status: "completed", attempts: 0, timeoutMs: 30_000 })
+        expect(Date.parse(done.json.startedAt)).toBeLessThanOrEqual(Date.parse(done.json.finishedAt))
+        expect(typeof done.json.lastRunMs).toBe("number")
+
+        // a tenant's key cannot pause a shared stage: the API listener does not serve the route at all
+        expect((yield* call(base, "POST", "/stages/echo/pause", { key: a })).status).toBe(404)
+        expect((yield* call(admin, "POST", "/stages/nope/pause")).status).toBe(404)
+        const paused = yield* call(admin, "POST", "/stages/echo/pause")
+        expect(paused.status).toBe(200)
+        expect(paused.json).toMatchObject({ stage: "echo", paused: true, changedBy: "http" })
+        const held = yield* call(base, "POST", "/jobs", { key: a, body: { stage: "echo", payload: { n: 22 } } })
+        expect(held.status).toBe(201)
+        const ready = yield* eventually(call(admin, "GET", "/readyz"), (r) => r.json?.stages?.find((s: any) => s.stage === "echo")?.paused === true)
+        expect(ready.status).toBe(200)
+        const metrics = yield* call(admin, "GET", "/metrics")
+        expect(parsePrometheus(metrics.text).samples.get('pgfiber_stage_paused{stage="echo"}')).toBe(1)
+        expect((yield* call(base, "GET", `/jobs/${held.json.id}`, { key: a })).json.status).toBe("queued")
+        expect((yield* call(admin, "GET", "/stages")).json.stages).toEqual(
+          expect.arrayContaining([expect.objectContaining({ stage: "echo", paused: true })])
+        )
+        expect((yield* call(admin, "POST", "/stages/echo/resume")).json.paused).toBe(false)
+        yield* eventually(call(base, "GET", `/jobs/${held.json.id}`, { key: a }), (r) => r.json?.status === "completed")
       }))
 
     it.effect("dead letters: a failing job lands in the DLQ, is retried, another is resolved", () =>

@@ -2,7 +2,8 @@
  * deploy/pg_cron.sql's job bodies, run as pg_cron would run them (pg_cron itself is not in the embedded
  * server): the reaper requeues an expired lease (and notifies), even one with no attempt left (its stage's claim
  * dead-letters it), leaves a
- * live lease alone; the retention job deletes only old handled dead letters.
+ * live lease alone; the retention job deletes only old handled dead letters; the history job prunes finished
+ * jobs past their retention.
  */
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
@@ -51,6 +52,21 @@ describe("deploy/pg_cron.sql", () => {
         yield* query(schema, jobBody("purge", schema))
         const left = yield* query<{ reason: string }>(schema, "select reason from dead_letters where stage = 'cron' order by id")
         expect(left.map((d) => d.reason)).toEqual(["old, open"])
+      }))
+
+    it.effect("the history retention job deletes finished jobs past their keep_until, in batches, and no others", () =>
+      Effect.gen(function*() {
+        const { schema } = yield* Db.Db
+        yield* query(schema, `
+          insert into jobs_archive (id, stage, payload, priority, status, attempts, max_attempts, created_at, keep_until)
+          select 900000 + g, 'cron_hist', '{}', 50, 'completed', 0, 5, now(), now() - interval '1 minute'
+          from generate_series(1, 12000) g`)
+        yield* query(schema, `
+          insert into jobs_archive (id, stage, payload, priority, status, attempts, max_attempts, created_at, keep_until)
+          values (800001, 'cron_hist', '{}', 50, 'completed', 0, 5, now(), now() + interval '1 day')`)
+        yield* query(schema, jobBody("prune", schema))
+        const left = yield* query<{ id: string }>(schema, "select id::text from jobs_archive where stage = 'cron_hist'")
+        expect(left.map((r) => r.id)).toEqual(["800001"])
       }))
   })
 })

@@ -33,6 +33,26 @@ describe("PgQueue (Postgres only)", () => {
         expect((yield* q.list({ stage: "rls" })).length).toBe(3)
       }))
 
+    it.effect("the kept history has the same row-level security: a tenant reads only its org's finished jobs", () =>
+      Effect.gen(function*() {
+        const q = yield* Queue.Queue
+        const db = yield* Db.Db
+        const [a, b, c] = yield* q.enqueue([{ stage: "rls_hist", orgId: "org-a" }, { stage: "rls_hist", orgId: "org-b" }, { stage: "rls_hist", orgId: "org-a" }])
+        const jobs = yield* q.claim("rls_hist", 3, worker)
+        expect(yield* q.settle(jobs.map((j) => Queue.Outcome.complete(j, [], { org: j.orgId })))).toEqual(["completed", "completed", "completed"])
+        expect((yield* db.withOrg("org-a", q.get(a!.id)))?.output).toEqual({ org: "org-a" })
+        expect(yield* db.withOrg("org-a", q.get(b!.id))).toBeNull()
+        expect((yield* db.withOrg("org-a", q.history.list({ stage: "rls_hist" }))).map((j) => j.id)).toEqual([c!.id, a!.id])
+        // a tenant cancelling its own queued job writes its history row under the same policy
+        const [d] = yield* q.enqueue([{ stage: "rls_hist", orgId: "org-a" }])
+        expect(yield* db.withOrg("org-a", q.cancel(d!.id))).toBe("cancelled")
+        expect((yield* db.withOrg("org-a", q.get(d!.id)))?.status).toBe("cancelled")
+        expect(yield* db.withOrg("org-b", q.get(d!.id))).toBeNull()
+        // a tenant cannot pause a stage: stage_controls is read-only for the tenant role
+        const paused = yield* Effect.either(db.withOrg("org-a", q.stageControls.setPaused("rls_hist", true)))
+        expect(Either.isLeft(paused) && paused.left.message).toContain("permission denied")
+      }))
+
     it.effect("one NOTIFY per stage per statement, sent at commit", () =>
       Effect.gen(function*() {
         const q = yield* Queue.Queue

@@ -246,7 +246,10 @@ export const contract = (target: ContractTarget) =>
             outcomes.push(yield* q.retry(job!, Duration.zero, { tag: "Transient", message: `boom ${i + 1}` }))
           }
           expect(outcomes).toEqual(["retried", "retried", "dead-lettered"])
-          expect(yield* q.get(created!.id)).toBeNull()
+          // it left the live table; the history keeps it as dead, with every attempt's error and its worker
+          const kept = (yield* q.get(created!.id))!
+          expect([kept.status, kept.attempts, kept.finishedAt !== null]).toEqual(["dead", 3, true])
+          expect(kept.errors.map((e) => [e.message, e.worker])).toEqual([["boom 1", "w"], ["boom 2", "w"], ["boom 3", "w"]])
           const [dead] = (yield* q.deadLetters.list({ stage }))
           expect(dead!.jobId).toBe(created!.id)
           expect(dead!.payload).toEqual({ file: "a.wav" })
@@ -340,7 +343,8 @@ export const contract = (target: ContractTarget) =>
           expect((yield* q.get(job!.id))!.status).toBe("running")
           expect(yield* q.list({ stage: next })).toEqual([])
           expect(yield* q.complete(job!, [{ stage: next, subjectId: "call-1", payload: { op: "abc" } }])).toBe(true)
-          expect(yield* q.get(job!.id)).toBeNull()
+          expect((yield* q.get(job!.id))!.status).toBe("completed")
+          expect(yield* q.list({ stage })).toEqual([])
           const followUps = yield* q.list({ stage: next })
           expect(followUps.map((j) => [j.subjectId, j.payload])).toEqual([["call-1", { op: "abc" }]])
         }))
@@ -375,8 +379,10 @@ export const contract = (target: ContractTarget) =>
             Queue.Outcome.complete(badHandOff!, [{ stage: "" }])
           ])
           expect(settled).toEqual(["completed", "retried", "deadLettered", "rescheduled", "deadLettered", "released", "fenced", "deadLettered"])
-          // completed: gone, and its follow-up (only its) is queued; the fenced one's follow-up was not written
-          expect(yield* q.get(done!.id)).toBeNull()
+          // completed: out of the live table (into the history), and its follow-up (only its) is queued; the
+          // fenced one's follow-up was not written
+          expect((yield* q.get(done!.id))!.status).toBe("completed")
+          expect((yield* q.list({ stage })).map((j) => j.id)).not.toContain(done!.id)
           expect((yield* q.list({ stage: next })).map((j) => j.payload)).toEqual([{ from: 0 }])
           const r = yield* q.get(retried!.id)
           expect([r!.status, r!.attempts, r!.lastError, r!.errors.map((e) => e.tag)]).toEqual(["queued", 1, "503", ["Transient"]])
@@ -479,7 +485,8 @@ export const contract = (target: ContractTarget) =>
           const stage = freshStage("cancel")
           const [a, b, c] = yield* q.enqueue([{ stage }, { stage }, { stage }])
           expect(yield* q.cancel(a!.id)).toBe("cancelled")
-          expect(yield* q.get(a!.id)).toBeNull()
+          const cancelled = (yield* q.get(a!.id))!
+          expect([cancelled.status, cancelled.finishedAt !== null]).toEqual(["cancelled", true])
           expect(yield* q.cancel(a!.id)).toBe("not-found")
           const [jb, jc] = yield* q.claim(stage, 2, worker("w"))
           expect([jb!.id, jc!.id]).toEqual([b!.id, c!.id])
@@ -488,7 +495,7 @@ export const contract = (target: ContractTarget) =>
           // the cancelled job's heartbeat no longer holds, which tells its worker to stop
           expect(yield* q.heartbeat([jb!, jc!], Duration.seconds(30))).toEqual([jc!.id])
           expect((yield* q.release([jb!, jc!])).slice().sort()).toEqual([b!.id, c!.id].sort())
-          expect(yield* q.get(b!.id)).toBeNull()
+          expect((yield* q.get(b!.id))!.finishedAt).not.toBeNull()
           const released = yield* q.get(c!.id)
           expect(released!.status).toBe("queued")
           expect(released!.attempts).toBe(0)
@@ -548,6 +555,109 @@ export const contract = (target: ContractTarget) =>
           expect(yield* q.deadLetters.purge({ olderThan: Duration.hours(1) })).toBe(0)
           expect(yield* q.deadLetters.purge()).toBeGreaterThanOrEqual(2)
           expect(yield* q.deadLetters.get(d2!.id)).toBeNull()
+        }))
+
+      test("a finished job stays readable with its output and timestamps until its retention passes, then is pruned", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("history")
+          const [a, b, c] = yield* q.enqueue([{ stage, payload: { n: 1 } }, { stage, payload: { n: 2 } }, { stage, payload: { n: 3 } }])
+          const [ja, jb, jc] = yield* q.claim(stage, 3, worker("w-hist"))
+          expect(ja!.startedAt).not.toBeNull()
+          const settled = yield* q.settle([
+            { ...Queue.Outcome.complete(ja!, [], { words: 42, text: "hello" }), runMs: 125 },
+            Queue.Outcome.deadLetter(jb!, { tag: "Permanent", message: "no audio" }),
+            Queue.Outcome.complete(jc!)
+          ], { retain: Duration.millis(400) })
+          expect(settled).toEqual(["completed", "deadLettered", "completed"])
+          const done = (yield* q.get(a!.id))!
+          expect([done.status, done.output, done.lastRunMs, done.payload]).toEqual(["completed", { words: 42, text: "hello" }, 125, { n: 1 }])
+          expect(done.startedAt!.getTime()).toBeLessThanOrEqual(done.finishedAt!.getTime())
+          const dead = (yield* q.get(b!.id))!
+          expect([dead.status, dead.attempts, dead.lastError, dead.errors.map((e) => [e.tag, e.worker])])
+            .toEqual(["dead", 1, "no audio", [["Permanent", "w-hist"]]])
+          expect((yield* q.get(c!.id))!.output).toBeNull()
+          // the hot table holds none of them; the history lists them newest first
+          expect(yield* q.list({ stage })).toEqual([])
+          expect((yield* q.history.list({ stage })).map((j) => j.id)).toEqual([c!.id, b!.id, a!.id])
+          expect((yield* q.history.list({ stage, status: "dead" })).map((j) => j.id)).toEqual([b!.id])
+          // not yet due: pruning leaves them
+          yield* q.history.prune()
+          expect((yield* q.get(a!.id))?.status).toBe("completed")
+          yield* target.advance("600 millis")
+          expect(yield* q.history.prune({ batch: 2 })).toBeGreaterThanOrEqual(3)
+          expect(yield* q.get(a!.id)).toBeNull()
+          expect(yield* q.get(b!.id)).toBeNull()
+          expect(yield* q.history.list({ stage })).toEqual([])
+          // the dead letter is its own record, kept until it is handled
+          expect((yield* q.deadLetters.list({ stage })).map((d) => d.jobId)).toEqual([b!.id])
+        }))
+
+      test("retention zero deletes a finished job at once, as a queue without history", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("nohistory")
+          const [a] = yield* q.enqueue([{ stage }])
+          const [ja] = yield* q.claim(stage, 1, worker("w"))
+          expect(yield* q.settle([Queue.Outcome.complete(ja!, [], { ok: true })], { retain: Duration.zero })).toEqual(["completed"])
+          expect(yield* q.get(a!.id)).toBeNull()
+        }))
+
+      test("progress reported with a heartbeat is visible while the job runs, and kept in its history", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("progress")
+          const [a] = yield* q.enqueue([{ stage, timeout: "90 seconds" }])
+          const [ja] = yield* q.claim(stage, 1, worker("w"))
+          expect([ja!.progress, ja!.timeoutMs]).toEqual([null, 90_000])
+          expect(yield* q.heartbeat([{ ...ja!, reported: { value: 40, message: "transcribing 2 of 5" } }], Duration.seconds(30))).toEqual([a!.id])
+          const running = (yield* q.get(a!.id))!
+          expect([running.status, running.progress, running.progressMessage]).toEqual(["running", 40, "transcribing 2 of 5"])
+          // a beat with nothing new reported leaves it as it was
+          yield* q.heartbeat([ja!], Duration.seconds(30))
+          expect((yield* q.get(a!.id))!.progress).toBe(40)
+          yield* q.complete(ja!)
+          const done = (yield* q.get(a!.id))!
+          expect([done.status, done.progress, done.progressMessage, done.timeoutMs]).toEqual(["completed", 40, "transcribing 2 of 5", 90_000])
+        }))
+
+      test("a paused stage claims nothing while enqueues succeed; resume lets claims through, and listeners hear both", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("paused")
+          const other = freshStage("paused_other")
+          const heard: Array<string> = []
+          yield* Effect.scoped(Effect.gen(function*() {
+            yield* q.listen({ onWake: (s) => heard.push(s), onListening: () => undefined })
+            yield* q.stageControls.setPaused(stage, true, "ops")
+            for (let i = 0; i < 500 && !heard.includes(Queue.stageControlsTopic); i++) yield* target.advance("20 millis")
+            expect(heard).toContain(Queue.stageControlsTopic)
+            const [queued] = yield* q.enqueue([{ stage }, { stage: other }])
+            expect(yield* q.claim(stage, 10, worker("w"))).toEqual([])
+            expect((yield* q.claim(other, 10, worker("w"))).length).toBe(1)
+            const control = (yield* q.stageControls.list).find((c) => c.stage === stage)!
+            expect([control.paused, control.changedBy]).toEqual([true, "ops"])
+            expect((yield* q.stats).find((s) => s.stage === stage)).toMatchObject({ ready: 1, paused: true })
+            heard.length = 0
+            yield* q.stageControls.setPaused(stage, false, "ops")
+            for (let i = 0; i < 500 && !heard.includes(Queue.stageControlsTopic); i++) yield* target.advance("20 millis")
+            expect(heard).toContain(Queue.stageControlsTopic)
+            expect((yield* q.claim(stage, 10, worker("w"))).map((j) => j.id)).toEqual([queued!.id])
+            expect((yield* q.stats).find((s) => s.stage === stage)?.paused).toBe(false)
+          }))
+        }))
+
+      test("purge deletes only the stage's queued jobs: its running ones and other stages' stay", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("purge")
+          const other = freshStage("purge_other")
+          yield* q.enqueue([{ stage }, { stage }, { stage }, { stage, delay: "1 hour" }, { stage: other }])
+          const [running] = yield* q.claim(stage, 1, worker("w"))
+          expect(yield* q.stageControls.purge(stage)).toBe(3)
+          expect((yield* q.list({ stage })).map((j) => [j.id, j.status])).toEqual([[running!.id, "running"]])
+          expect((yield* q.list({ stage: other })).length).toBe(1)
+          expect(yield* q.complete(running!)).toBe(true)
         }))
 
       test("stats: depth by stage and status, and the age of the oldest ready job", () =>

@@ -134,7 +134,7 @@ describe("onDeadLetter", () => {
         expect(yield* heard(stage.name)).toEqual([])
         const [dead] = yield* deadLetterOf(stage.name)
         expect(dead!.jobId).toBe(id)
-        expect(yield* Effect.flatMap(Queue.Queue, (q) => q.get(id))).toBeNull()
+        expect((yield* Effect.flatMap(Queue.Queue, (q) => q.get(id)))?.status).toBe("dead")
       }))
   })
 })

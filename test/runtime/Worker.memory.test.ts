@@ -84,7 +84,7 @@ describe("runtime on the in-memory queue", () => {
       expect([rate.status, rate.attempts, rate.availableAt.getTime() - now]).toEqual(["queued", 1, 7000])
       const poll = (yield* queue.get(ids.poll!))!
       expect([poll.status, poll.attempts, poll.polls, poll.availableAt.getTime() - now]).toEqual(["queued", 0, 1, 5000])
-      expect(yield* queue.get(ids.permanent!)).toBeNull()
+      expect((yield* queue.get(ids.permanent!))?.status).toBe("dead")
       const defect = (yield* queue.get(ids.defect!))!
       expect([defect.status, defect.attempts]).toEqual(["queued", 1])
       expect(defect.errors[0]!.message).toContain("undefined is not a function")
@@ -105,7 +105,7 @@ describe("runtime on the in-memory queue", () => {
       yield* TestClock.adjust("5 seconds")
       yield* settle
       expect(runs.filter((r) => r.startsWith("poll")).length).toBe(3)
-      expect(yield* queue.get(ids.poll!)).toBeNull()
+      expect((yield* queue.get(ids.poll!))?.status).toBe("dead")
       const pollDead = (yield* queue.deadLetters.list({ stage: "fates" })).find((d) => d.jobId === ids.poll)
       expect(pollDead!.reason).toContain("poll budget of 2 exhausted")
       yield* Scope.close(scope, Exit.void)
@@ -126,7 +126,7 @@ describe("runtime on the in-memory queue", () => {
         yield* TestClock.adjust("2 minutes")
       }
       yield* settle
-      expect(yield* queue.get(id)).toBeNull()
+      expect((yield* queue.get(id))?.status).toBe("dead")
       const [dead] = yield* queue.deadLetters.list({ stage: "flaky" })
       expect(dead!.errorHistory.map((e) => e.attempt)).toEqual([1, 2, 3])
       yield* Scope.close(scope, Exit.void)
@@ -237,7 +237,7 @@ describe("runtime on the in-memory queue", () => {
       yield* TestClock.adjust("3 seconds")
       yield* settle
       expect(finished).toEqual(["3s"])
-      expect(yield* queue.get(short!.id)).toBeNull()
+      expect((yield* queue.get(short!.id))?.status).toBe("completed")
       expect(closing.unsafePoll()).toBeNull()
       yield* TestClock.adjust("7 seconds")
       yield* Fiber.join(closing)
@@ -270,7 +270,8 @@ describe("runtime on the in-memory queue", () => {
       yield* TestClock.adjust("1 second")
       yield* settle
       expect(interrupted).toBe(true)
-      expect(yield* queue.get(id)).toBeNull()
+      const cancelled = (yield* queue.get(id))!
+      expect([cancelled.status, cancelled.finishedAt !== null]).toEqual(["cancelled", true])
       yield* Scope.close(scope, Exit.void)
     }))
 })

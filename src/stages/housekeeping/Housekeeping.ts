@@ -5,7 +5,10 @@
  *   lease expires (the Waker's timer); this is the backstop, and what keeps `pgfiber tick` deployments tidy.
  * - `pgfiber.dead-letter-retention` (daily at 03:17 UTC): delete dead letters that were handled (retried or
  *   resolved) more than 30 days ago; unresolved ones stay until someone looks at them.
- * Both do what deploy/pg_cron.sql does from inside the database, for deployments that prefer pg_cron.
+ * - `pgfiber.history-retention` (every 10 minutes): delete finished jobs whose retention has passed (the kept
+ *   history, `PGFIBER_RETAIN_COMPLETED` or a stage's `retain`), 5,000 rows per statement so each transaction
+ *   stays short and never holds up the workers' settles.
+ * All three do what deploy/pg_cron.sql does from inside the database, for deployments that prefer pg_cron.
  */
 import { Duration, Effect, Schema } from "effect"
 import * as Queue from "../../queue/Queue.js"
@@ -17,7 +20,8 @@ export const stageName = "pgfiber.housekeeping"
 
 export const Task = Schema.Union(
   Schema.Struct({ task: Schema.Literal("reap-expired") }),
-  Schema.Struct({ task: Schema.Literal("purge-dead-letters"), olderThanDays: Schema.Int.pipe(Schema.between(0, 3650)) })
+  Schema.Struct({ task: Schema.Literal("purge-dead-letters"), olderThanDays: Schema.Int.pipe(Schema.between(0, 3650)) }),
+  Schema.Struct({ task: Schema.Literal("prune-history"), batch: Schema.optional(Schema.Int.pipe(Schema.between(1, 100_000))) })
 )
 
 export const housekeeping = Stage.make({
@@ -33,6 +37,11 @@ export const housekeeping = Stage.make({
         if (r.requeued + r.deadLettered > 0) yield* Effect.logInfo("housekeeping: expired leases", r)
         return
       }
+      if (task.task === "prune-history") {
+        const pruned = yield* queue.history.prune({ batch: task.batch ?? 5000 })
+        if (pruned > 0) yield* Effect.logInfo("housekeeping: finished jobs past their retention pruned", { pruned })
+        return
+      }
       const purged = yield* queue.deadLetters.purge({ olderThan: Duration.days(task.olderThanDays) })
       if (purged > 0) yield* Effect.logInfo("housekeeping: handled dead letters purged", { purged })
     }).pipe(Effect.catchTag("DbError", (e) => Effect.fail(new Transient({ message: e.message }))))
@@ -45,5 +54,6 @@ export const schedules: ReadonlyArray<Schedules.ScheduleSpec> = [
     stage: stageName,
     cron: "17 3 * * *",
     payload: { task: "purge-dead-letters", olderThanDays: 30 }
-  }
+  },
+  { name: "pgfiber.history-retention", stage: stageName, cron: "*/10 * * * *", payload: { task: "prune-history" } }
 ]

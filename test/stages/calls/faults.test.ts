@@ -12,7 +12,7 @@ import * as SpeechKitSimulator from "../../../src/testing/SpeechKitSimulator.js"
 import * as Storage from "../../../src/layers/Storage.js"
 import type * as Queue from "../../../src/queue/Queue.js"
 import * as RetryPolicy from "../../../src/runtime/RetryPolicy.js"
-import type * as Stage from "../../../src/runtime/Stage.js"
+import * as Stage from "../../../src/runtime/Stage.js"
 import { Calls, makeCallStages } from "../../../src/stages/calls/index.js"
 import {
   apiKey,
@@ -169,7 +169,7 @@ describe("call pipeline under SpeechKit faults", () => {
         const file = yield* generatedCall(fixtures, "call.wav", 2)
         const fsStorage = Storage.layerFs(root).pipe(Layer.orDie)
         const info = (stage: string, callId: string): Stage.JobInfo => ({
-          id: "1", stage, attempt: 1, maxAttempts: 8, polls: 0, orgId, subjectId: callId, createdAt: new Date()
+          id: "1", stage, attempt: 1, maxAttempts: 8, polls: 0, orgId, subjectId: callId, createdAt: new Date(), ...Stage.jobInfoDefaults
         })
 
         const run = (allowFileUris: boolean) =>

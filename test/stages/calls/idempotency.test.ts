@@ -8,7 +8,7 @@ import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Schema } from "effect"
 import * as SpeechKitSimulator from "../../../src/testing/SpeechKitSimulator.js"
 import * as Queue from "../../../src/queue/Queue.js"
-import type * as Stage from "../../../src/runtime/Stage.js"
+import * as Stage from "../../../src/runtime/Stage.js"
 import { Calls, makeCallStages } from "../../../src/stages/calls/index.js"
 import {
   awaitCall,
@@ -32,7 +32,8 @@ const info = (stage: string, callId: string, polls = 0): Stage.JobInfo => ({
   polls,
   orgId,
   subjectId: callId,
-  createdAt: new Date()
+  createdAt: new Date(),
+  ...Stage.jobInfoDefaults
 })
 
 /** The follow-up a run handed off, with its payload decoded by the next stage's Schema. */
