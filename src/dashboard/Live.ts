@@ -6,12 +6,13 @@
  * per `minInterval`, and otherwise once per `idleInterval`. So twenty open dashboards cost the database what
  * one does: one statement per idle interval. Viewers get the snapshot filtered to what their key may see.
  */
-import { Config, Context, Duration, Effect, Layer, Queue as Q, Ref, Stream, SubscriptionRef } from "effect"
+import { Config, Context, Duration, Effect, Layer, Option, Queue as Q, Ref, Stream, SubscriptionRef } from "effect"
 import * as Db from "../layers/Db.js"
 import * as Queue from "../queue/Queue.js"
 import * as StatsSql from "../queue/StatsSql.js"
 import * as Events from "../runtime/Events.js"
 import * as MinuteStats from "../runtime/MinuteStats.js"
+import * as Waker from "../runtime/Waker.js"
 
 export interface LiveOptions {
   /** The least time between two snapshots, however busy the queue. */
@@ -95,14 +96,11 @@ export const make = (options: LiveOptions) =>
     )
     yield* Effect.forkScoped(loop)
 
-    // new jobs (the insert trigger's NOTIFY, on the process's one LISTEN connection) and local settles
-    yield* Effect.forkScoped(
-      queue.listen({ onWake: markDirty, onListening: markDirty }).pipe(
-        Effect.zipRight(Effect.never),
-        Effect.scoped,
-        Effect.catchAll((e) => Effect.logWarning("dashboard: LISTEN unavailable; live views refresh at the idle interval", e.message))
-      )
-    )
+    // new jobs (the insert trigger's NOTIFY): heard through the worker's Waker on the process's one LISTEN
+    // connection; a server that runs no worker listens itself (then that is its only LISTEN connection)
+    const waker = yield* Effect.serviceOption(Waker.Waker)
+    if (Option.isSome(waker)) yield* waker.value.observe(markDirty)
+    else yield* queue.listen({ onWake: markDirty, onListening: markDirty })
     // jobs this process enqueued, started or settled (the events bus): the view refreshes within minInterval
     yield* Effect.forkScoped(bus.subscribe().pipe(Stream.runForEach(() => Effect.sync(markDirty))))
 

@@ -85,7 +85,9 @@ const readinessFields = {
   problems: Schema.Array(Schema.String),
   checks: Schema.Struct({ database: Check, listener: Check, pools: Check }),
   listener: Schema.NullOr(Schema.Struct({
-    state: Schema.Literal("connecting", "listening", "polling"),
+    /** `down` from the moment the LISTEN connection drops until LISTEN is back; pools poll meanwhile. */
+    state: Schema.Literal("connecting", "listening", "down"),
+    downSince: Schema.NullOr(Schema.Date),
     reconnects: Schema.Number
   })),
   reaper: Schema.NullOr(Schema.Struct({ lastReapAt: Schema.NullOr(Schema.Date), lastSweepAt: Schema.NullOr(Schema.Date) })),

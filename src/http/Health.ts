@@ -66,7 +66,12 @@ export const layer = HttpApiBuilder.group(Api, "health", (handlers) =>
         onSome: (h) =>
           h.listener === "connecting"
             ? { ok: false, detail: "LISTEN connection not established yet" }
-            : { ok: true, detail: h.listener === "polling" ? "degraded: LISTEN unavailable, polling" : "listening" }
+            : h.listener === "down"
+            ? {
+              ok: true,
+              detail: `degraded: LISTEN down since ${h.listenerDownSince?.toISOString()} (${h.listenerDownReason ?? "unknown"}); polling`
+            }
+            : { ok: true, detail: "listening" }
       })
       if (!listener.ok) problems.push(`listener: ${listener.detail}`)
 
@@ -92,7 +97,7 @@ export const layer = HttpApiBuilder.group(Api, "health", (handlers) =>
         checks: { database, listener, pools: poolCheck },
         listener: Option.match(wakerHealth, {
           onNone: () => null,
-          onSome: (h) => ({ state: h.listener, reconnects: h.listenerReconnects })
+          onSome: (h) => ({ state: h.listener, downSince: h.listenerDownSince, reconnects: h.listenerReconnects })
         }),
         reaper: Option.match(wakerHealth, {
           onNone: () => null,
@@ -164,6 +169,23 @@ export const layer = HttpApiBuilder.group(Api, "health", (handlers) =>
             help: "1 when an operator paused the stage (nothing of it is claimed until resumed)",
             type: "gauge",
             samples: rows.map((s) => ({ labels: { stage: s.stage }, value: s.paused ? 1 : 0 }))
+          }
+        )
+      }
+      if (Option.isSome(waker)) {
+        const h = yield* waker.value.health
+        families.push(
+          {
+            name: "pgfiber_listener_up",
+            help: "1 while this process's LISTEN connection is listening; 0 while it is down (pools poll) or connecting",
+            type: "gauge",
+            samples: [{ labels: {}, value: h.listener === "listening" ? 1 : 0 }]
+          },
+          {
+            name: "pgfiber_listener_down_seconds",
+            help: "How long the LISTEN connection has been down (0 while listening)",
+            type: "gauge",
+            samples: [{ labels: {}, value: h.listenerDownSince === null ? 0 : Math.max(0, Date.now() - h.listenerDownSince.getTime()) / 1000 }]
           }
         )
       }

@@ -3,9 +3,22 @@
  * caller's transaction so queue operations can join it, `withOrg` for one row-level-security scoped
  * transaction, and `forOrg` / `asOwner` for a whole stretch of work done for one org (a job's handler) or, named
  * as such, as the owner (sweeps, maintenance).
+ *
+ * No fault of a connection may kill the process or hang a fiber:
+ * - a transaction's connection is pinned (`reserve`) and watched: once its backend is gone, nothing more is sent on
+ *   it, and it is not handed back to the pool (porsager/postgres#1208: a write on a reserved connection whose socket
+ *   closed throws from a timer, outside any promise, and a released dead connection hangs the next query);
+ * - BEGIN…COMMIT/ROLLBACK and the connection's release run uninterruptibly from the body's Exit; an interrupted
+ *   statement is cancelled on the server (`query.cancel()`), so the connection is never left mid-transaction;
+ * - what porsager itself leaves unobserved (its array-type fetch on a fresh connection, a write racing a close) is
+ *   caught by `ConnectionFaultGuard`, which logs known connection faults and nothing else;
+ * - while the database is known to be down, work started outside a transaction fails within `failFastAfter`
+ *   (a 503 in about a second), instead of waiting out porsager's reconnect backoff;
+ * - `listen` owns the LISTEN connection and reports when it drops, so the Waker can say `down` and poll.
  */
-import { Config, Context, Data, Effect, Exit, FiberRef, Layer, Option, Redacted, Schedule } from "effect"
+import { Config, Context, Data, Deferred, Duration, Effect, Exit, FiberRef, Layer, Option, Queue as Q, Redacted, Schedule, type Scope } from "effect"
 import postgres from "postgres"
+import * as ConnectionFaultGuard from "./ConnectionFaultGuard.js"
 import * as EmbeddedPg from "./EmbeddedPg.js"
 
 export type Sql = postgres.Sql<{}>
@@ -19,11 +32,7 @@ export class DbError extends Data.TaggedError("DbError")<{
   readonly cause: unknown
 }> {}
 
-const connectionCodes = new Set([
-  "ECONNREFUSED", "ECONNRESET", "EPIPE", "ETIMEDOUT", "ENOTFOUND", "EHOSTUNREACH",
-  "CONNECTION_CLOSED", "CONNECTION_ENDED", "CONNECTION_DESTROYED", "CONNECT_TIMEOUT",
-  "57P01", "57P02", "57P03", "08000", "08003", "08006", "08001", "08004"
-])
+const connectionCodes = ConnectionFaultGuard.connectionCodes
 
 export const toDbError = (cause: unknown): DbError => {
   const e = cause as { code?: unknown; message?: unknown }
@@ -56,9 +65,28 @@ export interface DbOptions {
 }
 
 /** The transaction a fiber is inside, if any; queue operations run on it instead of the pool. */
-const currentTransaction = FiberRef.unsafeMake<Option.Option<{ readonly owner: object; readonly sql: Sql; readonly orgId: string | null }>>(
+const currentTransaction = FiberRef.unsafeMake<Option.Option<{ readonly owner: object; readonly sql: Sql; readonly orgId: string | null; readonly pin: Pin }>>(
   Option.none()
 )
+
+/**
+ * A transaction's reserved connection, watched. porsager clears a connection's `reserved` mark when its socket
+ * closes (and a later reservation sets a new one), so the mark seen at BEGIN tells whether this is still our
+ * session; an unavailable error on it marks it dead too. A dead pin sends nothing more and is never released:
+ * porsager has already put the connection back among its closed ones.
+ */
+interface Pin {
+  readonly alive: () => boolean
+  markDead: () => void
+}
+
+const connectionLost = () =>
+  new DbError({
+    message: "the transaction's connection to the database was lost",
+    code: "CONNECTION_CLOSED",
+    unavailable: true,
+    cause: undefined
+  })
 
 /**
  * The org a fiber's database work is done for, if any. While set, `run` outside a transaction sends each
@@ -94,7 +122,10 @@ export const currentOrgId: Effect.Effect<Option.Option<string>> = FiberRef.get(c
 
 export class Db extends Context.Tag("pgfiber/Db")<Db, {
   readonly pool: Sql
-  /** Where LISTEN and session-level locks go: `pool` itself unless a separate listen URL is set. */
+  /**
+   * Where session-level locks go (the migrations' advisory lock): `pool` itself unless a separate listen URL is
+   * set. LISTEN has a connection of its own (`listen`), to the same URL.
+   */
   readonly session: Sql
   readonly schema: string
   readonly url: Redacted.Redacted<string>
@@ -109,7 +140,33 @@ export class Db extends Context.Tag("pgfiber/Db")<Db, {
   readonly withOrg: <A, E, R>(orgId: string, effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | DbError, R>
   /** True when the caller is inside `transaction`. */
   readonly inTransaction: Effect.Effect<boolean>
+  /**
+   * Runs one statement with these settings local to it (planner settings for its plan): in a transaction of its
+   * own (porsager's `begin`: no Effect runs inside it, and unlike a reservation it cannot lose a connection when
+   * the connect fails), or, inside a transaction already, for the rest of that one.
+   */
+  readonly runWithSettings: <A>(settings: Readonly<Record<string, string>>, query: (sql: Sql) => PromiseLike<A>) => Effect.Effect<A, DbError>
+  /**
+   * LISTENs on `channel` on a connection of its own for the life of the scope, re-LISTENing with backoff whenever
+   * it drops: `onDown` the moment the connection is lost (or cannot be made), `onListening` each time LISTEN is
+   * back (notifications may have been missed in between).
+   */
+  readonly listen: (channel: string, handlers: ListenHandlers) => Effect.Effect<void, never, Scope.Scope>
+  /** Since when the database has been failing with connection errors (null: it answers). */
+  readonly outageSince: Effect.Effect<Date | null>
 }>() {}
+
+export interface ListenHandlers {
+  readonly onNotify: (payload: string) => void
+  readonly onListening: () => void
+  readonly onDown: (reason: string) => void
+}
+
+/** While the database is known to be down, how long work begun outside a transaction may wait before it fails. */
+export const failFastAfter = Duration.seconds(1)
+
+/** porsager's reconnect backoff, capped at a second (its own grows to 20 s), jittered: back to full speed soon after a restart. */
+const reconnectBackoff = (retries: number) => Math.min(1, 0.05 * 2 ** retries) * (0.75 + Math.random() / 2)
 
 /** Wraps a porsager query so interrupting the fiber cancels it on the server. */
 export const runQuery = <A>(thunk: () => PromiseLike<A>): Effect.Effect<A, DbError> =>
@@ -144,26 +201,29 @@ export const make = (options: DbOptions) =>
     if (!validSchemaName(options.schema)) {
       return yield* Effect.dieMessage(`PGFIBER_SCHEMA: "${options.schema}" is not a plain lower-case identifier`)
     }
+    yield* ConnectionFaultGuard.install
+    const applicationName = options.applicationName ?? "pgfiber"
+    const connectOptions = (max: number) => ({
+      max,
+      prepare: options.prepare ?? true,
+      onnotice: () => undefined,
+      idle_timeout: 0,
+      connect_timeout: 5,
+      backoff: reconnectBackoff,
+      connection: { search_path: `${options.schema}`, application_name: applicationName }
+    })
     const connect = (url: Redacted.Redacted<string>, max: number, statements: boolean) =>
       Effect.acquireRelease(
         Effect.sync(() =>
           postgres(Redacted.value(url), {
-            max,
-            prepare: options.prepare ?? true,
-            onnotice: () => undefined,
-            ...(statements && options.onStatement ? { debug: (_conn: number, query: string) => options.onStatement!(query) } : {}),
-            idle_timeout: 0,
-            connect_timeout: 10,
-            connection: {
-              search_path: `${options.schema}`,
-              application_name: options.applicationName ?? "pgfiber"
-            }
+            ...connectOptions(max),
+            ...(statements && options.onStatement ? { debug: (_conn: number, query: string) => options.onStatement!(query) } : {})
           })
         ),
         (sql) => Effect.promise(() => sql.end({ timeout: 5 }).catch(() => undefined))
       )
     const pool: Sql = yield* connect(options.url, options.poolMax, true)
-    // porsager LISTENs on a dedicated connection of its own; a separate instance points it past the pooler
+    // the migrations' session-level advisory lock; a separate instance points it past the pooler
     const session: Sql = options.listenUrl === undefined ? pool : yield* connect(options.listenUrl, 1, false)
     // probe on start so a bad DATABASE_URL fails here, not at the first job
     yield* runQuery(() => pool`select 1`).pipe(
@@ -178,46 +238,124 @@ export const make = (options: DbOptions) =>
     }
     const owner = {}
 
+    // ---- outage: set by a connection error, cleared by any answer; while set, outside work fails fast ----
+    let outageSince: Date | null = null
+    const observe = <A>(effect: Effect.Effect<A, DbError>): Effect.Effect<A, DbError> =>
+      Effect.tapBoth(effect, {
+        onFailure: (e) => Effect.sync(() => {
+          if (e.unavailable && outageSince === null) outageSince = new Date()
+        }),
+        onSuccess: () => Effect.sync(() => {
+          outageSince = null
+        })
+      })
+    const unavailableFast = () =>
+      new DbError({
+        message: `the database is unavailable (down since ${outageSince?.toISOString()}; no answer within ${Duration.format(failFastAfter)})`,
+        code: "CONNECT_TIMEOUT",
+        unavailable: true,
+        cause: undefined
+      })
+    /**
+     * Work begun outside a transaction: while the database is known to be down it gets `failFastAfter` to answer.
+     * `disconnect`: a transaction cut short rolls back and lets its connection go in the background, not on the
+     * caller's time.
+     */
+    const outside = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E | DbError, R> =>
+      Effect.suspend(() =>
+        outageSince === null
+          ? effect
+          : effect.pipe(Effect.disconnect, Effect.timeoutFail({ duration: failFastAfter, onTimeout: unavailableFast }))
+      )
+
     const current = Effect.map(FiberRef.get(currentTransaction), (tx) =>
-      Option.isSome(tx) && tx.value.owner === owner ? tx.value.sql : pool
+      Option.isSome(tx) && tx.value.owner === owner ? Option.some(tx.value) : Option.none()
     )
 
     const inTransaction = Effect.map(FiberRef.get(currentTransaction), (tx) => Option.isSome(tx) && tx.value.owner === owner)
 
-    /** BEGIN and the org's settings pipelined on one connection; both must succeed before any statement runs. */
-    const beginAsTenant = (conn: Sql, orgId: string) =>
-      runQuery(() =>
-        Promise.all([
-          conn`begin`,
-          conn`select set_config('role', ${tenantRole}, true), set_config('pgfiber.org_id', ${orgId}, true)`
-        ])
-      ).pipe(Effect.asVoid)
+    /** A statement on the transaction's pinned connection: never sent on a connection that is gone. */
+    const onPinned = <A>(sql: Sql, pin: Pin, query: (sql: Sql) => PromiseLike<A>) =>
+      runQuery<A>(() => {
+        if (!pin.alive()) throw connectionLost()
+        return query(sql)
+      }).pipe(Effect.tapError((e) => (e.unavailable ? Effect.sync(pin.markDead) : Effect.void)))
+
+    /**
+     * Reserves a connection for a transaction, and BEGINs on it; the pin watches it from BEGIN on. Known limit:
+     * porsager's `reserve()` both queues its request and connects a closed connection for it; when that connect
+     * fails the request stays queued, and the next connection to open is handed to it and lost to the pool. So
+     * the hot path (the claim) does not reserve (`runWithSettings`); transactions still do.
+     */
+    const reserveAndBegin = (orgId: string | null) =>
+      Effect.gen(function*() {
+        const reserved = yield* runQuery(() => pool.reserve())
+        const conn = reserved as unknown as Sql
+        // porsager's connection object, seen once as BEGIN is written to it (its `onexecute` hook)
+        let handle: { reserved: unknown } | undefined
+        let mark: unknown
+        let dead = false
+        const pin: Pin = {
+          alive: () => !dead && (handle === undefined || handle.reserved === mark),
+          markDead: () => {
+            dead = true
+          }
+        }
+        const beginStatement = () =>
+          conn.unsafe("begin", [], {
+            onexecute: (c: { reserved: unknown }) => {
+              handle = c
+              mark = c.reserved
+              return true
+            }
+          } as {})
+        return { reserved, conn, pin, beginStatement, orgId }
+      })
+
+    /** `set_config(name, value, true)` for each setting, in one statement. */
+    const localSettings = (sql: Sql, settings: Readonly<Record<string, string>>) =>
+      sql`select set_config(name, value, true) from unnest(${Object.keys(settings)}::text[], ${Object.values(settings)}::text[]) as s(name, value)`
 
     const begin = <A, E, R>(effect: Effect.Effect<A, E, R>, orgId: string | null) =>
       Effect.flatMap(inTransaction, (inside) =>
         inside
-          ? orgId === null ? effect : Effect.zipRight(Effect.flatMap(current, (sql) => setOrg(sql, orgId)), effect)
-          : Effect.uninterruptibleMask((restore) =>
-            Effect.gen(function*() {
-              const reserved = yield* runQuery(() => pool.reserve())
-              const conn = reserved as unknown as Sql
-              const exit = yield* Effect.exit(
-                restore(
-                  (orgId === null ? runQuery(() => conn`begin`) : beginAsTenant(conn, orgId)).pipe(
-                    Effect.zipRight(Effect.locally(effect, currentTransaction, Option.some({ owner, sql: conn, orgId })))
+          ? orgId === null
+            ? effect
+            : Effect.flatMap(current, (tx) => Option.isSome(tx) ? Effect.zipRight(setOrg(tx.value.sql, tx.value.pin, orgId), effect) : effect)
+          : outside(
+            Effect.uninterruptibleMask((restore) =>
+              Effect.gen(function*() {
+                const { conn, pin, reserved, beginStatement } = yield* observe(reserveAndBegin(orgId))
+                // BEGIN and the org's settings pipelined: both must succeed before any statement of the body runs
+                const opened: Effect.Effect<unknown, DbError> = orgId === null
+                  ? onPinned(conn, pin, () => beginStatement())
+                  : onPinned(conn, pin, () =>
+                    Promise.all([
+                      beginStatement(),
+                      conn`select set_config('role', ${tenantRole}, true), set_config('pgfiber.org_id', ${orgId}, true)`
+                    ]))
+                const exit = yield* Effect.exit(
+                  restore(
+                    observe(Effect.asVoid(opened)).pipe(
+                      Effect.zipRight(Effect.locally(effect, currentTransaction, Option.some({ owner, sql: conn, orgId, pin })))
+                    )
                   )
                 )
-              )
-              const finish = Exit.isSuccess(exit) ? runQuery(() => conn`commit`) : runQuery(() => conn`rollback`)
-              const finished = yield* Effect.exit(finish)
-              reserved.release()
-              if (Exit.isFailure(finished) && Exit.isSuccess(exit)) return yield* Effect.asVoid(finished).pipe(Effect.as(exit.value))
-              return yield* exit
-            })
+                // the end of the transaction is uninterruptible: COMMIT or ROLLBACK is sent and answered (or the
+                // connection is known lost) before the connection goes back
+                const finished = yield* Effect.exit(
+                  Exit.isSuccess(exit) ? onPinned(conn, pin, (sql) => sql`commit`) : onPinned(conn, pin, (sql) => sql`rollback`)
+                )
+                // a lost connection is already back among porsager's closed ones: releasing it would hand out a dead one
+                if (pin.alive()) reserved.release()
+                if (Exit.isFailure(finished) && Exit.isSuccess(exit)) return yield* Effect.asVoid(finished).pipe(Effect.as(exit.value))
+                return yield* exit
+              })
+            )
           ))
 
-    const setOrg = (sql: Sql, orgId: string) =>
-      runQuery(() => sql`select set_config('role', ${tenantRole}, true), set_config('pgfiber.org_id', ${orgId}, true)`).pipe(
+    const setOrg = (sql: Sql, pin: Pin, orgId: string) =>
+      onPinned(sql, pin, (s) => s`select set_config('role', ${tenantRole}, true), set_config('pgfiber.org_id', ${orgId}, true)`).pipe(
         Effect.asVoid
       )
 
@@ -228,17 +366,100 @@ export const make = (options: DbOptions) =>
 
     const withOrg = <A, E, R>(orgId: string, effect: Effect.Effect<A, E, R>) => begin(effect, orgId)
 
+    const runWithSettings = <A>(settings: Readonly<Record<string, string>>, query: (sql: Sql) => PromiseLike<A>): Effect.Effect<A, DbError> =>
+      Effect.flatMap(current, (tx) =>
+        Option.isSome(tx)
+          ? Effect.zipRight(onPinned(tx.value.sql, tx.value.pin, (s) => localSettings(s, settings)), onPinned(tx.value.sql, tx.value.pin, query))
+          : Effect.flatMap(FiberRef.get(currentOrg), (org) =>
+            Option.isSome(org)
+              ? begin(Effect.zipRight(run((s) => localSettings(s, settings)), run(query)), org.value)
+              // plain SQL in porsager's own transaction: a killed backend rejects it, and the connection goes
+              // back among the closed ones by porsager's own bookkeeping
+              : outside(observe(runQuery(() =>
+                pool.begin(async (sql) => {
+                  await localSettings(sql as unknown as Sql, settings)
+                  return await query(sql as unknown as Sql)
+                }) as PromiseLike<A>
+              )))))
+
     const run = <A>(query: (sql: Sql) => PromiseLike<A>): Effect.Effect<A, DbError> =>
-      Effect.flatMap(inTransaction, (inside) =>
-        inside
-          ? Effect.flatMap(current, (sql) => runQuery<A>(() => query(sql)))
+      Effect.flatMap(current, (tx) =>
+        Option.isSome(tx)
+          ? onPinned(tx.value.sql, tx.value.pin, query)
           : Effect.flatMap(FiberRef.get(currentOrg), (org) =>
             Option.isNone(org)
-              ? runQuery<A>(() => query(pool))
+              ? outside(observe(runQuery<A>(() => query(pool))))
               // one statement for an org: its own short transaction under the tenant role
-              : begin(Effect.flatMap(current, (sql) => runQuery<A>(() => query(sql))), org.value)))
+              : begin(Effect.flatMap(current, (t) => Option.isSome(t) ? onPinned(t.value.sql, t.value.pin, query) : Effect.die("no transaction")), org.value)))
 
-    return Db.of({ pool, session, schema: options.schema, url: options.url, run, transaction, withOrg, inTransaction })
+    // ---- LISTEN on a connection of its own, watched: porsager's `listen` re-LISTENs silently, this one says so ----
+    const listen = (channel: string, handlers: ListenHandlers) =>
+      Effect.gen(function*() {
+        const drops = yield* Q.sliding<string>(1)
+        let up = false
+        let closing = false
+        const listener = yield* Effect.acquireRelease(
+          Effect.sync(() =>
+            postgres(Redacted.value(options.listenUrl ?? options.url), {
+              ...connectOptions(1),
+              fetch_types: false,
+              onnotify: (name: string, payload: string) => {
+                if (name === channel) handlers.onNotify(payload)
+              },
+              onclose: () => {
+                // a failed connect closes too: only a drop of a listening connection is news (not our own end)
+                if (!up || closing) return
+                up = false
+                handlers.onDown("the LISTEN connection closed")
+                Q.unsafeOffer(drops, "closed")
+              }
+            } as postgres.Options<{}>)
+          ),
+          (sql) =>
+            Effect.suspend(() => {
+              closing = true
+              return Effect.promise(() => sql.end({ timeout: 2 }).catch(() => undefined))
+            })
+        )
+        const listenOnce = runQuery(() =>
+          listener.unsafe(`listen "${channel.replace(/"/g, "\"\"")}"`).then((result) => {
+            // in the same tick as the answer, so no close can slip in between
+            up = true
+            return result
+          })
+        )
+        // the first attempt's outcome, either way: `listen` returns once LISTEN is up or has failed once
+        const firstAttempt = yield* Deferred.make<void>()
+        const session = Effect.gen(function*() {
+          yield* Q.takeAll(drops)
+          yield* listenOnce.pipe(
+            Effect.tapError((e) =>
+              Effect.zipRight(Effect.sync(() => handlers.onDown(`LISTEN failed: ${e.message}`)), Deferred.succeed(firstAttempt, undefined))
+            ),
+            Effect.retry(Schedule.exponential("100 millis").pipe(Schedule.union(Schedule.spaced("1 second"))))
+          )
+          handlers.onListening()
+          yield* Deferred.succeed(firstAttempt, undefined)
+          // listening until the connection drops; then round again
+          yield* Q.take(drops)
+        }).pipe(Effect.forever)
+        yield* Effect.forkScoped(session)
+        yield* Deferred.await(firstAttempt)
+      })
+
+    return Db.of({
+      pool,
+      session,
+      schema: options.schema,
+      url: options.url,
+      run,
+      transaction,
+      withOrg,
+      inTransaction,
+      runWithSettings,
+      listen,
+      outageSince: Effect.sync(() => outageSince)
+    })
   })
 
 /** DATABASE_URL when set; otherwise an embedded PostgreSQL server kept under `.data/postgres`. */

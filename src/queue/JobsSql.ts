@@ -75,6 +75,19 @@ export const insertJobsReplacing = (sql: Sql, schema: string, jobs: ReadonlyArra
 }
 
 /**
+ * The claim's plan, whatever the statistics say: an ordered scan of `jobs_ready` (stage, then the claim's exact
+ * order, over queued rows only) that stops at the limit. With statistics taken while the table was small (as they
+ * are after a restart or a quiet spell) the planner otherwise picks a bitmap scan and sorts the whole backlog,
+ * so each claim costs more the longer the queue grows: 86 ms instead of 4 ms for 100 of 46,000 (docs/benchmarks.md).
+ * Local to the claim's own transaction (`Db.runWithSettings`).
+ */
+export const claimPlan: Readonly<Record<string, string>> = {
+  enable_seqscan: "off",
+  enable_bitmapscan: "off",
+  enable_sort: "off"
+}
+
+/**
  * Claims due jobs. Locking: FOR UPDATE SKIP LOCKED on the ready index, so claimers never wait on each other.
  * The claim commits without waiting for its WAL flush (`synchronous_commit` off for this transaction only):
  * a crash can lose only the lease, which leaves the job queued or lets the reaper requeue it, and the fence
@@ -99,8 +112,9 @@ export const claimReady = (sql: Sql, stage: string, limit: number, workerId: str
     returning j.*`
 
 /**
- * Extends held leases, and writes the progress reported since the last beat (`reported` false: unchanged).
- * Locking: row locks on the caller's own running jobs; unindexed columns, so HOT.
+ * Extends held leases, and writes the progress reported since the last beat (`reported` 0: unchanged).
+ * Locking: row locks on the caller's own running jobs, taken in id order first (as settles take theirs), so a
+ * beat and a settle of the same rows never deadlock; unindexed columns, so HOT.
  */
 export const extendLeases = (
   sql: Sql,
@@ -115,12 +129,19 @@ export const extendLeases = (
   }
 ) =>
   sql<Array<{ id: string }>>`
+    with held as (
+      select j.id, h.reported, h.progress, h.message
+      from jobs j join unnest(${ids}::bigint[], ${leases}::int[], ${progress.reported}::int[], ${progress.values}::float4[],
+                              ${progress.messages}::text[]) as h(id, lease, reported, progress, message)
+        on j.id = h.id and j.lease = h.lease
+      where j.status = 'running'
+      order by j.id
+      for update of j
+    )
     update jobs j set locked_until = now() + ${leaseMs} * interval '1 millisecond', updated_at = now(),
-      progress = case when h.reported = 1 then h.progress else j.progress end,
-      progress_message = case when h.reported = 1 then h.message else j.progress_message end
-    from unnest(${ids}::bigint[], ${leases}::int[], ${progress.reported}::int[], ${progress.values}::float4[],
-                ${progress.messages}::text[]) as h(id, lease, reported, progress, message)
-    where j.id = h.id and j.lease = h.lease and j.status = 'running'
+      progress = case when held.reported = 1 then held.progress else j.progress end,
+      progress_message = case when held.reported = 1 then held.message else j.progress_message end
+    from held where j.id = held.id
     returning j.id`
 
 /**

@@ -10,7 +10,7 @@ import { countEnqueued, defaultMaxPayloadBytes, isJobId, jobFromDeadLetter, JobN
 import * as JobsSql from "./JobsSql.js"
 import * as Outcome from "./Outcome.js"
 import type { DeadLettered, Settled, SettleOptions } from "./Outcome.js"
-import { type OnDead, Queue, type QueueOptions, resolveRetention, retentionParams } from "./Queue.js"
+import { type OnDead, Queue, type QueueOptions, resolveRetention, retentionParams, type Wakeups } from "./Queue.js"
 
 const str = (v: unknown): string | null => (v === null || v === undefined ? null : String(v))
 const date = (v: unknown): Date => (v instanceof Date ? v : new Date(String(v)))
@@ -142,7 +142,10 @@ export const make = (options: QueueOptions = {}) =>
       claimOptions: { readonly workerId: string; readonly leaseFor: Duration.Duration }
     ) {
       if (limit <= 0) return []
-      const rows = yield* db.run((sql) => JobsSql.claimReady(sql, stage, limit, claimOptions.workerId, ms(claimOptions.leaseFor)))
+      const rows = yield* db.runWithSettings(
+        JobsSql.claimPlan,
+        (sql) => JobsSql.claimReady(sql, stage, limit, claimOptions.workerId, ms(claimOptions.leaseFor))
+      )
       return rows.map(rowToJob).sort((a, b) =>
         a.priority - b.priority || a.availableAt.getTime() - b.availableAt.getTime() || Number(a.id) - Number(b.id)
       )
@@ -266,12 +269,16 @@ export const make = (options: QueueOptions = {}) =>
       Effect.flatMap(db.inTransaction, (inside) => {
         if (!inside) return db.transaction(effect)
         const name = `pgfiber_sp_${savepoints++}`
-        return db.run((sql) => sql.unsafe(`savepoint ${name}`)).pipe(
-          Effect.zipRight(effect),
-          Effect.onExit((exit) =>
-            Exit.isSuccess(exit)
-              ? db.run((sql) => sql.unsafe(`release savepoint ${name}`)).pipe(Effect.orDie)
-              : db.run((sql) => sql.unsafe(`rollback to savepoint ${name}`)).pipe(Effect.orDie)
+        // RELEASE or ROLLBACK TO from the body's Exit, uninterruptibly; a failure of either (the connection was
+        // lost) is the transaction's failure, retried with it
+        return Effect.uninterruptibleMask((restore) =>
+          db.run((sql) => sql.unsafe(`savepoint ${name}`)).pipe(
+            Effect.zipRight(Effect.exit(restore(effect))),
+            Effect.flatMap((exit) =>
+              Exit.isSuccess(exit)
+                ? Effect.as(db.run((sql) => sql.unsafe(`release savepoint ${name}`)), exit.value)
+                : Effect.zipRight(db.run((sql) => sql.unsafe(`rollback to savepoint ${name}`)), exit)
+            )
           )
         )
       })
@@ -435,11 +442,12 @@ export const make = (options: QueueOptions = {}) =>
         )
     }
 
-    const listen = (wakeups: { readonly onWake: (stage: string) => void; readonly onListening: () => void }) =>
-      Effect.acquireRelease(
-        Db.runQuery(() => db.session.listen(JobsSql.channel(db.schema), (stage) => wakeups.onWake(stage), () => wakeups.onListening())),
-        (subscription) => Effect.promise(() => subscription.unlisten().catch(() => undefined))
-      ).pipe(Effect.asVoid)
+    const listen = (wakeups: Wakeups) =>
+      db.listen(JobsSql.channel(db.schema), {
+        onNotify: (stage) => wakeups.onWake(stage),
+        onListening: () => wakeups.onListening(),
+        onDown: (reason) => wakeups.onDown?.(reason)
+      })
 
     return Queue.of({
       enqueue,

@@ -46,6 +46,8 @@ export interface Wakeups {
   readonly onWake: (stage: string) => void
   /** The listener (re)connected: notifications may have been missed, so catch up. */
   readonly onListening: () => void
+  /** The listener's connection dropped (or LISTEN failed): no notification arrives until `onListening`. */
+  readonly onDown?: (reason: string) => void
 }
 
 export interface NextWake {
@@ -145,7 +147,7 @@ export class Queue extends Context.Tag("pgfiber/Queue")<Queue, {
     readonly purge: (stage: string) => Effect.Effect<number, QueueError>
   }
   /** Subscribes to wake-ups for the life of the scope (one LISTEN connection for Postgres). */
-  readonly listen: (wakeups: Wakeups) => Effect.Effect<void, QueueError, Scope.Scope>
+  readonly listen: (wakeups: Wakeups) => Effect.Effect<void, never, Scope.Scope>
 }>() {}
 
 export interface QueueOptions {

@@ -38,7 +38,8 @@ export interface SettlerOptions {
 
 /** A failed settle keeps trying through a database blip; past this the leases have expired and the reaper owns the jobs. */
 const settleRetry = Schedule.exponential("50 millis").pipe(
-  Schedule.union(Schedule.spaced("5 seconds")),
+  // at most a second apart, so outcomes held through an outage are written within a second of its end
+  Schedule.union(Schedule.spaced("1 second")),
   Schedule.upTo("2 minutes")
 )
 

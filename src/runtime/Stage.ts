@@ -128,8 +128,15 @@ export const jobInfoDefaults: Pick<JobInfo, "timeout" | "progress"> = {
   progress: () => Effect.void
 }
 
-/** A 10 s lease, heartbeated every third of it: a crashed worker's job is requeued about 10 s after its last beat. */
-export const defaultLease = Duration.seconds(10)
+/**
+ * A 3 s lease, heartbeated every quarter of it (750 ms): a killed worker's jobs are requeued about 3 s after its
+ * last beat, so they restart within 5 s. A beat is one statement per pool (all its leases), sent only while the
+ * pool holds jobs: an idle worker sends none.
+ */
+export const defaultLease = Duration.seconds(3)
+
+/** How often a pool extends its leases: a quarter of the lease, so three beats can be lost before it expires. */
+export const heartbeatEvery = (leaseFor: Duration.Duration) => Duration.millis(Math.max(50, Duration.toMillis(leaseFor) / 4))
 
 export const make = <A, I, R, O = void, OI = O>(options: StageOptions<A, I, R, O, OI>): Stage<A, I, R, O> => ({
   name: options.name,

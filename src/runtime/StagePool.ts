@@ -22,14 +22,14 @@
  * 3. Nothing touches the queue for a job except through its lease; the database fences stale leases.
  * 4. A job that never started is released, never retried: it spent no attempt.
  */
-import { Cause, Clock, Deferred, Duration, Effect, Exit, Fiber, FiberRef, HashMap, HashSet, Logger, Metric, Option, Queue as Q, Runtime, Schedule, Schema, Scope } from "effect"
+import { Cause, Clock, Duration, Effect, Exit, Fiber, FiberRef, HashMap, HashSet, Logger, Metric, Option, Queue as Q, Runtime, Schedule, Schema, Scope } from "effect"
 import * as Db from "../layers/Db.js"
 import * as Events from "./Events.js"
 import * as JobRun from "./JobRun.js"
 import * as Metrics from "./Metrics.js"
 import * as Settler from "./Settler.js"
+import * as Stage from "./Stage.js"
 import * as StageControl from "./StageControl.js"
-import type * as Stage from "./Stage.js"
 import * as Waker from "./Waker.js"
 import type { Job, Lease } from "../queue/Job.js"
 import * as Outcome from "../queue/Outcome.js"
@@ -302,7 +302,7 @@ const makeCore = <A, I, R>(stage: Stage.Stage<A, I, R>, concurrency: number, onR
     }
 
     // ---- heartbeat: one statement for every held lease; a lease not extended was lost or cancelled ----
-    const heartbeatEvery = Duration.millis(Math.max(50, Duration.toMillis(stage.leaseFor) / 3))
+    const heartbeatEvery = Stage.heartbeatEvery(stage.leaseFor)
     yield* Effect.forkScoped(
       Effect.gen(function*() {
         yield* Effect.sleep(heartbeatEvery)
@@ -399,7 +399,7 @@ const payloadError = (e: unknown) => {
 
 /** A failed group commit keeps trying through a database blip; past this the leases have expired. */
 const releaseRetry = Schedule.exponential("100 millis").pipe(
-  Schedule.union(Schedule.spaced("5 seconds")),
+  Schedule.union(Schedule.spaced("1 second")),
   Schedule.upTo("2 minutes")
 )
 
@@ -445,8 +445,6 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
       if (!stopping && moreWork) poke()
     }
 
-    // the claim round in flight: shutdown waits for it, so jobs claimed as the signal arrived go back too
-    let round: Deferred.Deferred<void> | null = null
     const claimLoop = Effect.gen(function*() {
       yield* Q.take(signal)
       while (!stopping && moreWork) {
@@ -461,7 +459,6 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
         if (backlog && core.waiting.length === 0 && core.running < concurrency) ahead = Math.min(maxAhead, ahead * 2)
         else if (backlog && core.waiting.length > 0) ahead = Math.max(concurrency, Math.floor(ahead * 3 / 4))
         moreWork = false
-        round = yield* Deferred.make<void>()
         const jobs = yield* queue.claim(stage.name, want, claimOptions).pipe(
           Effect.tapError((e) =>
             Effect.zipRight(
@@ -469,7 +466,8 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
               Effect.logWarning("claim failed; pausing until the database answers", e.message)
             )
           ),
-          Effect.retry(Schedule.exponential("200 millis").pipe(Schedule.union(Schedule.spaced("5 seconds")))),
+          // at most a second apart: back at full speed within a second of the database's return
+          Effect.retry(Schedule.exponential("100 millis").pipe(Schedule.union(Schedule.spaced("1 second")))),
           Effect.orDie
         )
         paused = false
@@ -478,21 +476,17 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
         if (stopping) {
           // shutdown began while the claim was in flight: hand them straight back
           yield* queue.release(jobs).pipe(Effect.retry({ schedule: releaseRetry, while: (e) => e.unavailable }), Effect.ignore)
-          yield* Deferred.succeed(round, undefined)
-          round = null
           break
         }
         backlog = jobs.length === want
         if (backlog) moreWork = true
         core.accept(jobs)
-        yield* Deferred.succeed(round, undefined)
-        round = null
         if (!backlog) yield* waker.rearm
       }
     }).pipe(
-      Effect.ensuring(Effect.suspend(() => (round ? Deferred.succeed(round, undefined) : Effect.void))),
       Effect.catchAllCause((cause) => Effect.logError("claim loop failed; continuing", cause)),
-      Effect.forever,
+      // ends by itself once shutdown begins, so a claim in flight is never cut off between commit and release
+      Effect.repeat({ until: () => stopping }),
       Effect.annotateLogs({ stage: stage.name })
     )
     const claimer = yield* Effect.forkScoped(claimLoop)
@@ -501,8 +495,10 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
     yield* Effect.addFinalizer(() =>
       Effect.gen(function*() {
         stopping = true
-        // a claim in flight finishes and hands its jobs back; then nothing new starts
-        if (round) yield* Deferred.await(round).pipe(Effect.interruptible, Effect.timeout(Duration.seconds(30)), Effect.interruptible, Effect.ignore)
+        // the claimer sees `stopping` and ends; a claim in flight finishes and hands its jobs back first (a claim
+        // interrupted mid-statement might have committed unseen). Only a database that never answers cuts it short.
+        poke()
+        yield* Fiber.await(claimer).pipe(Effect.interruptible, Effect.timeout(Duration.seconds(30)), Effect.interruptible, Effect.ignore)
         yield* Fiber.interrupt(claimer).pipe(Effect.asVoid)
         core.stopStarting()
         const busy = core.running

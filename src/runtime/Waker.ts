@@ -6,16 +6,22 @@
  * - a slow safety sweep (default 60 s) that re-arms the timer, costing one statement when idle;
  * - other due times kept in memory by a `DueSource` (a schedule's next tick): one more wait for the same timer,
  *   and a NOTIFY whose payload is the source's topic (or a reconnect) tells the source to refresh;
- * - when LISTEN cannot be established, polling at `pollInterval` until it can, reported in `health`.
+ * - the listener's state is the truth: `down` (with `downSince`) from the moment its connection drops, or LISTEN
+ *   fails, until LISTEN is back; while down, every pool claims each `pollInterval` (the sweep switches at once),
+ *   and the return to `listening` is a catch-up. `health` and the metrics report it.
  */
-import { Clock, Context, Duration, Effect, Layer, Queue as Q, Schedule } from "effect"
+import { Clock, Context, Duration, Effect, Layer, Queue as Q } from "effect"
 import * as Metrics from "./Metrics.js"
 import * as Queue from "../queue/Queue.js"
 
-export type ListenerState = "connecting" | "listening" | "polling"
+export type ListenerState = "connecting" | "listening" | "down"
 
 export interface Health {
   readonly listener: ListenerState
+  /** When the listener last went down, while it is down (or has never come up); null while listening. */
+  readonly listenerDownSince: Date | null
+  /** Why it is down, while it is. */
+  readonly listenerDownReason: string | null
   readonly listenerReconnects: number
   readonly lastReapAt: Date | null
   readonly lastSweepAt: Date | null
@@ -58,6 +64,11 @@ export class Waker extends Context.Tag("pgfiber/Waker")<Waker, {
   readonly rearm: Effect.Effect<void>
   /** Adds a due time to the timer for the life of the scope. */
   readonly registerDue: (source: DueSource) => Effect.Effect<void, never, import("effect").Scope.Scope>
+  /**
+   * Hears every notification's topic (and "" on each reconnect) for the life of the scope, on the process's
+   * one LISTEN connection: the dashboard's live view, which must not open a second one.
+   */
+  readonly observe: (listener: (topic: string) => void) => Effect.Effect<void, never, import("effect").Scope.Scope>
   readonly health: Effect.Effect<Health>
 }>() {}
 
@@ -70,39 +81,58 @@ export const make = (options: Partial<WakerOptions> = {}) =>
     const sources = new Map<string, DueSource>()
     const rearmRequests = yield* Q.sliding<void>(1)
     let listener: ListenerState = "connecting"
+    let downSince: Date | null = new Date()
+    let downReason: string | null = "LISTEN not established yet"
     let reconnects = 0
     let lastReapAt: Date | null = null
     let lastReap: Queue.ReapResult | null = null
     let lastSweepAt: Date | null = null
+    // the sweep's cue that the listener changed state: switch between sweeping and polling now, not after a sweep
+    const listenerChanged = yield* Q.sliding<void>(1)
 
-    const wakeAll = () => pools.forEach((wake) => wake())
+    const observers = new Set<(topic: string) => void>()
+    const wakeAll = () => {
+      pools.forEach((wake) => wake())
+      observers.forEach((o) => o(""))
+    }
     const rearm = Effect.asVoid(Q.offer(rearmRequests, undefined))
 
-    // LISTEN: porsager keeps the connection and reconnects with backoff; `onListening` runs each time it is back
-    const listen = queue.listen({
-      onWake: (stage) => (pools.get(stage) ?? sources.get(stage)?.refresh)?.(),
+    // LISTEN on a connection Db watches: `onDown` the moment it drops, `onListening` each time it is back
+    yield* queue.listen({
+      onWake: (stage) => {
+        ;(pools.get(stage) ?? sources.get(stage)?.refresh)?.()
+        observers.forEach((o) => o(stage))
+      },
+      onDown: (reason) => {
+        if (listener !== "down") {
+          if (listener === "listening") downSince = new Date()
+          listener = "down"
+          Effect.runSync(Effect.logWarning(`LISTEN down (${reason}); polling every ${Duration.format(opts.pollInterval)} until it is back`).pipe(
+            Effect.annotateLogs({ component: "waker" })
+          ))
+          Q.unsafeOffer(listenerChanged, undefined)
+        }
+        downReason = reason
+      },
       onListening: () => {
+        const wasDown = downSince
         listener = "listening"
+        downSince = null
+        downReason = null
         reconnects++
         Effect.runSync(Metrics.listenerReconnects(Effect.succeed(1)))
+        if (wasDown !== null && reconnects > 1) {
+          Effect.runSync(Effect.logInfo(`LISTEN is back after ${((Date.now() - wasDown.getTime()) / 1000).toFixed(1)} s; catching up`).pipe(
+            Effect.annotateLogs({ component: "waker" })
+          ))
+        }
+        Q.unsafeOffer(listenerChanged, undefined)
+        // catch-up: notifications may have been missed while down
         wakeAll()
         sources.forEach((s) => s.refresh())
         Effect.runSync(rearm)
       }
     })
-    yield* Effect.forkScoped(
-      listen.pipe(
-        Effect.tapError((e) =>
-          Effect.logWarning(`LISTEN unavailable, polling every ${Duration.format(opts.pollInterval)} until it is back`, e.message).pipe(
-            Effect.zipRight(Effect.sync(() => (listener = "polling")))
-          )
-        ),
-        Effect.retry(Schedule.exponential("500 millis").pipe(Schedule.union(Schedule.spaced("10 seconds")))),
-        Effect.zipRight(Effect.never),
-        Effect.scoped,
-        Effect.annotateLogs({ component: "waker" })
-      )
-    )
 
     const reap = queue.reapExpired.pipe(
       Effect.tap((result) =>
@@ -165,10 +195,15 @@ export const make = (options: Partial<WakerOptions> = {}) =>
     )
     yield* Effect.forkScoped(armNextDueTimer)
 
-    // the safety sweep: covers a lost notification; while LISTEN is down it is the polling loop
+    // the safety sweep: covers a lost notification; while LISTEN is down it is the polling loop. A change of the
+    // listener's state cuts the wait short, so polling starts the moment LISTEN drops.
     const sweep = Effect.gen(function*() {
       const polling = listener !== "listening"
-      yield* Effect.sleep(polling ? opts.pollInterval : opts.sweepInterval)
+      const changed = yield* Effect.raceFirst(
+        Effect.as(Effect.sleep(polling ? opts.pollInterval : opts.sweepInterval), false),
+        Effect.as(Q.take(listenerChanged), true)
+      )
+      if (changed && listener === "listening") return
       lastSweepAt = new Date(yield* Clock.currentTimeMillis)
       if (listener !== "listening") {
         wakeAll()
@@ -202,13 +237,18 @@ export const make = (options: Partial<WakerOptions> = {}) =>
 
     const health = Effect.sync((): Health => ({
       listener,
+      listenerDownSince: downSince,
+      listenerDownReason: downReason,
       listenerReconnects: reconnects,
       lastReapAt,
       lastSweepAt,
       lastReap
     }))
 
-    return Waker.of({ register, rearm, registerDue, health })
+    const observe = (listener: (topic: string) => void) =>
+      Effect.acquireRelease(Effect.sync(() => observers.add(listener)), () => Effect.sync(() => observers.delete(listener))).pipe(Effect.asVoid)
+
+    return Waker.of({ register, rearm, registerDue, observe, health })
   })
 
 export const layer = (options: Partial<WakerOptions> = {}) => Layer.scoped(Waker, make(options))

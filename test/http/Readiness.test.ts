@@ -4,10 +4,11 @@
  * it does so even when DATABASE_URL points at a shared server.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Duration, Effect, Layer } from "effect"
+import { Duration, Effect, Layer, Redacted } from "effect"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
+import * as ApiKeys from "../../src/auth/ApiKeys.js"
 import * as Db from "../../src/layers/Db.js"
 import * as EmbeddedPg from "../../src/layers/EmbeddedPg.js"
 import * as Migrations from "../../src/queue/Migrations.js"
@@ -31,6 +32,12 @@ describe("/readyz", () => {
 
       const ready = yield* eventually(call(base, "GET", "/readyz"), (r) => r.status === 200)
       expect(ready.status).toBe(200)
+      expect(ready.json.listener.state).toBe("listening")
+      const key = Redacted.value((yield* Effect.provide(ApiKeys.ApiKeys, context).pipe(
+        Effect.flatMap((keys) => keys.create({ orgId: "org-ready", name: "ready" }))
+      )).token)
+      const api = yield* Effect.provide(baseUrl, context)
+      expect((yield* call(api, "POST", "/jobs", { key, body: { stage: "echo", payload: { n: 1 } } })).status).toBe(201)
 
       yield* server.stop
       const down = yield* eventually(call(base, "GET", "/readyz"), (r) => r.status === 503, Duration.seconds(15))
@@ -46,10 +53,23 @@ describe("/readyz", () => {
       const metrics = yield* call(base, "GET", "/metrics")
       expect(metrics.status).toBe(200)
       expect(metrics.text).toContain("pgfiber_database_up 0")
+      // the listener says it is down from the moment its connection dropped, and since when
+      const listenerDown = yield* eventually(call(base, "GET", "/readyz"), (r) => r.json.listener?.state === "down")
+      expect(listenerDown.json.listener.downSince).not.toBeNull()
+      expect(listenerDown.json.checks.listener.detail).toContain("LISTEN down since")
+      expect((yield* call(base, "GET", "/metrics")).text).toContain("pgfiber_listener_up 0")
+      // a request that needs the database fails (503) rather than waiting out the reconnect backoff
+      const postAt = Date.now()
+      const refused = yield* call(api, "POST", "/jobs", { key, body: { stage: "echo", payload: { n: 2 } } })
+      console.log(`POST /jobs while the database is down: ${refused.status} after ${Date.now() - postAt} ms`)
+      expect(refused.status).toBe(503)
 
       yield* server.start
       const back = yield* eventually(call(base, "GET", "/readyz"), (r) => r.status === 200, Duration.seconds(20))
       expect(back.status).toBe(200)
       expect(back.json.checks.database).toEqual({ ok: true, detail: "reachable" })
+      const listening = yield* eventually(call(base, "GET", "/readyz"), (r) => r.json.listener?.state === "listening")
+      expect(listening.json.listener.downSince).toBeNull()
+      expect((yield* call(base, "GET", "/metrics")).text).toContain("pgfiber_listener_up 1")
     }).pipe(Effect.scoped), 60_000)
 })
