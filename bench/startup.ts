@@ -24,7 +24,8 @@ const jobs = arg("jobs", 20_000)
 const databaseUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test"
 
 const variants = {
-  compiled: [Path.join(repoDir, "dist", "cli.js")],
+  // as bin/pgfiber.js (its shebang) and `npm start` run it
+  compiled: ["--max-semi-space-size=4", Path.join(repoDir, "dist", "cli.js")],
   tsx: ["--import", "tsx", Path.join(repoDir, "src", "main.ts")]
 } as const
 type Variant = keyof typeof variants
