@@ -137,6 +137,8 @@ export interface StageStats {
   readonly deadLetters: number
   /** How long the oldest ready job has waited, in ms; 0 when none is ready. */
   readonly oldestReadyAgeMs: number
+  /** Jobs are ready but the stage's token bucket is empty: they wait for its next token. */
+  readonly rateLimited: boolean
 }
 
 export interface ListOptions {
@@ -165,7 +167,8 @@ export const statsForStages = (rows: ReadonlyArray<StageStats>, stages: Readonly
     running: 0,
     cancelling: 0,
     deadLetters: 0,
-    oldestReadyAgeMs: 0
+    oldestReadyAgeMs: 0,
+    rateLimited: false
   }))
   return [...rows, ...empty].sort((a, b) => (a.stage < b.stage ? -1 : a.stage > b.stage ? 1 : 0))
 }

@@ -95,6 +95,202 @@ export const claimReady = (sql: Sql, stage: string, limit: number, workerId: str
     from next where j.id = next.id
     returning j.*`
 
+/** A stage's effective limits for one claim (code, configuration and run-time overrides merged). */
+export interface ClaimShares {
+  readonly fair: boolean
+  readonly maxRunning: number | null
+  readonly maxRunningPerOrg: number | null
+  readonly rate: { readonly limit: number; readonly perMs: number; readonly burst: number; readonly perOrg: boolean } | null
+}
+
+/** Serialises the claims of one capped or rate-limited stage, across processes, until the transaction ends. */
+export const lockStageLimits = (sql: Sql, schema: string, stage: string) =>
+  sql`select pg_advisory_xact_lock(hashtext(${`pgfiber.limits.${schema}`}), hashtext(${stage}))`
+
+/**
+ * Claims with fair shares, caps or a token bucket; one row: the claimed jobs as JSON in claim order, and when
+ * the bucket is what stopped it, the ms until its next token.
+ *
+ * Fairness: the (priority, org) pairs with queued jobs are found by a loose index scan over
+ * `jobs_ready_by_org` (one descent per pair, never a scan of the backlog); at each priority, each of the k orgs
+ * with a ready job offers its oldest ready jobs, at most ceil(limit / k), and the claim takes them by priority,
+ * then round by round: every org's r-th before any org's (r+1)-th. Not fair (but capped or rate-limited per
+ * org): the same walk, in age order. A claim may come back short when an org offers fewer than its share.
+ * Caps: the stage's running leases are counted here, by org; the bucket is refilled and spent here. Both are
+ * exact only under `lockStageLimits`, taken by an earlier statement of the same transaction, so that this
+ * statement's snapshot sees every claim committed before it (a READ COMMITTED snapshot is taken per statement).
+ * Locking: FOR UPDATE SKIP LOCKED on the picked rows; the bucket rows it spends.
+ */
+export const claimShares = (sql: Sql, stage: string, limit: number, workerId: string, leaseMs: number, s: ClaimShares) => {
+  const byOrg = s.fair || s.maxRunningPerOrg !== null || (s.rate?.perOrg ?? false)
+  const rate = s.rate ?? { limit: 1, perMs: 1000, burst: 1, perOrg: false }
+  const limited = s.rate !== null
+  // tokens in a bucket row at this statement's start, refilled since it was last spent and capped at the burst
+  const refilled = (b: string) =>
+    sql`least(${rate.burst}::float8, coalesce(${sql(b)}.tokens + greatest(0, extract(epoch from statement_timestamp() - ${sql(b)}.refilled_at)) * 1000
+          * ${rate.limit}::float8 / ${rate.perMs}::float8, ${rate.burst}::float8))`
+  const candidates = byOrg
+    ? sql`
+      groups(priority, org_key) as (
+        (select j.priority, coalesce(j.org_id, '') from jobs j
+         where j.stage = ${stage} and j.status = 'queued'
+         order by j.priority, coalesce(j.org_id, '') limit 1)
+        union all
+        select n.priority, n.org_key from groups g cross join lateral (
+          select j.priority, coalesce(j.org_id, '') as org_key from jobs j
+          where j.stage = ${stage} and j.status = 'queued' and (j.priority, coalesce(j.org_id, '')) > (g.priority, g.org_key)
+          order by j.priority, coalesce(j.org_id, '') limit 1) n
+      ), heads as (
+        select g.priority, g.org_key, count(*) over (partition by g.priority) as orgs from groups g
+        where exists (
+          select 1 from jobs j where j.stage = ${stage} and j.status = 'queued' and j.priority = g.priority
+            and coalesce(j.org_id, '') = g.org_key and j.available_at <= now())
+      ), offers as (
+        -- room: what the org's cap and bucket allow; offer: its fair share of this claim within that room
+        select h.priority, h.org_key, o.room,
+               least(o.room, ${s.fair ? sql`ceil(${limit}::float8 / h.orgs)::int` : sql`${limit}::int`}) as offer
+        from heads h
+        left join running r on r.org_key = h.org_key
+        left join rate_buckets b on b.stage = ${stage} and b.org_key = h.org_key
+        cross join lateral (
+          select least(${limit}::int,
+                       ${s.maxRunningPerOrg === null ? sql`${limit}::int` : sql`greatest(0, ${s.maxRunningPerOrg}::int - coalesce(r.n, 0))::int`},
+                       ${limited && rate.perOrg ? sql`floor(${refilled("b")})::int` : sql`${limit}::int`}) as room) o
+      ), shares as (
+        select f.priority, f.org_key, f.room, f.offer, c.id, c.available_at
+        from offers f cross join lateral (
+          select j.id, j.available_at from jobs j
+          where j.stage = ${stage} and j.status = 'queued' and j.priority = f.priority
+            and coalesce(j.org_id, '') = f.org_key and j.available_at <= now()
+          order by j.available_at, j.id
+          limit f.offer
+        ) c
+      ), filled as (
+        -- orgs with fewer ready jobs than their share leave the claim short: the orgs that filled theirs
+        -- offer more, up to that shortfall each (still round by round: these rank after every first share)
+        select f.priority, f.org_key, f.room - f.offer as more
+        from offers f
+        where f.offer < f.room and f.offer = (select count(*) from shares s where s.priority = f.priority and s.org_key = f.org_key)
+      ), extra as (
+        select f.priority, f.org_key, c.id, c.available_at
+        from filled f cross join lateral (
+          select j.id, j.available_at from jobs j
+          where j.stage = ${stage} and j.status = 'queued' and j.priority = f.priority
+            and coalesce(j.org_id, '') = f.org_key and j.available_at <= now()
+          order by j.available_at, j.id
+          offset (select offer from offers o where o.priority = f.priority and o.org_key = f.org_key)
+          limit least(f.more, ${limit}::int - (select count(*) from shares))
+        ) c
+        where (select count(*) from shares) < ${limit}::int
+      ), candidates as (
+        select u.id, u.org_key, u.available_at, u.priority,
+               row_number() over (partition by u.priority, u.org_key order by u.available_at, u.id) as org_rank
+        from (select priority, org_key, id, available_at from shares
+              union all select priority, org_key, id, available_at from extra) u
+      )`
+    : sql`
+      candidates as (
+        select j.id, coalesce(j.org_id, '') as org_key, j.available_at, j.priority, 1::bigint as org_rank from jobs j
+        where j.stage = ${stage} and j.status = 'queued' and j.available_at <= now()
+        order by j.priority, j.available_at, j.id
+        limit ${limit}
+      )`
+  return sql<Array<{ jobs: Array<Record<string, unknown>>; rate_wait_ms: number | null; capped: boolean }>>`
+    with recursive
+    prio as (
+      select priority from jobs
+      where stage = ${stage} and status = 'queued' and available_at <= now()
+      order by priority, available_at, id limit 1
+    ), running as (
+      select coalesce(org_id, '') as org_key, count(*)::int as n from jobs
+      where ${s.maxRunning !== null || s.maxRunningPerOrg !== null} and stage = ${stage} and status <> 'queued'
+      group by 1
+    ), stage_bucket as (
+      select ${refilled("b")} as tokens
+      from (select 1) one left join rate_buckets b on b.stage = ${stage} and b.org_key = ''
+    ), room as (
+      select least(${limit}::int,
+                   ${s.maxRunning === null ? sql`${limit}::int` : sql`greatest(0, ${s.maxRunning}::int - (select coalesce(sum(n), 0) from running))::int`},
+                   ${limited && !rate.perOrg ? sql`floor((select tokens from stage_bucket))::int` : sql`${limit}::int`}) as n
+    ), ${candidates}, picked as (
+      select id, org_key, row_number() over (order by priority, ${s.fair ? sql`org_rank,` : sql``} available_at, id) as ord
+      from candidates
+      order by priority, ${s.fair ? sql`org_rank,` : sql``} available_at, id
+      limit (select n from room)
+    ), locked as (
+      select j.id from jobs j
+      where j.id in (select id from picked) and j.status = 'queued'
+        and (select set_config('synchronous_commit', 'off', true)) = 'off'
+      for update skip locked
+    ), claimed as (
+      update jobs j
+      set status = 'running', locked_by = ${workerId}, locked_until = now() + ${leaseMs} * interval '1 millisecond',
+          lease = j.lease + 1, updated_at = statement_timestamp()
+      from locked where j.id = locked.id
+      returning j.*
+    ), spent as (
+      select ${rate.perOrg ? sql`p.org_key` : sql`''`} as org_key, count(*)::int as n
+      from claimed c join picked p on p.id = c.id
+      where ${limited}
+      group by 1
+    ), spend as (
+      insert into rate_buckets as b (stage, org_key, tokens, refilled_at, next_token_at)
+      select ${stage}, t.org_key, t.tokens, t.at,
+             case when t.tokens < 1 then t.at + (1 - t.tokens) * ${rate.perMs}::float8 / ${rate.limit}::float8 * interval '1 millisecond' end
+      from (
+        select s.org_key, ${refilled("prev")} - s.n as tokens,
+               greatest(statement_timestamp(), coalesce(prev.refilled_at, statement_timestamp())) as at
+        from spent s left join rate_buckets prev on prev.stage = ${stage} and prev.org_key = s.org_key
+      ) t
+      on conflict (stage, org_key) do update
+        set tokens = excluded.tokens, refilled_at = excluded.refilled_at, next_token_at = excluded.next_token_at
+      returning b.org_key, b.tokens
+    ), after as (
+      -- what each bucket that limits this stage holds now: the spent ones as written, the others as refilled
+      ${rate.perOrg
+      ? sql`select coalesce(sp.tokens, ${refilled("b")}) as tokens from heads h
+            left join spend sp on sp.org_key = h.org_key
+            left join rate_buckets b on b.stage = ${stage} and b.org_key = h.org_key`
+      : sql`select coalesce((select tokens from spend), (select tokens from stage_bucket)) as tokens`}
+    )
+    select
+      coalesce((select json_agg(row_to_json(c) order by p.ord) from claimed c join picked p on p.id = c.id), '[]'::json) as jobs,
+      case when ${limited} and (select count(*) from claimed) < ${limit}::int and exists (select 1 from prio)
+                and (select min(tokens) from after) < 1
+           then ((1 - (select min(tokens) from after)) * ${rate.perMs}::float8 / greatest(${rate.limit}::float8, 1e-9))::float8
+      end as rate_wait_ms,
+      (${s.maxRunning !== null || s.maxRunningPerOrg !== null} and (select count(*) from claimed) < ${limit}::int
+        and exists (select 1 from prio)) as capped`
+}
+
+/** Run-time limit overrides. Locking: none (a small table read by claimers through a one-second cache). */
+export const selectLimitOverrides = (sql: Sql) => sql<Array<Record<string, unknown>>>`select * from stage_limits order by stage`
+
+/** Merges fields into a stage's override (nulls keep the stored value). Locking: that row. */
+export const upsertLimitOverride = (sql: Sql, stage: string, o: {
+  fair: boolean | null; maxRunning: number | null; maxRunningPerOrg: number | null; rateLimit: number | null
+  ratePerMs: number | null; rateBurst: number | null; ratePerOrg: boolean | null
+}) =>
+  sql<Array<Record<string, unknown>>>`
+    insert into stage_limits as l (stage, fair, max_running, max_running_per_org, rate_limit, rate_per_ms, rate_burst, rate_per_org)
+    values (${stage}, ${o.fair}, ${o.maxRunning}, ${o.maxRunningPerOrg}, ${o.rateLimit}, ${o.ratePerMs}, ${o.rateBurst}, ${o.ratePerOrg})
+    on conflict (stage) do update set
+      fair = coalesce(excluded.fair, l.fair),
+      max_running = coalesce(excluded.max_running, l.max_running),
+      max_running_per_org = coalesce(excluded.max_running_per_org, l.max_running_per_org),
+      rate_limit = coalesce(excluded.rate_limit, l.rate_limit),
+      rate_per_ms = coalesce(excluded.rate_per_ms, l.rate_per_ms),
+      rate_burst = coalesce(excluded.rate_burst, l.rate_burst),
+      rate_per_org = coalesce(excluded.rate_per_org, l.rate_per_org),
+      updated_at = now()
+    returning *`
+
+/** Drops a stage's override and its buckets (a changed rate starts from a full bucket). Locking: those rows. */
+export const deleteLimitOverride = (sql: Sql, stage: string) =>
+  sql<Array<{ stage: string }>>`
+    with buckets as (delete from rate_buckets where stage = ${stage})
+    delete from stage_limits where stage = ${stage} returning stage`
+
 /** Extends held leases. Locking: row locks on the caller's own running jobs; unindexed columns, so HOT. */
 export const extendLeases = (sql: Sql, ids: ReadonlyArray<string>, leases: ReadonlyArray<number>, leaseMs: number) =>
   sql<Array<{ id: string }>>`
@@ -108,7 +304,8 @@ export const extendLeases = (sql: Sql, ids: ReadonlyArray<string>, leases: Reado
  * (id, lease, kind, delay_ms, tag, message) with kind one of complete | retry | reschedule | dead | release;
  * a retry with no attempt left becomes dead, and a job cancelled while it ran is removed by anything but a
  * completion. Returns one row per outcome whose lease still held, with the action taken; the others were
- * fenced. Releases and due requeues wake their stages.
+ * fenced. Releases and due requeues wake their stages; with `wakeFreed` (a capped stage) every settled job's
+ * stage is woken too, so a claimer in any process waiting for a free slot under the cap looks again.
  * Locking: the caller's own leased rows, locked in id order first (as heartbeats do), so two statements
  * touching the same rows never deadlock; a fenced row is never locked.
  */
@@ -122,14 +319,15 @@ export const settleOutcomes = (
     readonly delays: ReadonlyArray<number>
     readonly tags: ReadonlyArray<string | null>
     readonly messages: ReadonlyArray<string | null>
-  }
+  },
+  wakeFreed = false
 ) =>
   sql<Array<{ id: string; action: string; reason: string | null }>>`
     with input as (
       select * from unnest(${o.ids}::bigint[], ${o.leases}::int[], ${o.kinds}::text[], ${o.delays}::float8[],
                            ${o.tags}::text[], ${o.messages}::text[]) as i(id, lease, kind, delay_ms, tag, message)
     ), held as (
-      select j.id, i.delay_ms, i.tag, i.message,
+      select j.id, j.stage, i.delay_ms, i.tag, i.message,
              case when i.kind = 'complete' then 'complete'
                   when j.status = 'cancelled' then 'remove'
                   when i.kind = 'retry' and j.attempts + 1 >= j.max_attempts then 'dead'
@@ -170,7 +368,9 @@ export const settleOutcomes = (
       from held h where j.id = h.id and h.action in ('retry', 'reschedule', 'release')
       returning j.id, j.stage, h.action, h.delay_ms
     ), woken as (
-      select pg_notify(${channel(schema)}, stage) from (select distinct stage from requeued where delay_ms <= 0) s
+      select pg_notify(${channel(schema)}, stage) from (
+        select stage from requeued where delay_ms <= 0
+        union select stage from held where ${wakeFreed}) s
     )
     select id::text, action, null::text as reason from deleted
     union all select job_id::text, 'dead', reason from buried
@@ -256,6 +456,7 @@ export const stageStats = (sql: Sql) =>
     cancelling: string
     dead_letters: string
     oldest_ready_ms: number | null
+    rate_limited: boolean
   }>>`
     with live as (
       select stage,
@@ -268,11 +469,15 @@ export const stageStats = (sql: Sql) =>
       from jobs group by stage
     ), dead as (
       select stage, count(*) as dead_letters from dead_letters where resolution_status is null group by stage
+    ), limited as (
+      select distinct stage from rate_buckets where next_token_at > now()
     )
     select coalesce(live.stage, dead.stage) as stage,
            coalesce(ready, 0) as ready, coalesce(scheduled, 0) as scheduled, coalesce(running, 0) as running,
            coalesce(cancelling, 0) as cancelling, coalesce(dead_letters, 0) as dead_letters,
-           coalesce(oldest_ready_ms, 0)::float8 as oldest_ready_ms
+           coalesce(oldest_ready_ms, 0)::float8 as oldest_ready_ms,
+           (coalesce(ready, 0) > 0 and exists (select 1 from limited l where l.stage = coalesce(live.stage, dead.stage)))
+             as rate_limited
     from live full join dead on live.stage = dead.stage
     order by 1`
 

@@ -54,4 +54,6 @@ export interface SettleOptions {
    * writes commit with them (the stages' `onDeadLetter`). Only called when at least one was.
    */
   readonly onDeadLettered?: ((dead: ReadonlyArray<DeadLettered>) => Effect.Effect<void>) | undefined
+  /** Wake the stage in every process when its jobs settle: a claimer may be waiting for a slot under a cap. */
+  readonly wakeFreed?: boolean | undefined
 }
