@@ -59,7 +59,7 @@ export const applyOverride = (base: Shares, o: Override | null | undefined): Sha
     rate = {
       limit,
       perMs: o.ratePerMs ?? rate?.perMs ?? 1000,
-      burst: o.rateBurst ?? rate?.burst ?? 1,
+      burst: o.rateBurst ?? (rate && o.ratePerMs === null && o.rateLimit === null ? rate.burst : defaultBurst({ limit, perMs: o.ratePerMs ?? rate?.perMs ?? 1000 })),
       perOrg: o.ratePerOrg ?? rate?.perOrg ?? false
     }
   }
@@ -71,7 +71,10 @@ export const applyOverride = (base: Shares, o: Override | null | undefined): Sha
   }
 }
 
-/** What a stage declares in code: `rate: "500/1h"` or an object; `burst` defaults to 1 (evenly spaced). */
+/**
+ * What a stage declares in code: `rate: "500/1h"` or an object. `burst` defaults to a second's worth of tokens
+ * (at least 1): slow rates stay evenly spaced, fast ones do not lose tokens to a wake-up a few ms late.
+ */
 export interface StageLimits {
   readonly fair?: boolean
   readonly maxRunning?: number
@@ -97,6 +100,9 @@ export const formatRate = (r: RateLimit) => {
   return `${r.limit}/${per}${r.burst !== 1 ? ` burst ${r.burst}` : ""}${r.perOrg ? " per org" : ""}`
 }
 
+/** A second's worth of tokens, at least 1. */
+export const defaultBurst = (r: { readonly limit: number; readonly perMs: number }) => Math.max(1, Math.floor(r.limit * 1000 / r.perMs))
+
 /** A stage's code declaration as Shares. */
 export const fromStage = (l: StageLimits | undefined): Shares => {
   if (!l) return defaultShares
@@ -104,9 +110,10 @@ export const fromStage = (l: StageLimits | undefined): Shares => {
   if (typeof l.rate === "string") {
     const parsed = parseRate(l.rate)
     if (Either.isLeft(parsed)) throw new Error(parsed.left)
-    rate = { ...parsed.right, burst: 1, perOrg: false }
+    rate = { ...parsed.right, burst: defaultBurst(parsed.right), perOrg: false }
   } else if (l.rate) {
-    rate = { limit: l.rate.limit, perMs: Duration.toMillis(Duration.decode(l.rate.per)), burst: l.rate.burst ?? 1, perOrg: l.rate.perOrg ?? false }
+    const r = { limit: l.rate.limit, perMs: Duration.toMillis(Duration.decode(l.rate.per)) }
+    rate = { ...r, burst: l.rate.burst ?? defaultBurst(r), perOrg: l.rate.perOrg ?? false }
   }
   return { fair: l.fair ?? true, maxRunning: l.maxRunning ?? null, maxRunningPerOrg: l.maxRunningPerOrg ?? null, rate }
 }

@@ -53,7 +53,8 @@ export const jobInfo = (job: Job): Stage.JobInfo => ({
   polls: job.polls,
   orgId: job.orgId,
   subjectId: job.subjectId,
-  createdAt: job.createdAt
+  createdAt: job.createdAt,
+  claimedAt: job.updatedAt
 })
 
 export const leaseOf = (job: Job): Lease => ({ id: job.id, lease: job.lease })

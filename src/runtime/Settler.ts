@@ -31,6 +31,8 @@ export interface SettlerOptions {
   readonly settled: (batch: ReadonlyArray<Finished>, results: ReadonlyArray<Outcome.Settled | "unrecorded">) => void
   /** Some job went back to the queue for later: the Waker re-arms its timer. */
   readonly requeued: Effect.Effect<void>
+  /** Wake the stage in every process as its jobs settle (a capped stage: another may wait for the slot). */
+  readonly wakeFreed?: () => boolean
   /** Most outcomes written in one statement. */
   readonly maxBatch?: number
 }
@@ -104,7 +106,7 @@ export const make = <A, I, R>(stage: Stage.Stage<A, I, R>, options: SettlerOptio
       const batch = pending.splice(0, maxBatch)
       if (batch.length === 0) return
       const hook = onDeadLettered?.(batch)
-      const results = yield* queue.settle(batch.map((f) => f.decided.outcome), hook ? { onDeadLettered: hook } : undefined).pipe(
+      const results = yield* queue.settle(batch.map((f) => f.decided.outcome), { onDeadLettered: hook, wakeFreed: options.wakeFreed?.() ?? false }).pipe(
         Effect.tapError((e) => Effect.logWarning("settling a batch failed; retrying", e.message)),
         Effect.retry({ schedule: settleRetry, while: (e) => e._tag === "DbError" }),
         Effect.catchAllCause((cause) =>

@@ -5,6 +5,7 @@
 import { Duration, Effect, ParseResult, Schema } from "effect"
 import type { JobError } from "../JobError.js"
 import type * as Job from "../queue/Job.js"
+import * as Limits from "../queue/Limits.js"
 import * as Queue from "../queue/Queue.js"
 import * as RetryPolicy from "./RetryPolicy.js"
 
@@ -19,6 +20,8 @@ export interface JobInfo {
   readonly orgId: string | null
   readonly subjectId: string | null
   readonly createdAt: Date
+  /** When this run was claimed, by the database clock (what a stage's token bucket is measured against). */
+  readonly claimedAt: Date
 }
 
 /** A handler's success value: plain success, or success that hands off follow-up jobs atomically. */
@@ -56,6 +59,12 @@ export interface StageOptions<A, I, R> {
   readonly handler: (payload: A, job: JobInfo) => Effect.Effect<void | Completion, JobError, R>
   /** Jobs of this stage run at once in one process. */
   readonly concurrency?: number
+  /**
+   * The stage's share across every process: `fair` (default true) makes orgs take turns within a priority;
+   * `maxRunning` / `maxRunningPerOrg` cap running jobs globally; `rate` is a token bucket ("500/1h", or
+   * `{ limit, per, burst, perOrg }`). Configuration and run-time overrides (`pgfiber limits`) apply over these.
+   */
+  readonly limits?: Limits.StageLimits
   /** How long a claim holds without a heartbeat; a dead worker's job is retried after this. */
   readonly leaseFor?: Duration.DurationInput
   /** A run longer than this is interrupted and counts as a transient failure. */
@@ -79,6 +88,7 @@ export interface Stage<A, I, R> {
   readonly payload: Schema.Schema<A, I>
   readonly handler: (payload: A, job: JobInfo) => Effect.Effect<void | Completion, JobError, R>
   readonly concurrency: number
+  readonly shares: Limits.Shares
   readonly leaseFor: Duration.Duration
   readonly timeout: Duration.Duration
   readonly policy: RetryPolicy.RetryPolicy
@@ -100,6 +110,7 @@ export const make = <A, I, R>(options: StageOptions<A, I, R>): Stage<A, I, R> =>
   payload: options.payload,
   handler: options.handler,
   concurrency: options.concurrency ?? 4,
+  shares: Limits.fromStage(options.limits),
   leaseFor: options.leaseFor ? Duration.decode(options.leaseFor) : defaultLease,
   timeout: options.timeout ? Duration.decode(options.timeout) : Duration.minutes(15),
   policy: options.policy ?? RetryPolicy.defaultPolicy,

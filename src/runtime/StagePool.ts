@@ -31,6 +31,7 @@ import type * as Stage from "./Stage.js"
 import * as Waker from "./Waker.js"
 import type { Job, Lease } from "../queue/Job.js"
 import * as Outcome from "../queue/Outcome.js"
+import * as Limits from "../queue/Limits.js"
 import * as Queue from "../queue/Queue.js"
 
 export interface PoolOptions {
@@ -39,6 +40,8 @@ export interface PoolOptions {
   readonly shutdownGrace: Duration.Duration
   /** Overrides the stage's own concurrency (e.g. from configuration). */
   readonly concurrency?: number | undefined
+  /** Configuration over the stage's own limits (run-time overrides in the database apply over both). */
+  readonly limits?: Partial<Limits.Override> | undefined
   /** Where the pool reports its state for health checks. */
   readonly health?: Map<string, PoolHealth> | undefined
 }
@@ -51,6 +54,10 @@ export interface PoolHealth {
   /** The claim loop is retrying because the database does not answer. */
   readonly paused: boolean
   readonly lastClaimAt: Date | null
+  /** The stage's token bucket is empty with jobs ready: the pool waits for the next token. */
+  readonly rateLimited: boolean
+  /** The stage's global cap (or an org's) is full with jobs ready: the pool waits for a slot to free. */
+  readonly capped: boolean
 }
 
 type Phase = "waiting" | "running" | "settling"
@@ -85,7 +92,12 @@ const nativeTracer = Effect.runSync(Effect.tracer)
  */
 export const maxUnsettledFor = (concurrency: number) => Math.max(100, 10 * concurrency)
 
-const makeCore = <A, I, R>(stage: Stage.Stage<A, I, R>, concurrency: number, onRequeued: Effect.Effect<void>) =>
+const makeCore = <A, I, R>(
+  stage: Stage.Stage<A, I, R>,
+  concurrency: number,
+  onRequeued: Effect.Effect<void>,
+  wakeFreed: () => boolean = () => false
+) =>
   Effect.gen(function*() {
     const maxUnsettled = maxUnsettledFor(concurrency)
     const queue = yield* Queue.Queue
@@ -103,6 +115,7 @@ const makeCore = <A, I, R>(stage: Stage.Stage<A, I, R>, concurrency: number, onR
 
     const settler = yield* Settler.make(stage, {
       requeued: onRequeued,
+      wakeFreed,
       settled: (batch, results) => {
         for (let i = 0; i < batch.length; i++) {
           const job = batch[i]!.job
@@ -362,9 +375,16 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
     const queue = yield* Queue.Queue
     const waker = yield* Waker.Waker
     const concurrency = Math.max(1, options.concurrency ?? stage.concurrency)
-    const claimOptions = { workerId: options.workerId, leaseFor: stage.leaseFor }
+    const shares = Limits.applyOverride(stage.shares, options.limits ? { ...Limits.emptyOverride, ...options.limits } : null)
+    const claimOptions = { workerId: options.workerId, leaseFor: stage.leaseFor, shares }
     const claimedMetric = Metrics.forStage(Metrics.claimed, stage.name)
-    const core = yield* makeCore(stage, concurrency, waker.rearm)
+    // held back by the stage's limits (told by the last claim): until the next token, or until a slot frees
+    let blocked: Waker.Blocked = null
+    // caps in code or configuration, or seen in a claim (a run-time override): settles wake other processes
+    let capsSeen = shares.maxRunning !== null || shares.maxRunningPerOrg !== null
+    // claiming ahead would spend tokens and cap slots on jobs that only wait here
+    let limited = Limits.isLimited(shares)
+    const core = yield* makeCore(stage, concurrency, waker.rearm, () => capsSeen)
 
     let stopping = false
     let paused = false
@@ -375,7 +395,9 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
       get concurrency() { return concurrency },
       get inFlight() { return core.running },
       get paused() { return paused },
-      get lastClaimAt() { return lastClaimAt }
+      get lastClaimAt() { return lastClaimAt },
+      get rateLimited() { return typeof blocked === "number" && blocked > Date.now() },
+      get capped() { return blocked === "capacity" }
     })
     yield* Effect.addFinalizer(() => Effect.sync(() => options.health?.delete(stage.name)))
 
@@ -401,7 +423,7 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
       yield* Q.take(signal)
       while (!stopping && moreWork) {
         const inHand = core.running + core.waiting.length
-        const limit = backlog ? concurrency + ahead : concurrency
+        const limit = backlog && !limited ? concurrency + ahead : concurrency
         const want = limit - inHand
         // under a backlog, refill only once the jobs in hand run low: fewer, larger claims
         if (want <= 0 || (backlog && core.waiting.length > Math.floor(ahead / 2)) || core.settling >= maxSettling) break
@@ -410,7 +432,7 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
         else if (backlog && core.waiting.length > 0) ahead = Math.max(concurrency, Math.floor(ahead * 3 / 4))
         moreWork = false
         round = yield* Deferred.make<void>()
-        const jobs = yield* queue.claim(stage.name, want, claimOptions).pipe(
+        const result = yield* queue.claimBatch(stage.name, want, claimOptions).pipe(
           Effect.tapError((e) =>
             Effect.zipRight(
               Effect.sync(() => (paused = true)),
@@ -420,8 +442,12 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
           Effect.retry(Schedule.exponential("200 millis").pipe(Schedule.union(Schedule.spaced("5 seconds")))),
           Effect.orDie
         )
+        const jobs = result.jobs
         paused = false
         lastClaimAt = new Date()
+        blocked = result.rateLimitedForMs !== null ? Date.now() + result.rateLimitedForMs : result.capped ? "capacity" : null
+        if (result.capped) capsSeen = true
+        if (blocked !== null) limited = true
         if (jobs.length > 0) yield* Metric.incrementBy(claimedMetric, jobs.length)
         if (stopping) {
           // shutdown began while the claim was in flight: hand them straight back
@@ -474,9 +500,11 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
     )
 
     yield* waker.register(stage.name, () => {
+      // a wake-up (a NOTIFY, a slot freed, the next token) lifts the block until the next claim says otherwise
+      blocked = null
       moreWork = true
       poke()
-    })
+    }, () => blocked)
   })
 
 /** The stage as a Layer: its pool runs for the life of the layer. */

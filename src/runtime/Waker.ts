@@ -6,7 +6,10 @@
  * - a slow safety sweep (default 60 s) that re-arms the timer, costing one statement when idle;
  * - other due times kept in memory by a `DueSource` (a schedule's next tick): one more wait for the same timer,
  *   and a NOTIFY whose payload is the source's topic (or a reconnect) tells the source to refresh;
- * - when LISTEN cannot be established, polling at `pollInterval` until it can, reported in `health`.
+ * - when LISTEN cannot be established, polling at `pollInterval` until it can, reported in `health`;
+ * - a pool held back by its stage's limits says so (`Blocked`): a rate-limited stage is left out of the
+ *   due-job question and woken by the same timer at its next token; a capped one waits for a NOTIFY (a slot
+ *   freed in any process) or its own slot freeing, so neither polls.
  */
 import { Clock, Context, Duration, Effect, Layer, Queue as Q, Schedule } from "effect"
 import * as Metrics from "./Metrics.js"
@@ -48,9 +51,12 @@ export interface DueSource {
   readonly fire: Effect.Effect<void>
 }
 
+/** Why a pool will not claim now although jobs are ready: until a time (ms since epoch, its next token), or until a slot frees. */
+export type Blocked = number | "capacity" | null
+
 export class Waker extends Context.Tag("pgfiber/Waker")<Waker, {
   /** A pool registers its wake-up for the life of its scope. */
-  readonly register: (stage: string, wake: () => void) => Effect.Effect<void, never, import("effect").Scope.Scope>
+  readonly register: (stage: string, wake: () => void, blocked?: () => Blocked) => Effect.Effect<void, never, import("effect").Scope.Scope>
   /** A pool found less than it asked for (or scheduled something for later): re-arm the next-due timer. */
   readonly rearm: Effect.Effect<void>
   /** Adds a due time to the timer for the life of the scope. */
@@ -63,6 +69,7 @@ export const make = (options: Partial<WakerOptions> = {}) =>
     const opts = { ...defaultOptions, ...options }
     const queue = yield* Queue.Queue
     const pools = new Map<string, () => void>()
+    const blockedBy = new Map<string, () => Blocked>()
     const sources = new Map<string, DueSource>()
     const rearmRequests = yield* Q.sliding<void>(1)
     let listener: ListenerState = "connecting"
@@ -120,7 +127,9 @@ export const make = (options: Partial<WakerOptions> = {}) =>
     // (or a re-arm request). Each firing re-asks first, so heartbeated leases never trigger a useless reap.
     const armNextDueTimer = Effect.gen(function*() {
       yield* Q.take(rearmRequests)
-      const next = yield* queue.nextWake([...pools.keys()])
+      // a blocked pool's ready jobs are not due for it: asking would fire the timer at once, again and again
+      const blocked = new Map([...blockedBy].map(([stage, f]) => [stage, f()] as const))
+      const next = yield* queue.nextWake([...pools.keys()].filter((stage) => (blocked.get(stage) ?? null) === null))
       if (next.leaseExpiresInMs === 0) {
         const reaped = yield* reap
         // the reaped jobs are queued now (and NOTIFYed); look again for what remains. Nothing reaped means
@@ -131,8 +140,14 @@ export const make = (options: Partial<WakerOptions> = {}) =>
         return
       }
       // due now: wake the pools; a pool that comes up short asks for the next re-arm itself
-      if (next.jobDueInMs === 0) wakeAll()
+      if (next.jobDueInMs === 0) pools.forEach((wake, stage) => (blocked.get(stage) ?? null) === null && wake())
       const now = yield* Clock.currentTimeMillis
+      const tokenDue: Array<number> = []
+      for (const [stage, b] of blocked) {
+        if (typeof b !== "number") continue
+        if (b <= now) pools.get(stage)?.()
+        else tokenDue.push(b - now)
+      }
       const sourceDue = [...sources.values()].map((s) => [s, s.dueInMs(now)] as const)
       const dueSources = sourceDue.filter(([, ms]) => ms !== null && ms <= 0)
       if (dueSources.length > 0) {
@@ -140,7 +155,7 @@ export const make = (options: Partial<WakerOptions> = {}) =>
         yield* rearm
         return
       }
-      const waits = [next.jobDueInMs, next.leaseExpiresInMs, ...sourceDue.map(([, ms]) => ms)]
+      const waits = [next.jobDueInMs, next.leaseExpiresInMs, ...tokenDue, ...sourceDue.map(([, ms]) => ms)]
         .filter((ms): ms is number => ms !== null && ms > 0)
       if (waits.length === 0) return
       // whichever comes first, the timer or a re-arm request, the next round asks the database again
@@ -174,13 +189,17 @@ export const make = (options: Partial<WakerOptions> = {}) =>
     }).pipe(Effect.forever)
     yield* Effect.forkScoped(sweep)
 
-    const register = (stage: string, wake: () => void) =>
+    const register = (stage: string, wake: () => void, blocked?: () => Blocked) =>
       Effect.acquireRelease(
         Effect.sync(() => {
           pools.set(stage, wake)
+          if (blocked) blockedBy.set(stage, blocked)
           wake()
         }),
-        () => Effect.sync(() => pools.delete(stage))
+        () => Effect.sync(() => {
+          pools.delete(stage)
+          blockedBy.delete(stage)
+        })
       ).pipe(Effect.zipRight(rearm))
 
     const registerDue = (source: DueSource) =>

@@ -32,7 +32,8 @@ const info = (stage: string, callId: string, polls = 0): Stage.JobInfo => ({
   polls,
   orgId,
   subjectId: callId,
-  createdAt: new Date()
+  createdAt: new Date(),
+  claimedAt: new Date()
 })
 
 /** The follow-up a run handed off, with its payload decoded by the next stage's Schema. */
