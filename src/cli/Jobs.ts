@@ -303,10 +303,14 @@ export const stats = Command.make("stats", { json: jsonFlag }, ({ json }) =>
           { header: "RUNNING", align: "right" },
           { header: "CANCELLING", align: "right" },
           { header: "DEAD", align: "right" },
-          { header: "OLDEST READY", align: "right" }
+          { header: "OLDEST READY", align: "right" },
+          { header: "NOTE" }
         ],
         [
-          ...all.map((s) => [s.stage, n(s.ready), n(s.scheduled), n(s.running), n(s.cancelling), n(s.deadLetters), Output.age(s.oldestReadyAgeMs)]),
+          ...all.map((s) => [
+            s.stage, n(s.ready), n(s.scheduled), n(s.running), n(s.cancelling), n(s.deadLetters), Output.age(s.oldestReadyAgeMs),
+            s.rateLimited ? "rate limited" : ""
+          ]),
           [
             "total",
             sum((s) => s.ready),
@@ -314,7 +318,8 @@ export const stats = Command.make("stats", { json: jsonFlag }, ({ json }) =>
             sum((s) => s.running),
             sum((s) => s.cancelling),
             sum((s) => s.deadLetters),
-            Output.age(Math.max(0, ...all.map((s) => s.oldestReadyAgeMs)))
+            Output.age(Math.max(0, ...all.map((s) => s.oldestReadyAgeMs))),
+            ""
           ]
         ]
       ))

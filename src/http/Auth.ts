@@ -58,7 +58,7 @@ const bearerToken = (header: string | undefined) => {
  * included), under the failed-authentication limit.
  */
 export const guard = (
-  openPaths: ReadonlySet<string>,
+  openPaths: { readonly has: (path: string) => boolean },
   routePath: (url: string) => string,
   limits: AuthLimiter.AuthLimiterOptions
 ) =>

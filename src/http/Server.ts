@@ -31,6 +31,7 @@ import * as Auth from "./Auth.js"
 import * as AuthLimiter from "./AuthLimiter.js"
 import * as Calls from "./Calls.js"
 import * as Health from "./Health.js"
+import * as LimitsHttp from "./Limits.js"
 import * as Jobs from "./Jobs.js"
 import * as Schedules from "./Schedules.js"
 
@@ -92,7 +93,9 @@ const quietPaths = new Set(["/healthz", "/readyz", "/metrics"])
 export const livenessPath = "/healthz"
 /** Served on the admin listener only (and without a key there): operational, some of them across orgs. */
 export const adminPaths: ReadonlySet<string> = new Set(["/readyz", "/metrics", "/docs", "/openapi.json"])
-const openPaths: ReadonlySet<string> = new Set([livenessPath, ...adminPaths])
+/** Shared limits are the operator's: `/limits` and `/limits/<stage>` answer on the admin listener only. */
+const isAdminPath = (path: string) => adminPaths.has(path) || path === "/limits" || path.startsWith("/limits/")
+const openPaths = { has: (path: string) => path === livenessPath || isAdminPath(path) }
 
 /**
  * A request's path as the router will match it (percent-decoded, repeated and trailing slashes folded, case
@@ -261,7 +264,7 @@ export const accessLog = <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, 
 const listenerFilter = (listener: "api" | "admin") => <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, R> =>
   Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
     const path = routePath(request.url)
-    const served = path === livenessPath || (listener === "admin") === adminPaths.has(path)
+    const served = path === livenessPath || (listener === "admin") === isAdminPath(path)
     return served ? app : Effect.succeed(jsonError(404, "NotFound", "no such route"))
   })
 
@@ -286,6 +289,7 @@ export const layerApi = <R = never>(
   ).pipe(
     Layer.provideMerge(HttpApiBuilder.api(Api)),
     Layer.provide(Health.layer),
+    Layer.provide(LimitsHttp.layer),
     Layer.provide(Jobs.layer<R>(options)),
     Layer.provide(Schedules.layer),
     Layer.provide(Calls.layer),

@@ -126,3 +126,31 @@ export interface ClaimResult<J> {
   /** The claim came back short with jobs ready under a cap: wait for a slot to free. */
   readonly capped: boolean
 }
+
+/** A stage's limits as an operator sees them: each layer, and what claims obey. */
+export interface View {
+  readonly stage: string
+  readonly effective: Shares
+  /** The run-time override in force, if any. */
+  readonly override: Override | null
+  /** Where the effective limits come from: the code alone, configuration over it, or a run-time override. */
+  readonly source: "code" | "config" | "override"
+}
+
+export const view = (stage: string, code: Shares, config: Partial<Override> | undefined, override: Override | null): View => {
+  const configured = config && Object.keys(config).length > 0 ? applyOverride(code, { ...emptyOverride, ...config }) : code
+  return {
+    stage,
+    effective: applyOverride(configured, override),
+    override,
+    source: override ? "override" : configured !== code ? "config" : "code"
+  }
+}
+
+/** A plain-text line of a stage's limits, for tables. */
+export const describe = (s: Shares) => ({
+  fair: s.fair ? "yes" : "no",
+  maxRunning: s.maxRunning === null ? "-" : String(s.maxRunning),
+  maxRunningPerOrg: s.maxRunningPerOrg === null ? "-" : String(s.maxRunningPerOrg),
+  rate: s.rate === null ? "-" : formatRate(s.rate)
+})

@@ -10,7 +10,7 @@ import * as Limits from "../queue/Limits.js"
 import * as Stage from "./Stage.js"
 import * as StagePool from "./StagePool.js"
 import * as Waker from "./Waker.js"
-import type * as Queue from "../queue/Queue.js"
+import * as Queue from "../queue/Queue.js"
 
 export interface WorkerOptions {
   readonly workerId: string
@@ -142,3 +142,18 @@ export const layer = <const Stages extends ReadonlyArray<Stage.Any>>(
     Layer.provideMerge(Waker.layer({ sweepInterval: options.sweepInterval, pollInterval: options.pollInterval }))
   ) as Layer.Layer<Waker.Waker | WorkerInfo, never, Queue.Queue | Stage.Requirements<Stages[number]>>
 }
+
+/**
+ * Every given stage's limits as claims see them (code, then this process's configuration, then the run-time
+ * override), and any override of a stage not given: for `pgfiber limits list` and `GET /limits`.
+ */
+export const limitViews = (stages: ReadonlyArray<{ readonly name: string; readonly shares: Limits.Shares }>) =>
+  Effect.gen(function*() {
+    const queue = yield* Queue.Queue
+    const configured = yield* config
+    const overrides = yield* queue.limits.list
+    const known = stages.map((s) => Limits.view(s.name, s.shares, configured.limits?.[s.name], overrides.get(s.name) ?? null))
+    const unknown = [...overrides].filter(([name]) => !stages.some((s) => s.name === name))
+      .map(([name, o]) => Limits.view(name, Limits.defaultShares, configured.limits?.[name], o))
+    return [...known, ...unknown].sort((a, b) => a.stage.localeCompare(b.stage))
+  })
