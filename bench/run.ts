@@ -157,7 +157,7 @@ const main = async () => {
           if (!("error" in r)) log(`    pgfiber + 1 schedule/min, between ticks: ${r.statementsPer10s.toFixed(1)} statements/10 s`)
           idleScheduled.push(r)
           const rl = await attempt(`idle pgfiber with a rate-limited stage waiting (${sizes.idleRate}), run ${run}`, () =>
-            W.idleRateLimited(cluster, Pgfiber.subject, run, { windowMs: sizes.idleWindowMs, warmMs: sizes.idleWarmMs, rate: sizes.idleRate }))
+            W.idleRateLimited(cluster, Pgfiber.subject, run, { windowMs: sizes.idleWindowMs, warmMs: 10_000, rate: sizes.idleRate }))
           if (!("error" in rl)) log(`    pgfiber, rate-limited stage waiting: ${rl.statementsPer10s.toFixed(1)} statements/10 s`)
           idleRateLimited.push(rl)
         }

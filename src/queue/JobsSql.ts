@@ -111,17 +111,22 @@ export const lockStageLimits = (sql: Sql, schema: string, stage: string) =>
  * Claims with fair shares, caps or a token bucket; one row: the claimed jobs as JSON in claim order, and when
  * the bucket is what stopped it, the ms until its next token.
  *
- * Fairness: the (priority, org) pairs with queued jobs are found by a loose index scan over
- * `jobs_ready_by_org` (one descent per pair, never a scan of the backlog); at each priority, each of the k orgs
- * with a ready job offers its oldest ready jobs, at most ceil(limit / k), and the claim takes them by priority,
- * then round by round: every org's r-th before any org's (r+1)-th. Not fair (but capped or rate-limited per
- * org): the same walk, in age order. A claim may come back short when an org offers fewer than its share.
+ * Fairness, at the most urgent priority with a ready job: a loose index scan over `jobs_ready_by_org` visits
+ * the orgs with queued jobs in org order, starting after `cursor` (the last org the previous claim of this
+ * process visited) and wrapping, at most `limit` of them (one index descent each, never a scan of the
+ * backlog). Each of the k visited orgs offers its oldest ready jobs, ceil(limit / k) at most; those that
+ * filled their share make up for those that could not; the claim takes them round by round: every org's r-th
+ * before any org's (r+1)-th. What is still missing comes from the next priorities, in age order (unless caps
+ * or buckets are per org). So with k orgs ready, every org is visited at least once in ceil(k / limit) claims.
+ * Not fair (but capped or rate-limited per org): the same walk, in age order.
  * Caps: the stage's running leases are counted here, by org; the bucket is refilled and spent here. Both are
  * exact only under `lockStageLimits`, taken by an earlier statement of the same transaction, so that this
  * statement's snapshot sees every claim committed before it (a READ COMMITTED snapshot is taken per statement).
  * Locking: FOR UPDATE SKIP LOCKED on the picked rows; the bucket rows it spends.
  */
-export const claimShares = (sql: Sql, stage: string, limit: number, workerId: string, leaseMs: number, s: ClaimShares) => {
+export const claimShares = (
+  sql: Sql, stage: string, limit: number, workerId: string, leaseMs: number, s: ClaimShares, cursor: string | null
+) => {
   const byOrg = s.fair || s.maxRunningPerOrg !== null || (s.rate?.perOrg ?? false)
   const rate = s.rate ?? { limit: 1, perMs: 1000, burst: 1, perOrg: false }
   const limited = s.rate !== null
@@ -129,64 +134,87 @@ export const claimShares = (sql: Sql, stage: string, limit: number, workerId: st
   const refilled = (b: string) =>
     sql`least(${rate.burst}::float8, coalesce(${sql(b)}.tokens + greatest(0, extract(epoch from statement_timestamp() - ${sql(b)}.refilled_at)) * 1000
           * ${rate.limit}::float8 / ${rate.perMs}::float8, ${rate.burst}::float8))`
+  const perOrgLimits = s.maxRunningPerOrg !== null || rate.perOrg && limited
+  // the first queued job of the next org in index order: one descent lands on the org and on its oldest job
+  const headAfter = (cond: ReturnType<typeof sql>) => sql`
+    select coalesce(j.org_id, '') as org_key, j.id, j.available_at from jobs j
+    where j.stage = ${stage} and j.status = 'queued' and j.priority = (select priority from prio) and ${cond}
+    order by coalesce(j.org_id, ''), j.available_at, j.id limit 1`
   const candidates = byOrg
     ? sql`
-      groups(priority, org_key) as (
-        (select j.priority, coalesce(j.org_id, '') from jobs j
-         where j.stage = ${stage} and j.status = 'queued'
-         order by j.priority, coalesce(j.org_id, '') limit 1)
+      after_cursor(org_key, id, available_at, n) as (
+        (select h.*, 1 from (${headAfter(sql`(${cursor}::text is null or coalesce(j.org_id, '') > ${cursor}::text)`)}) h)
         union all
-        select n.priority, n.org_key from groups g cross join lateral (
-          select j.priority, coalesce(j.org_id, '') as org_key from jobs j
-          where j.stage = ${stage} and j.status = 'queued' and (j.priority, coalesce(j.org_id, '')) > (g.priority, g.org_key)
-          order by j.priority, coalesce(j.org_id, '') limit 1) n
-      ), heads as (
-        select g.priority, g.org_key, count(*) over (partition by g.priority) as orgs from groups g
-        where exists (
-          select 1 from jobs j where j.stage = ${stage} and j.status = 'queued' and j.priority = g.priority
-            and coalesce(j.org_id, '') = g.org_key and j.available_at <= now())
+        select h.*, g.n + 1 from after_cursor g
+        cross join lateral (${headAfter(sql`coalesce(j.org_id, '') > g.org_key`)}) h
+        where g.n < ${limit}::int
+      ), from_start(org_key, id, available_at, n) as (
+        (select h.*, (select count(*) from after_cursor) + 1
+         from (${headAfter(sql`coalesce(j.org_id, '') <= ${cursor}::text`)}) h
+         where ${cursor}::text is not null and (select count(*) from after_cursor) < ${limit}::int)
+        union all
+        select h.*, g.n + 1 from from_start g
+        cross join lateral (${headAfter(sql`coalesce(j.org_id, '') > g.org_key and coalesce(j.org_id, '') <= ${cursor}::text`)}) h
+        where g.n < ${limit}::int
+      ), visited as (
+        select * from after_cursor union all select * from from_start
       ), offers as (
         -- room: what the org's cap and bucket allow; offer: its fair share of this claim within that room
-        select h.priority, h.org_key, o.room,
-               least(o.room, ${s.fair ? sql`ceil(${limit}::float8 / h.orgs)::int` : sql`${limit}::int`}) as offer
-        from heads h
-        left join running r on r.org_key = h.org_key
-        left join rate_buckets b on b.stage = ${stage} and b.org_key = h.org_key
+        select v.org_key, v.n, v.id, v.available_at, o.room,
+               least(o.room, ${s.fair ? sql`ceil(${limit}::float8 / (select count(*) from visited))::int` : sql`${limit}::int`}) as offer
+        from visited v
+        left join running r on r.org_key = v.org_key
+        left join rate_buckets b on b.stage = ${stage} and b.org_key = v.org_key
         cross join lateral (
           select least(${limit}::int,
                        ${s.maxRunningPerOrg === null ? sql`${limit}::int` : sql`greatest(0, ${s.maxRunningPerOrg}::int - coalesce(r.n, 0))::int`},
                        ${limited && rate.perOrg ? sql`floor(${refilled("b")})::int` : sql`${limit}::int`}) as room) o
       ), shares as (
-        select f.priority, f.org_key, f.room, f.offer, c.id, c.available_at
+        -- each org's head job (found by the walk), then its next ready ones up to its share
+        select f.org_key, f.room, f.offer, f.id, f.available_at, (select priority from prio) as priority
+        from offers f where f.offer >= 1 and f.available_at <= now()
+        union all
+        select f.org_key, f.room, f.offer, c.id, c.available_at, c.priority
         from offers f cross join lateral (
-          select j.id, j.available_at from jobs j
-          where j.stage = ${stage} and j.status = 'queued' and j.priority = f.priority
+          select j.id, j.available_at, j.priority from jobs j
+          where j.stage = ${stage} and j.status = 'queued' and j.priority = (select priority from prio)
             and coalesce(j.org_id, '') = f.org_key and j.available_at <= now()
+            and (j.available_at, j.id) > (f.available_at, f.id)
           order by j.available_at, j.id
-          limit f.offer
+          limit f.offer - 1
         ) c
+        where f.offer > 1 and f.available_at <= now()
       ), filled as (
         -- orgs with fewer ready jobs than their share leave the claim short: the orgs that filled theirs
         -- offer more, up to that shortfall each (still round by round: these rank after every first share)
-        select f.priority, f.org_key, f.room - f.offer as more
+        select f.org_key, f.offer, f.room - f.offer as more
         from offers f
-        where f.offer < f.room and f.offer = (select count(*) from shares s where s.priority = f.priority and s.org_key = f.org_key)
+        where f.offer < f.room and f.offer = (select count(*) from shares s where s.org_key = f.org_key)
       ), extra as (
-        select f.priority, f.org_key, c.id, c.available_at
+        select f.org_key, c.id, c.available_at, c.priority
         from filled f cross join lateral (
-          select j.id, j.available_at from jobs j
-          where j.stage = ${stage} and j.status = 'queued' and j.priority = f.priority
+          select j.id, j.available_at, j.priority from jobs j
+          where j.stage = ${stage} and j.status = 'queued' and j.priority = (select priority from prio)
             and coalesce(j.org_id, '') = f.org_key and j.available_at <= now()
           order by j.available_at, j.id
-          offset (select offer from offers o where o.priority = f.priority and o.org_key = f.org_key)
+          offset f.offer
           limit least(f.more, ${limit}::int - (select count(*) from shares))
         ) c
         where (select count(*) from shares) < ${limit}::int
+      ), rest as (
+        -- the most urgent priority could not fill the claim: the next ones, in claim order (not by org)
+        select coalesce(j.org_id, '') as org_key, j.id, j.available_at, j.priority from jobs j
+        where ${!perOrgLimits} and j.stage = ${stage} and j.status = 'queued' and j.available_at <= now()
+          and j.priority > (select priority from prio)
+          and (select count(*) from shares) + (select count(*) from extra) < ${limit}::int
+        order by j.priority, j.available_at, j.id
+        limit greatest(0, ${limit}::int - (select count(*) from shares) - (select count(*) from extra))
       ), candidates as (
         select u.id, u.org_key, u.available_at, u.priority,
                row_number() over (partition by u.priority, u.org_key order by u.available_at, u.id) as org_rank
-        from (select priority, org_key, id, available_at from shares
-              union all select priority, org_key, id, available_at from extra) u
+        from (select org_key, id, available_at, priority from shares
+              union all select org_key, id, available_at, priority from extra
+              union all select org_key, id, available_at, priority from rest) u
       )`
     : sql`
       candidates as (
@@ -195,7 +223,7 @@ export const claimShares = (sql: Sql, stage: string, limit: number, workerId: st
         order by j.priority, j.available_at, j.id
         limit ${limit}
       )`
-  return sql<Array<{ jobs: Array<Record<string, unknown>>; rate_wait_ms: number | null; capped: boolean }>>`
+  return sql<Array<{ jobs: Array<Record<string, unknown>>; rate_wait_ms: number | null; capped: boolean; cursor: string | null }>>`
     with recursive
     prio as (
       select priority from jobs
@@ -248,7 +276,7 @@ export const claimShares = (sql: Sql, stage: string, limit: number, workerId: st
     ), after as (
       -- what each bucket that limits this stage holds now: the spent ones as written, the others as refilled
       ${rate.perOrg
-      ? sql`select coalesce(sp.tokens, ${refilled("b")}) as tokens from heads h
+      ? sql`select coalesce(sp.tokens, ${refilled("b")}) as tokens from visited h
             left join spend sp on sp.org_key = h.org_key
             left join rate_buckets b on b.stage = ${stage} and b.org_key = h.org_key`
       : sql`select coalesce((select tokens from spend), (select tokens from stage_bucket)) as tokens`}
@@ -260,7 +288,8 @@ export const claimShares = (sql: Sql, stage: string, limit: number, workerId: st
            then ((1 - (select min(tokens) from after)) * ${rate.perMs}::float8 / greatest(${rate.limit}::float8, 1e-9))::float8
       end as rate_wait_ms,
       (${s.maxRunning !== null || s.maxRunningPerOrg !== null} and (select count(*) from claimed) < ${limit}::int
-        and exists (select 1 from prio)) as capped`
+        and exists (select 1 from prio)) as capped,
+      ${byOrg ? sql`(select org_key from visited order by n desc limit 1)` : sql`null::text`} as cursor`
 }
 
 /** Run-time limit overrides. Locking: none (a small table read by claimers through a one-second cache). */

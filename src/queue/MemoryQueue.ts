@@ -150,6 +150,8 @@ export const make = (options: QueueOptions = {}) =>
       })
 
     const overrides = new Map<string, Limits.Override>()
+    /** Where each stage's next fair claim starts its walk over orgs (PgQueue keeps one per process). */
+    const cursors = new Map<string, string>()
     /** Token buckets by `stage|org` (org '' for the stage's own), as in the rate_buckets table. */
     const buckets = new Map<string, { tokens: number; refilledAt: number; nextTokenAt: number | null }>()
     const orgKey = (j: MutableJob) => j.orgId ?? ""
@@ -185,28 +187,29 @@ export const make = (options: QueueOptions = {}) =>
         let picked: Array<MutableJob>
         const heads: Array<string> = []
         if (s.fair || s.maxRunningPerOrg !== null || (rate?.perOrg ?? false)) {
-          // groups by (priority, org), as the loose index scan finds them
-          const groups = new Map<string, { priority: number; org: string; list: Array<MutableJob> }>()
-          const orgsAt = new Map<number, number>()
-          for (const j of ready) {
-            const key = `${j.priority}|${orgKey(j)}`
-            if (!groups.has(key)) {
-              groups.set(key, { priority: j.priority, org: orgKey(j), list: [] })
-              orgsAt.set(j.priority, (orgsAt.get(j.priority) ?? 0) + 1)
-            }
-            groups.get(key)!.list.push(j)
-          }
+          // the orgs with queued jobs at the most urgent ready priority, in org order from after the cursor,
+          // wrapping, at most `limit` of them: what the loose index scan visits
+          const prio = ready[0]?.priority
+          const queuedOrgs = [...new Set([...jobs.values()]
+            .filter((j) => j.stage === stage && j.status === "queued" && j.priority === prio)
+            .map(orgKey))].sort()
+          const cursor = cursors.get(stage)
+          const after = cursor === undefined ? queuedOrgs : queuedOrgs.filter((org) => org > cursor)
+          const wrapped = cursor === undefined ? [] : queuedOrgs.filter((org) => org <= cursor)
+          const visited = [...after, ...wrapped].slice(0, limit)
+          if (visited.length > 0) cursors.set(stage, visited[visited.length - 1]!)
+          heads.push(...visited)
+          const readyOf = (org: string) => ready.filter((j) => j.priority === prio && orgKey(j) === org)
           const ranked: Array<{ job: MutableJob; rank: number }> = []
           const offers: Array<{ list: Array<MutableJob>; offer: number; room: number }> = []
-          for (const { priority, org, list } of groups.values()) {
-            if (!heads.includes(org)) heads.push(org)
+          for (const org of visited) {
             const room = Math.min(
               limit,
               s.maxRunningPerOrg === null ? limit : Math.max(0, s.maxRunningPerOrg - (runningBy.get(org) ?? 0)),
               rate?.perOrg ? Math.floor(tokensIn(org)) : limit
             )
-            const offer = Math.min(room, s.fair ? Math.ceil(limit / orgsAt.get(priority)!) : limit)
-            offers.push({ list, offer, room })
+            const offer = Math.min(room, s.fair ? Math.ceil(limit / visited.length) : limit)
+            offers.push({ list: readyOf(org), offer, room })
           }
           for (const { list, offer } of offers) list.slice(0, offer).forEach((job, i) => ranked.push({ job, rank: i + 1 }))
           // the orgs that filled their share make up for those that could not, up to the shortfall each
@@ -216,6 +219,11 @@ export const make = (options: QueueOptions = {}) =>
               if (offer >= room || list.length < offer) continue
               list.slice(offer, offer + Math.min(room - offer, shortfall)).forEach((job, i) => ranked.push({ job, rank: offer + i + 1 }))
             }
+          }
+          // still short: the next priorities, in age order (not while caps or buckets are per org)
+          const perOrgLimits = s.maxRunningPerOrg !== null || (rate?.perOrg ?? false)
+          if (!perOrgLimits && ranked.length < limit) {
+            ready.filter((j) => j.priority > prio!).slice(0, limit - ranked.length).forEach((job) => ranked.push({ job, rank: 0 }))
           }
           picked = ranked
             .sort((a, b) => a.job.priority - b.job.priority || (s.fair ? a.rank - b.rank : 0) || byAge(a.job, b.job))

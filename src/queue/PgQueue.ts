@@ -154,6 +154,9 @@ export const make = (options: QueueOptions = {}) =>
         })
       })
 
+    // where each stage's next fair claim starts its walk over orgs: after the last org this process visited
+    const cursors = new Map<string, string>()
+
     const claimBatch = Effect.fn("Queue.claim")(function*(
       stage: string,
       limit: number,
@@ -169,11 +172,12 @@ export const make = (options: QueueOptions = {}) =>
         )
         return { jobs, rateLimitedForMs: null, capped: false }
       }
-      const shared = db.run((sql) => JobsSql.claimShares(sql, stage, limit, claimOptions.workerId, leaseMs, shares))
+      const shared = db.run((sql) => JobsSql.claimShares(sql, stage, limit, claimOptions.workerId, leaseMs, shares, cursors.get(stage) ?? null))
       // counting and spending are exact only with this stage's claims in line, each seeing the last one's commit
       const [row] = Limits.isLimited(shares)
         ? yield* db.transaction(Effect.zipRight(db.run((sql) => JobsSql.lockStageLimits(sql, db.schema, stage)), shared))
         : yield* shared
+      if (row?.cursor != null) cursors.set(stage, row.cursor)
       return {
         // in claim order: by priority, then round by round across orgs
         jobs: (row?.jobs ?? []).map(rowToJob),

@@ -140,7 +140,8 @@ export const make = (options: Partial<WakerOptions> = {}) =>
         return
       }
       // due now: wake the pools; a pool that comes up short asks for the next re-arm itself
-      if (next.jobDueInMs === 0) pools.forEach((wake, stage) => (blocked.get(stage) ?? null) === null && wake())
+      // a pool that became blocked while the question was out is left alone too
+      if (next.jobDueInMs === 0) pools.forEach((wake, stage) => (blockedBy.get(stage)?.() ?? null) === null && wake())
       const now = yield* Clock.currentTimeMillis
       const tokenDue: Array<number> = []
       for (const [stage, b] of blocked) {
