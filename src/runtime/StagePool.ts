@@ -527,7 +527,7 @@ export const once = <A, I, R>(stage: Stage.Stage<A, I, R>, options: OnceOptions)
       const queue = yield* Queue.Queue
       const claimScope = options.claimScope ?? (<X, E, RC>(e: Effect.Effect<X, E, RC>) => e)
       const limit = Math.min(Math.max(0, Math.floor(options.max)), stage.concurrency)
-      const jobs = limit === 0 ? [] : yield* claimScope(queue.claim(stage.name, limit, { workerId: options.workerId, leaseFor: stage.leaseFor }))
+      const jobs = limit === 0 ? [] : yield* claimScope(queue.claim(stage.name, limit, { workerId: options.workerId, leaseFor: stage.leaseFor, shares: stage.shares }))
       if (jobs.length === 0) return { claimed: 0, counts: undefined }
       yield* Metric.incrementBy(Metrics.forStage(Metrics.claimed, stage.name), jobs.length)
       const core = yield* makeCore(stage, stage.concurrency, Effect.void)
