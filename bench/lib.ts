@@ -184,10 +184,48 @@ export interface WorkerChild {
 const liveChildren = new Set<Child.ChildProcess>()
 process.on("exit", () => liveChildren.forEach((c) => c.kill("SIGKILL")))
 
+/** Where `compileWorker` writes the plain-JavaScript worker scripts (ignored by git, like all of .data). */
+const compiledDir = Path.join(repoDir, ".data", "bench-build")
+
+/**
+ * Compiles `bench/<script>` (TypeScript) to one plain ES module under .data/bench-build, with every package
+ * left to node_modules: the peers load their published JavaScript, pgfiber its compiled `dist/` (by the
+ * package's own `exports`), and the process runs under plain `node`, as their users run them. Compiled once
+ * per harness run; returns the path to run.
+ */
+export const compileWorker = async (script: string): Promise<string> => {
+  const out = Path.join(compiledDir, script.replace(/\.ts$/, ".mjs"))
+  if (compiled.has(out)) return out
+  if (!Fs.existsSync(Path.join(repoDir, "dist", "index.js"))) {
+    throw new Error("dist/ is missing: run `npm run build` first (npm ci does)")
+  }
+  const esbuild = await import("esbuild")
+  await esbuild.build({
+    entryPoints: [Path.join(benchDir, script)],
+    outfile: out,
+    bundle: true,
+    packages: "external",
+    platform: "node",
+    format: "esm",
+    target: "node20",
+    logLevel: "warning"
+  })
+  compiled.add(out)
+  return out
+}
+const compiled = new Set<string>()
+
+export interface SpawnOptions {
+  readonly execArgv?: ReadonlyArray<string>
+  /** Run the script compiled by `compileWorker` under plain node (default: the TypeScript under tsx). */
+  readonly compiled?: string
+}
+
 /** Runs `bench/<script>` in its own Node process (as a deployment would), speaking JSON over IPC. */
-export const spawnWorker = (script: string, config: unknown, options: { readonly execArgv?: ReadonlyArray<string> } = {}): WorkerChild => {
+export const spawnWorker = (script: string, config: unknown, options: SpawnOptions = {}): WorkerChild => {
   const spawnedAt = nowNs()
-  const child = Child.spawn(process.execPath, [...(options.execArgv ?? []), "--import", "tsx", Path.join(benchDir, script), JSON.stringify(config)], {
+  const entry = options.compiled !== undefined ? [options.compiled] : ["--import", "tsx", Path.join(benchDir, script)]
+  const child = Child.spawn(process.execPath, [...(options.execArgv ?? []), ...entry, JSON.stringify(config)], {
     cwd: repoDir,
     // BENCH_CHILD_LOG=path keeps the workers' stdout (their logs) for debugging
     stdio: ["ignore", process.env.BENCH_CHILD_LOG ? Fs.openSync(process.env.BENCH_CHILD_LOG, "a") : "ignore", "pipe", "ipc"],

@@ -90,6 +90,8 @@ const main = async () => {
     ]
   })
   log(`postgres ${cluster.version} on port ${cluster.port}`)
+  await W.compileSubjects(subjects)
+  log(`workers compiled to plain JavaScript (.data/bench-build), run under plain node`)
   const machine = machineInfo(cluster.version)
   const bulk: Runs<W.BulkResult> = {}
   const latency: Runs<W.LatencyResult> = {}
@@ -341,14 +343,14 @@ const render = (r: {
   lines.push(row(`wake-up latency p50 / p95 / p99, ms`, (s) => `${n2(s.p50Ms)} / ${n2(s.p95Ms)} / ${n2(s.p99Ms)}`))
   lines.push(row(`idle: statements per 10 s`, (s) => n1(s.idleStatementsPer10s)))
   lines.push(row(`idle: open connections`, (s) => n0(s.idleConnections)))
-  lines.push(row(`worker RSS idle / peak while draining, MiB (every worker runs under tsx)`, (s) => `${n0(s.rssIdleMiB)} / ${n0(s.rssPeakMiB)}`))
+  lines.push(row(`worker RSS idle / peak while draining, MiB (every worker compiled, under plain node)`, (s) => `${n0(s.rssIdleMiB)} / ${n0(s.rssPeakMiB)}`))
   if (pf) {
     lines.push(row(`ratio: pgfiber's drain ÷ the subject's`, (s) => (s === pf ? "1×" : ratio(pf.drainPerSec, s.drainPerSec))))
     lines.push(row(`ratio: the subject's p50 wake-up ÷ pgfiber's (> 1: pgfiber wakes sooner)`, (s) => (s === pf ? "1×" : ratio(s.p50Ms, pf.p50Ms))))
   }
   lines.push("")
   if (keys.includes("pgboss")) {
-    lines.push(`¹ cut off after ${(PgBoss.subject.drainCapMs / 1000)} s: pg-boss 10 waits its polling interval between fetches even with a backlog, so a drain at batchSize 10 runs at about 10 jobs per 0.5 s.`)
+    lines.push(`¹ cut off after ${(PgBoss.subject.drainCapMs / 1000)} s: the drain did not finish in time; the rate is what completed until then.`)
     lines.push("")
   }
   const b = r.summary.backlog
@@ -377,15 +379,20 @@ const render = (r: {
   }
   if (pf) {
     const g = S.graphile
+    const gb = S["graphile-batched"]
     const t = (label: string, measured: string, met: boolean | null) =>
       measured.startsWith("–") ? `| ${label} | not measured | – |` : `| ${label} | ${measured} | ${met === null ? "–" : met ? "met" : "**missed**"} |`
     lines.push(`| target | measured | |`)
     lines.push(`| --- | --- | --- |`)
-    lines.push(t("bulk drain ≥ 12,000 jobs/s", `${n0(pf.drainPerSec)} jobs/s`, pf.drainPerSec >= 12_000))
-    lines.push(t("bulk drain ≥ 7× graphile-worker (defaults)", g ? ratio(pf.drainPerSec, g.drainPerSec) : "–", g ? pf.drainPerSec >= 7 * g.drainPerSec : null))
-    lines.push(t("wake-up p50 ≤ 1.5 ms", `${n2(pf.p50Ms)} ms`, pf.p50Ms <= 1.5))
+    // issue #12's targets, as ratios against the peers measured in the same run
+    lines.push(t("bulk drain ≥ 1.25× graphile-worker's performance-page configuration", gb ? `${ratio(pf.drainPerSec, gb.drainPerSec)} (${(pf.drainPerSec / gb.drainPerSec).toFixed(2)})` : "–",
+      gb ? pf.drainPerSec >= 1.25 * gb.drainPerSec : null))
+    lines.push(t("bulk drain ≥ 70 % of the raw batched SQL ceiling (claim 100 + complete 100)", Number.isFinite(raw.batched100PerSec) ? pct(pf.drainPerSec, raw.batched100PerSec) : "–",
+      Number.isFinite(raw.batched100PerSec) ? pf.drainPerSec >= 0.7 * raw.batched100PerSec : null))
+    lines.push(t("worker CPU per 1,000 jobs ≤ graphile-worker's (performance-page configuration)", gb ? `${n0(pf.workerCpuMsPer1kJobs)} vs ${n0(gb.workerCpuMsPer1kJobs)} ms` : "–",
+      gb ? pf.workerCpuMsPer1kJobs <= gb.workerCpuMsPer1kJobs : null))
+    lines.push(t("wake-up p50 ≤ graphile-worker's default p50", g ? `${n2(pf.p50Ms)} vs ${n2(g.p50Ms)} ms` : "–", g ? pf.p50Ms <= g.p50Ms : null))
     lines.push(t("wake-up p99 ≤ 5 ms", `${n2(pf.p99Ms)} ms`, pf.p99Ms <= 5))
-    lines.push(t("batched enqueue ≥ 40,000 jobs/s", `${n0(pf.enqueuePerSec)} jobs/s`, pf.enqueuePerSec >= 40_000))
     lines.push(t("≤ 1 statement per 10 s per idle process", n1(pf.idleStatementsPer10s), pf.idleStatementsPer10s <= 1))
     const sched = r.summary.idleScheduledStatementsPer10s ?? Number.NaN
     lines.push(t("≤ 1 statement per 10 s between ticks, one schedule every minute", Number.isFinite(sched) ? n1(sched) : "–", Number.isFinite(sched) ? sched <= 1 : null))

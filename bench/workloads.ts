@@ -9,7 +9,7 @@ import * as Migrations from "../src/queue/Migrations.js"
 import * as JobsSql from "../src/queue/JobsSql.js"
 import {
   type Cluster, connect, cpuMsOf, log, msSince, nowNs, openConnections, percentile, resetStatements, rssOf, sleep,
-  spawnWorker, statementCount, statementsByQuery, type WorkerChild
+  compileWorker, spawnWorker, statementCount, statementsByQuery, type WorkerChild
 } from "./lib.js"
 import type { Subject, WorkerConfig } from "./subjects/types.js"
 import { queueName } from "./subjects/types.js"
@@ -17,6 +17,19 @@ import { queueName } from "./subjects/types.js"
 export const concurrency = 10
 
 const dbName = (workload: string, key: string, run: number) => `bench_${workload}_${key.replace(/[^a-z0-9]/g, "_")}_${run}`
+
+/** Each subject's worker script compiled to plain JavaScript (`compileSubjects`), run under plain node. */
+const compiledScripts = new Map<string, string>()
+
+/** Compiles the subjects' worker scripts once, before any workload: every worker then runs as its users run it. */
+export const compileSubjects = async (subjects: ReadonlyArray<Subject>) => {
+  for (const subject of subjects) compiledScripts.set(subject.workerScript, await compileWorker(subject.workerScript))
+}
+
+const spawnOptions = (subject: Subject, execArgv?: ReadonlyArray<string>) => {
+  const compiled = compiledScripts.get(subject.workerScript)
+  return { ...(execArgv ? { execArgv } : {}), ...(compiled !== undefined ? { compiled } : {}) }
+}
 
 const startWorker = (
   subject: Subject, url: string, mode: WorkerConfig["mode"], expect: number, execArgv?: ReadonlyArray<string>,
@@ -30,7 +43,7 @@ const startWorker = (
     expect,
     concurrency,
     ...extra
-  } satisfies WorkerConfig, execArgv ? { execArgv } : {})
+  } satisfies WorkerConfig, spawnOptions(subject, execArgv))
 
 const stopWorker = async (worker: WorkerChild) => {
   const code = await worker.stop(10_000)
@@ -265,7 +278,7 @@ export const idleScheduled = async (
     expect: 0,
     concurrency,
     schedule: "* * * * *"
-  } satisfies WorkerConfig)
+  } satisfies WorkerConfig, spawnOptions(subject))
   try {
     // generous: a loaded machine compiles the worker (tsx) slowly
     await requireMessage(worker, "ready", 120_000)

@@ -1,5 +1,5 @@
 /**
- * graphile-worker 0.17 as a subject, twice: with its defaults, and with the batching its performance page
+ * graphile-worker 0.18 as a subject, twice: with its defaults, and with the configuration its performance page
  * documents (`localQueue.size` 500, `completeJobBatchDelay` 0, `failJobBatchDelay` 0). Enqueue uses
  * `addJobs` (one `add_jobs` call per batch) and `addJob`; the worker is `run()` with concurrency 10.
  */

@@ -1,48 +1,37 @@
 /**
- * pg-boss 10 as a subject. pg-boss 10 has no LISTEN/NOTIFY of its own (it polls; its in-process wake-up is
- * `notifyWorker(id)`), so "LISTEN/NOTIFY on" is built here the way an application would: a statement trigger
- * on `pgboss.job` NOTIFYs, and the worker process LISTENs and calls `notifyWorker` for its worker.
- * Concurrency 10 is one `work()` with `batchSize: 10` (v10 dropped teamSize), polling at 0.5 s (the minimum).
+ * pg-boss 12 as a subject, with its own LISTEN/NOTIFY (`useListenNotify` on the instance, `notify: true` on
+ * the queue): a send NOTIFYs and wakes the worker at once; polling stays as its backstop. Concurrency 10 is one
+ * `work()` with `batchSize: 10` and `burstWhenBatchFull` (fetch again at once while fetches come back full):
+ * without a burst trigger a notify-enabled worker waits `notifyPollingIntervalSeconds` (30 s) between fetches
+ * unless a NOTIFY arrives, and a drain of an existing backlog gets none.
  */
-import PgBoss from "pg-boss"
+import { PgBoss } from "pg-boss"
 import { connect } from "../lib.js"
 import { type Producer, queueName, type Subject } from "./types.js"
-
-export const notifyChannel = "pgboss_bench_inserted"
 
 const install = async (url: string) => {
   const boss = new PgBoss({ connectionString: url, supervise: false, schedule: false })
   boss.on("error", () => undefined)
   await boss.start()
-  await boss.createQueue(queueName)
-  await boss.stop({ graceful: false, wait: true })
-  const sql = connect(url, { max: 1 })
-  try {
-    await sql.unsafe(`
-      create function pgboss.bench_notify_inserted() returns trigger language plpgsql as $$
-      begin perform pg_notify('${notifyChannel}', ''); return null; end $$;
-      create trigger bench_notify_inserted after insert on pgboss.job
-        for each statement execute function pgboss.bench_notify_inserted();`)
-  } finally {
-    await sql.end({ timeout: 5 })
-  }
+  await boss.createQueue(queueName, { notify: true })
+  await boss.stop({ graceful: false })
 }
 
 const producer = async (url: string): Promise<Producer> => {
-  // a producer only sends: no maintenance, no cron, no migration checks beyond start-up
+  // a producer only sends: no maintenance, no cron
   const boss = new PgBoss({ connectionString: url, supervise: false, schedule: false, max: 4 })
   boss.on("error", () => undefined)
   await boss.start()
   const sql = connect(url, { max: 1 })
   return {
-    enqueueBatch: async (seqs) => void (await boss.insert(seqs.map((seq) => ({ name: queueName, data: { seq } })))),
+    enqueueBatch: async (seqs) => void (await boss.insert(queueName, seqs.map((seq) => ({ data: { seq } })))),
     enqueueOne: async (seq) => void (await boss.send(queueName, { seq })),
     pending: async () =>
       Number((await sql<Array<{ n: string }>>`
         select count(*)::text as n from pgboss.job where name = ${queueName} and state < 'completed'`)[0]!.n),
     close: async () => {
       await sql.end({ timeout: 5 })
-      await boss.stop({ graceful: false, wait: true })
+      await boss.stop({ graceful: false })
     }
   }
 }
@@ -50,11 +39,10 @@ const producer = async (url: string): Promise<Producer> => {
 export const subject: Subject = {
   key: "pgboss",
   label: "pg-boss",
-  variant: "notify-bridge",
+  variant: "notify",
   workerScript: "subjects/pgbossWorker.ts",
-  notes: "work() with batchSize 10 (= concurrency 10), pollingIntervalSeconds 0.5 (the minimum); LISTEN/NOTIFY via a trigger + notifyWorker bridge, since pg-boss 10 has none",
-  // pg-boss 10 waits pollingInterval between fetches even with a backlog, so a 20,000-job drain is cut off
-  drainCapMs: 15_000,
+  notes: "pg-boss 12: useListenNotify with a notify queue; work() with batchSize 10 and burstWhenBatchFull, pollingIntervalSeconds 0.5 (the minimum) as the backstop",
+  drainCapMs: 60_000,
   install,
   producer
 }

@@ -1,15 +1,11 @@
 /**
- * A pgfiber worker process, as deployed: `Worker.layer([stage])` on `PgQueue` and `Db`, launched with
- * `Layer.launch` under `NodeRuntime.runMain` (SIGTERM drains and exits 0).
+ * A pgfiber worker process, as deployed: `Worker.layer([stage])` on `PgQueue` and `Db` from the compiled
+ * package, launched with `Layer.launch` under `NodeRuntime.runMain` (SIGTERM drains and exits 0).
  */
 import { NodeRuntime } from "@effect/platform-node"
 import { Effect, Layer, Redacted, Schema } from "effect"
-import * as Db from "../../src/layers/Db.js"
-import * as PgQueue from "../../src/queue/PgQueue.js"
-import * as PgSchedules from "../../src/queue/PgSchedules.js"
-import * as Scheduler from "../../src/runtime/Scheduler.js"
-import * as Stage from "../../src/runtime/Stage.js"
-import * as Worker from "../../src/runtime/Worker.js"
+// the package as a user installs it: `pgfiber` resolves (by its own `exports`) to the compiled dist/
+import { Db, PgQueue, PgSchedules, Scheduler, Stage, Worker } from "pgfiber"
 import { nowNs, tell } from "../lib.js"
 import { makeHandler, readConfig } from "./hooks.js"
 import { schema } from "./pgfiber.js"

