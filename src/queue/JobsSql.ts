@@ -403,8 +403,9 @@ export const settleOutcomes = (
     )
     select id::text, action, null::text as reason from deleted
     union all select job_id::text, 'dead', reason from buried
-    -- the aggregate forces the notify CTE to run
-    union all select id::text, action, null from requeued cross join (select count(*) from woken) w`
+    -- the aggregate forces the notify CTE to run, whether or not anything was requeued (a freed slot wakes too)
+    union all select id::text, action, null from requeued
+    union all select null, null, null from (select count(*) as n from woken) w where w.n < 0`
 
 /** Only one reaper runs at a time, across every process: the others skip this round. */
 export const tryReaperLock = (sql: Sql, schema: string) =>

@@ -137,7 +137,12 @@ describe("fair shares on Postgres", () => {
           Effect.map(([r]) => r!.n === 48)
         ),
         Duration.minutes(3)
-      ).pipe(Effect.tapErrorCause(() => Effect.sync(() => workers.forEach((w) => console.log(w.output())))))
+      ).pipe(Effect.tapErrorCause(() =>
+        Effect.promise(async () => {
+          workers.forEach((w) => console.log(w.output()))
+          console.log(JSON.stringify(await sql`select status, org_id, locked_by, count(*)::int as n from jobs group by 1, 2, 3 order by 1, 2`))
+          console.log(JSON.stringify(await sql`select count(*)::int as n from runs`))
+        })))
       console.log(`cap test: ${samples} samples, most running ${maxTotal} (cap 5), most for one org ${maxPerOrg} (cap 2)`)
       expect(maxTotal).toBe(5)
       expect(maxPerOrg).toBe(2)
