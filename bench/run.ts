@@ -2,7 +2,7 @@
  * `npm run bench`: one embedded PostgreSQL, every subject on a fresh database per run, the same workloads
  * interleaved (A B C D, A B C D, …), medians of the runs. Writes bench/results/latest.{json,md}.
  *
- * Flags: --runs N (3) · --quick (1 run, small sizes: a smoke test) · --only bulk,latency,idle,backlog,history,raw,dashboards · --render
+ * Flags: --runs N (3) · --quick (1 run, small sizes: a smoke test) · --only bulk,latency,idle,backlog,history,fairness,raw,dashboards · --render
  *        --subjects pgfiber,pgfiber-noretain,graphile,graphile-batched,pgboss · --profile (CPU-profile the pgfiber bulk worker)
  *        --out DIR (bench/results)
  */
@@ -26,7 +26,7 @@ const option = (name: string) => {
 
 const quick = flag("quick")
 const runs = Number(option("runs") ?? (quick ? 1 : 3))
-const only = new Set((option("only") ?? "bulk,latency,idle,backlog,history,raw,dashboards").split(","))
+const only = new Set((option("only") ?? "bulk,latency,idle,backlog,history,fairness,raw,dashboards").split(","))
 const outDir = Path.resolve(option("out") ?? Path.join(benchDir, "results"))
 // CPU profiles are large and machine-specific: kept out of the repository (.data is ignored)
 const profileDir = Path.join(benchDir, "..", ".data", "bench-profiles")
@@ -40,6 +40,10 @@ const sizes = {
   backlogSmall: 10_000,
   backlogLarge: quick ? 100_000 : 1_000_000,
   backlogWindowMs: 10_000,
+  fairQueued: quick ? 20_000 : 1_000_000,
+  fairOrgs: quick ? 100 : 1_000,
+  fairWindowMs: quick ? 5_000 : 10_000,
+  idleRate: "1/10m",
   rawJobs: 20_000,
   dashboardWindowMs: quick ? 10_000 : 30_000,
   dashboardViewers: 20,
@@ -98,6 +102,8 @@ const main = async () => {
   const latency: Runs<W.LatencyResult> = {}
   const idle: Runs<W.IdleResult> = {}
   const idleScheduled: Array<W.IdleResult | { error: string }> = []
+  const idleRateLimited: Array<W.IdleResult | { error: string }> = []
+  const fairness: Array<W.FairnessResult | { error: string }> = []
   const backlog: { small: Array<W.BacklogResult | { error: string }>; large: Array<W.BacklogResult | { error: string }> } = { small: [], large: [] }
   const history: {
     largeOn: Array<W.BacklogResult | { error: string }>
@@ -163,6 +169,10 @@ const main = async () => {
             W.idleScheduled(cluster, Pgfiber.subject, run, { windowMs: sizes.idleWindowMs, warmMs: sizes.idleWarmMs }))
           if (!("error" in r)) log(`    pgfiber + 1 schedule/min, between ticks: ${r.statementsPer10s.toFixed(1)} statements/10 s`)
           idleScheduled.push(r)
+          const rl = await attempt(`idle pgfiber with a rate-limited stage waiting (${sizes.idleRate}), run ${run}`, () =>
+            W.idleRateLimited(cluster, Pgfiber.subject, run, { windowMs: sizes.idleWindowMs, warmMs: 10_000, rate: sizes.idleRate }))
+          if (!("error" in rl)) log(`    pgfiber, rate-limited stage waiting: ${rl.statementsPer10s.toFixed(1)} statements/10 s`)
+          idleRateLimited.push(rl)
         }
       }
     }
@@ -202,6 +212,15 @@ const main = async () => {
       await cluster.dropDatabase(dbs.small.name)
       await cluster.dropDatabase(dbs.large.name)
     }
+    if (only.has("fairness") && subjects.some((s) => s.key === "pgfiber")) {
+      log(`== fairness: pgfiber drain rate with ${sizes.fairQueued} queued over ${sizes.fairOrgs} orgs, fair vs not`)
+      for (let run = 1; run <= runs; run++) {
+        const r = await attempt(`fairness run ${run}`, () =>
+          W.fairness(cluster, Pgfiber.subject, run, { queued: sizes.fairQueued, orgs: sizes.fairOrgs, windowMs: sizes.fairWindowMs }))
+        if (!("error" in r)) log(`    fair ${Math.round(r.fairPerSec)} jobs/s, unfair ${Math.round(r.unfairPerSec)} jobs/s (${(r.fairVsUnfair * 100).toFixed(0)} %)`)
+        fairness.push(r)
+      }
+    }
     if (only.has("dashboards")) {
       log(`== dashboards: statements of an idle database with 0, 1 and ${sizes.dashboardViewers} open live dashboards, ${sizes.dashboardWindowMs / 1000} s each`)
       for (let run = 1; run <= runs; run++) {
@@ -233,7 +252,9 @@ const main = async () => {
       pgBoss: packageVersion("pg-boss")
     },
     subjects: subjects.map((s) => ({ key: s.key, label: s.label, notes: s.notes })),
-    summary: summarize(subjects, bulk, latency, idle, backlog, raw, idleScheduled, dashboards),
+    summary: summarize(subjects, bulk, latency, idle, backlog, raw, idleScheduled, idleRateLimited, fairness, dashboards),
+    fairness,
+    idleRateLimited,
     bulk,
     latency,
     idle,
@@ -278,6 +299,8 @@ const summarize = (
   backlog: { small: Array<W.BacklogResult | { error: string }>; large: Array<W.BacklogResult | { error: string }> },
   raw: Array<W.RawResult | { error: string }>,
   idleScheduled: Array<W.IdleResult | { error: string }> = [],
+  idleRateLimited: Array<W.IdleResult | { error: string }> = [],
+  fairness: Array<W.FairnessResult | { error: string }> = [],
   dashboards: Array<Dashboards.DashboardsResult | { error: string }> = []
 ) => {
   const per: Record<string, SubjectSummary> = {}
@@ -307,6 +330,12 @@ const summarize = (
   return {
     subjects: per,
     idleScheduledStatementsPer10s: median(ok(idleScheduled).map((r) => r.statementsPer10s)),
+    idleRateLimitedStatementsPer10s: median(ok(idleRateLimited).map((r) => r.statementsPer10s)),
+    fairness: {
+      fairPerSec: median(ok(fairness).map((r) => r.fairPerSec)),
+      unfairPerSec: median(ok(fairness).map((r) => r.unfairPerSec)),
+      fairVsUnfair: median(ok(fairness).map((r) => r.fairVsUnfair))
+    },
     dashboards: {
       viewers: ok(dashboards)[0]?.viewers ?? 20,
       nonePerSec: median(ok(dashboards).map((r) => r.statementsPerSecond["0"] ?? Number.NaN)),
@@ -410,6 +439,13 @@ const render = (r: {
     lines.push(`| drain, jobs/s | ${n0(b.smallPerSec)} | ${n0(b.largePerSec)} | ${pct(b.largePerSec, b.smallPerSec)} |`)
     lines.push("")
   }
+  const f = r.summary.fairness
+  if (f && Number.isFinite(f.fairPerSec)) {
+    lines.push(`| pgfiber fairness, ${n0(r.sizes.fairQueued)} queued over ${n0(r.sizes.fairOrgs)} orgs | fair | not fair | fair ÷ not |`)
+    lines.push(`| --- | ---: | ---: | ---: |`)
+    lines.push(`| drain, jobs/s | ${n0(f.fairPerSec)} | ${n0(f.unfairPerSec)} | ${pct(f.fairPerSec, f.unfairPerSec)} |`)
+    lines.push("")
+  }
   const raw = r.summary.raw
   if (Number.isFinite(raw.unbatchedPerSec)) {
     lines.push(`| raw SQL ceiling (pgfiber's own statements, no runtime) | jobs/s | pgfiber as a fraction |`)
@@ -442,6 +478,11 @@ const render = (r: {
     const d = r.summary.dashboards
     lines.push(t(`${d?.viewers ?? 20} open dashboards add < 1 statement/s to an idle database`, d && Number.isFinite(d.addedPerSec) ? `${n2(d.addedPerSec)}/s (0 open: ${n2(d.nonePerSec)}/s, 1: ${n2(d.onePerSec)}/s, ${d.viewers}: ${n2(d.manyPerSec)}/s)` : "–",
       d && Number.isFinite(d.addedPerSec) ? d.addedPerSec < 1 : null))
+    const rl = r.summary.idleRateLimitedStatementsPer10s ?? Number.NaN
+    lines.push(t("≤ 1 statement per 10 s with a rate-limited stage waiting", Number.isFinite(rl) ? n1(rl) : "–", Number.isFinite(rl) ? rl <= 1 : null))
+    const fv = r.summary.fairness?.fairVsUnfair ?? Number.NaN
+    lines.push(t("fair claiming at 1M over 1,000 orgs within 25 % of unfair", Number.isFinite(fv) ? `${(fv * 100).toFixed(0)} %` : "–",
+      Number.isFinite(fv) ? fv >= 0.75 : null))
     lines.push(t("drain at 1M backlog within 20 % of 10k", Number.isFinite(b.largeVsSmall) ? pct(b.largePerSec, b.smallPerSec) : "–",
       Number.isFinite(b.largeVsSmall) ? b.largeVsSmall >= 0.8 : null))
     lines.push("")

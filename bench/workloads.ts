@@ -31,14 +31,18 @@ const spawnOptions = (subject: Subject, execArgv?: ReadonlyArray<string>) => {
   return { ...(execArgv ? { execArgv } : {}), ...(compiled !== undefined ? { compiled } : {}) }
 }
 
-const startWorker = (subject: Subject, url: string, mode: WorkerConfig["mode"], expect: number, execArgv?: ReadonlyArray<string>) =>
+const startWorker = (
+  subject: Subject, url: string, mode: WorkerConfig["mode"], expect: number, execArgv?: ReadonlyArray<string>,
+  extra: Pick<WorkerConfig, "fair" | "rate"> = {}
+) =>
   spawnWorker(subject.workerScript, {
     subject: subject.key,
     variant: subject.variant,
     url,
     mode,
     expect,
-    concurrency
+    concurrency,
+    ...extra
   } satisfies WorkerConfig, spawnOptions(subject, execArgv))
 
 const stopWorker = async (worker: WorkerChild) => {
@@ -314,13 +318,15 @@ const migratePgfiber = (url: string) =>
     )
   )
 
-/** Server-side generated jobs for the bench stage, `chunk` rows per statement. */
-const fillJobs = async (url: string, count: number, chunk = 100_000) => {
+/** Server-side generated jobs for the bench stage, `chunk` rows per statement; spread over `orgs` orgs when given. */
+const fillJobs = async (url: string, count: number, chunk = 100_000, orgs = 0) => {
   const sql = connect(url, { max: 1, schema: pgfiberSchema })
   try {
     for (let done = 0; done < count; done += chunk) {
       const n = Math.min(chunk, count - done)
-      await sql`insert into jobs (stage, payload) select ${queueName}, jsonb_build_object('seq', g) from generate_series(1, ${n}::int) g`
+      await sql`insert into jobs (stage, org_id, payload)
+                select ${queueName}, case when ${orgs}::int > 0 then 'org-' || (g % ${orgs}::int) end, jsonb_build_object('seq', g)
+                from generate_series(1, ${n}::int) g`
     }
   } finally {
     await sql.end({ timeout: 5 })
@@ -470,6 +476,100 @@ export const pruneWhileDraining = async (
     }
   } finally {
     await sql.end({ timeout: 5 })
+    await cluster.dropDatabase(name)
+  }
+}
+
+// ---- fairness (pgfiber) ------------------------------------------------------------------------------------
+
+export interface FairnessResult {
+  readonly queued: number
+  readonly orgs: number
+  readonly fairPerSec: number
+  readonly unfairPerSec: number
+  /** Fair drain ÷ unfair drain: the cost of taking turns (target ≥ 75 %). */
+  readonly fairVsUnfair: number
+  readonly fairTopStatements: ReadonlyArray<{ calls: string; total_ms: number; mean_ms: number; query: string }>
+}
+
+/**
+ * Drain rate over `windowMs` with `queued` jobs spread evenly over `orgs` orgs, fairness on, then off (the
+ * table topped up to `queued` before each), in one database.
+ */
+export const fairness = async (
+  cluster: Cluster, subject: Subject, run: number, options: { queued: number; orgs: number; windowMs: number }
+): Promise<FairnessResult> => {
+  const name = dbName("fair", subject.key, run)
+  const url = await cluster.createDatabase(name)
+  try {
+    await migratePgfiber(url)
+    const sql = connect(url, { max: 1, schema: pgfiberSchema })
+    const drainWith = async (fair: boolean) => {
+      const present = Number((await sql<Array<{ n: string }>>`select count(*)::text as n from jobs`)[0]!.n)
+      if (present < options.queued) await fillJobs(url, options.queued - present, 100_000, options.orgs)
+      await sql`vacuum analyze jobs`
+      await resetStatements(cluster.admin)
+      const worker = startWorker(subject, url, "bulk", Number.MAX_SAFE_INTEGER, undefined, { fair })
+      try {
+        const starting = await requireMessage(worker, "starting", 30_000)
+        const waitMs = options.windowMs - (nowNs() - starting.at) / 1e6
+        if (waitMs > 0) await sleep(waitMs)
+        const endNs = nowNs()
+        const left = Number((await sql<Array<{ n: string }>>`select count(*)::text as n from jobs`)[0]!.n)
+        const perSec = (options.queued - left) / ((endNs - starting.at) / 1e9)
+        return { perSec, top: await statementsByQuery(cluster.admin, name, 6) }
+      } finally {
+        await stopWorker(worker)
+      }
+    }
+    try {
+      const fair = await drainWith(true)
+      const unfair = await drainWith(false)
+      return {
+        queued: options.queued,
+        orgs: options.orgs,
+        fairPerSec: fair.perSec,
+        unfairPerSec: unfair.perSec,
+        fairVsUnfair: fair.perSec / unfair.perSec,
+        fairTopStatements: fair.top
+      }
+    } finally {
+      await sql.end({ timeout: 5 })
+    }
+  } finally {
+    await cluster.dropDatabase(name)
+  }
+}
+
+/**
+ * An idle pgfiber worker whose stage is rate-limited (`rate`, burst 1) with jobs ready: after the first token
+ * is spent it waits for the next one by its timer, so it must send no more statements than an idle worker.
+ */
+export const idleRateLimited = async (
+  cluster: Cluster, subject: Subject, run: number, options: { windowMs: number; warmMs: number; rate: string }
+): Promise<IdleResult> => {
+  const name = dbName("idlerate", subject.key, run)
+  const url = await cluster.createDatabase(name)
+  await migratePgfiber(url)
+  await fillJobs(url, 10)
+  const worker = startWorker(subject, url, "idle", 0, undefined, { rate: options.rate })
+  try {
+    await requireMessage(worker, "ready", 120_000)
+    await sleep(options.warmMs)
+    await resetStatements(cluster.admin)
+    await sleep(options.windowMs)
+    const statements = await statementCount(cluster.admin, name)
+    const seen = await statementsByQuery(cluster.admin, name, 8)
+    return {
+      windowMs: options.windowMs,
+      statements,
+      statementsPer10s: statements / (options.windowMs / 10_000),
+      connections: await openConnections(cluster.admin, name),
+      rssMiB: rssOf(worker.pid)?.rssMiB ?? null,
+      statementsSeen: seen.map((s) => ({ calls: s.calls, query: s.query }))
+    }
+  } finally {
+    await stopWorker(worker)
     await cluster.dropDatabase(name)
   }
 }

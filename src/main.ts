@@ -11,6 +11,7 @@ import * as Calls from "./cli/Calls.js"
 import * as Failure from "./cli/Failure.js"
 import * as Jobs from "./cli/Jobs.js"
 import * as Keys from "./cli/Keys.js"
+import * as Limits from "./cli/Limits.js"
 import * as Schedules from "./cli/Schedules.js"
 import * as Service from "./cli/Service.js"
 import * as Logging from "./layers/Logging.js"
@@ -27,6 +28,7 @@ const root = Command.make("pgfiber", {}, () => cli([process.argv[0]!, process.ar
     Jobs.stats,
     Jobs.stagesCommand,
     Schedules.schedules,
+    Limits.limits,
     Service.tick,
     Keys.keys,
     Calls.calls

@@ -18,6 +18,7 @@ const bench = Stage.make({
   name: queueName,
   payload: Schema.Struct({ seq: Schema.Number }),
   concurrency: config.concurrency,
+  limits: { fair: config.fair ?? true, ...(config.rate ? { rate: config.rate } : {}) },
   handler: ({ seq }) => Effect.sync(() => onJob(seq))
 })
 

@@ -15,6 +15,10 @@ export interface WorkerConfig {
   readonly concurrency: number
   /** pgfiber only: run the Scheduler with one schedule of this cron expression, its jobs to the bench stage. */
   readonly schedule?: string
+  /** pgfiber only: fair claiming across orgs (default on, as a stage is by default). */
+  readonly fair?: boolean
+  /** pgfiber only: a token bucket on the bench stage, e.g. `1/10m`. */
+  readonly rate?: string
 }
 
 export interface Producer {

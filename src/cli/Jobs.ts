@@ -359,12 +359,14 @@ export const stats = Command.make("stats", { json: jsonFlag }, ({ json }) =>
           { header: "CANCELLING", align: "right" },
           { header: "DEAD", align: "right" },
           { header: "OLDEST READY", align: "right" },
-          { header: "PAUSED" }
+          { header: "PAUSED" },
+          { header: "NOTE" }
         ],
         [
           ...all.map((s) => [
             s.stage, n(s.ready), n(s.scheduled), n(s.running), n(s.cancelling), n(s.deadLetters), Output.age(s.oldestReadyAgeMs),
-            s.paused ? "paused" : ""
+            s.paused ? "paused" : "",
+            s.rateLimited ? "rate limited" : ""
           ]),
           [
             "total",

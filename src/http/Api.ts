@@ -67,7 +67,11 @@ export const StageReadiness = Schema.Struct({
     concurrency: Schema.Number,
     inFlight: Schema.Number,
     paused: Schema.Boolean,
-    lastClaimAt: Schema.NullOr(Schema.Date)
+    lastClaimAt: Schema.NullOr(Schema.Date),
+    /** This process waits for the stage's next token. */
+    rateLimited: Schema.Boolean,
+    /** This process waits for a slot under the stage's global cap. */
+    capped: Schema.Boolean
   })),
   ready: Schema.Number,
   scheduled: Schema.Number,
@@ -76,7 +80,9 @@ export const StageReadiness = Schema.Struct({
   /** How long the oldest ready job has waited: the stage's lag. */
   oldestReadyAgeSeconds: Schema.Number,
   /** Paused by an operator (`pgfiber stages pause`): claimed by no process until resumed. Not a readiness problem. */
-  paused: Schema.Boolean
+  paused: Schema.Boolean,
+  /** Jobs are ready and the stage's token bucket is empty: they wait for its next token. */
+  rateLimited: Schema.Boolean
 })
 
 const readinessFields = {
@@ -447,9 +453,55 @@ export class StagesApi extends HttpApiGroup.make("stages")
   )
 {}
 
+// ---------------------------------------------------------------------------------------------
+// limits (operator only: served on the admin listener, never to a tenant's key)
+
+const LimitStage = HttpApiSchema.param("stage", Schema.String)
+
+export const SharesView = Schema.Struct({
+  fair: Schema.Boolean,
+  maxRunning: Schema.NullOr(Schema.Number),
+  maxRunningPerOrg: Schema.NullOr(Schema.Number),
+  rate: Schema.NullOr(Schema.Struct({ limit: Schema.Number, perMs: Schema.Number, burst: Schema.Number, perOrg: Schema.Boolean }))
+})
+
+export const LimitsView = Schema.Struct({
+  stage: Schema.String,
+  /** What every process's claims obey now. */
+  effective: SharesView,
+  source: Schema.Literal("code", "config", "override")
+})
+
+export const LimitsRequest = Schema.Struct({
+  /** 0 lifts the cap. */
+  maxRunning: Schema.optional(Schema.Int.pipe(Schema.between(0, 10_000_000))),
+  maxRunningPerOrg: Schema.optional(Schema.Int.pipe(Schema.between(0, 10_000_000))),
+  /** A token bucket for the stage: `20/s`, `500/1h`; `none` lifts it. */
+  rate: Schema.optional(Schema.String.pipe(Schema.maxLength(40))),
+  /** A token bucket per org: `5/s`. */
+  ratePerOrg: Schema.optional(Schema.String.pipe(Schema.maxLength(40))),
+  burst: Schema.optional(Schema.Int.pipe(Schema.between(1, 10_000_000))),
+  fair: Schema.optional(Schema.Boolean)
+})
+
+export class LimitsApi extends HttpApiGroup.make("limits")
+  .add(HttpApiEndpoint.get("listLimits", "/limits").addSuccess(Schema.Struct({ limits: Schema.Array(LimitsView) })))
+  .add(HttpApiEndpoint.put("putLimits")`/limits/${LimitStage}`.setPayload(LimitsRequest).addSuccess(LimitsView).addError(BadRequest))
+  .add(
+    HttpApiEndpoint.del("resetLimits")`/limits/${LimitStage}`
+      .addSuccess(Schema.Struct({ stage: Schema.String, reset: Schema.Boolean }))
+  )
+  .addError(Unavailable)
+  .annotate(
+    OpenApi.Description,
+    "Stages' fair shares, global caps and rate limits, changed at run time in every process: admin listener only"
+  )
+{}
+
 export class Api extends HttpApi.make("pgfiber")
   .add(HealthApi)
   .add(StagesApi)
+  .add(LimitsApi)
   .add(JobsApi)
   .add(SchedulesApi)
   .add(CallsApi)

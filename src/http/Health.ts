@@ -113,14 +113,18 @@ export const layer = HttpApiBuilder.group(Api, "health", (handlers) =>
               concurrency: pool.concurrency,
               inFlight: pool.inFlight,
               paused: pool.paused,
-              lastClaimAt: pool.lastClaimAt
+              lastClaimAt: pool.lastClaimAt,
+              rateLimited: pool.rateLimited,
+              capped: pool.capped
             },
             ready: s?.ready ?? 0,
             scheduled: s?.scheduled ?? 0,
             running: s?.running ?? 0,
             deadLetters: s?.deadLetters ?? 0,
             oldestReadyAgeSeconds: (s?.oldestReadyAgeMs ?? 0) / 1000,
-            paused: s?.paused ?? false
+            paused: s?.paused ?? false,
+            // jobs ready, the stage's token bucket empty: waiting for the next token (not a problem: by design)
+            rateLimited: (s?.rateLimited ?? false) || (pool?.rateLimited ?? false)
           }
         })
       }
@@ -169,6 +173,12 @@ export const layer = HttpApiBuilder.group(Api, "health", (handlers) =>
             help: "1 when an operator paused the stage (nothing of it is claimed until resumed)",
             type: "gauge",
             samples: rows.map((s) => ({ labels: { stage: s.stage }, value: s.paused ? 1 : 0 }))
+          },
+          {
+            name: "pgfiber_stage_rate_limited",
+            help: "1 when the stage has ready jobs and its token bucket is empty (waiting for the next token)",
+            type: "gauge",
+            samples: rows.map((s) => ({ labels: { stage: s.stage }, value: s.rateLimited ? 1 : 0 }))
           }
         )
       }
@@ -196,6 +206,12 @@ export const layer = HttpApiBuilder.group(Api, "health", (handlers) =>
             help: "Jobs this process is running, by stage",
             type: "gauge",
             samples: pools.map((p) => ({ labels: { stage: p.stage }, value: p.inFlight }))
+          },
+          {
+            name: "pgfiber_pool_capped",
+            help: "1 when this process's pool waits for a slot under the stage's global cap",
+            type: "gauge",
+            samples: pools.map((p) => ({ labels: { stage: p.stage }, value: p.capped ? 1 : 0 }))
           },
           {
             name: "pgfiber_pool_concurrency",

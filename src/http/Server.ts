@@ -32,6 +32,7 @@ import * as Auth from "./Auth.js"
 import * as AuthLimiter from "./AuthLimiter.js"
 import * as Calls from "./Calls.js"
 import * as Health from "./Health.js"
+import * as LimitsHttp from "./Limits.js"
 import * as Stages from "./Stages.js"
 import * as Jobs from "./Jobs.js"
 import * as Schedules from "./Schedules.js"
@@ -98,10 +99,12 @@ const quietPaths = new Set(["/healthz", "/readyz", "/metrics"])
 /** Served without a key on every listener: load balancers' liveness check. */
 export const livenessPath = "/healthz"
 /** Served on the admin listener only (and without a key there): operational, some of them across orgs. */
-export const adminPaths: ReadonlySet<string> = new Set(["/readyz", "/metrics", "/docs", "/openapi.json", "/stages"])
+export const adminPaths: ReadonlySet<string> = new Set(["/readyz", "/metrics", "/docs", "/openapi.json", "/stages", "/limits"])
 /** Pausing and resuming a stage: operators only (a stage is shared by every org), so the admin listener only. */
 const stageControlPath = /^\/stages\/[^/]+\/(pause|resume)$/
-export const isAdminPath = (path: string): boolean => adminPaths.has(path) || stageControlPath.test(path)
+/** Shared limits are the operator's: `/limits` and `/limits/<stage>` answer on the admin listener only. */
+export const isAdminPath = (path: string): boolean =>
+  adminPaths.has(path) || stageControlPath.test(path) || path.startsWith("/limits/")
 const openPaths = { has: (path: string) => path === livenessPath || isAdminPath(path) }
 
 /**
@@ -297,6 +300,7 @@ export const layerApi = <R = never>(
     Layer.provideMerge(HttpApiBuilder.api(Api)),
     Layer.provide(Health.layer),
     Layer.provide(Stages.layer),
+    Layer.provide(LimitsHttp.layer),
     Layer.provide(Jobs.layer<R>(options)),
     Layer.provide(Schedules.layer),
     Layer.provide(Calls.layer),

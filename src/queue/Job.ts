@@ -202,6 +202,8 @@ export interface StageStats {
   readonly oldestReadyAgeMs: number
   /** Paused by an operator: nothing of it is claimed until it is resumed. */
   readonly paused: boolean
+  /** Jobs are ready but the stage's token bucket is empty: they wait for its next token. */
+  readonly rateLimited: boolean
 }
 
 export interface ListOptions {
@@ -231,7 +233,8 @@ export const statsForStages = (rows: ReadonlyArray<StageStats>, stages: Readonly
     cancelling: 0,
     deadLetters: 0,
     oldestReadyAgeMs: 0,
-    paused: false
+    paused: false,
+    rateLimited: false
   }))
   return [...rows, ...empty].sort((a, b) => (a.stage < b.stage ? -1 : a.stage > b.stage ? 1 : 0))
 }

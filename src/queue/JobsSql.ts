@@ -88,6 +88,15 @@ export const claimPlan: Readonly<Record<string, string>> = {
 }
 
 /**
+ * The fair, capped or rate-limited claim's settings (`claimShares`): the same pins (its `prio` lookup and its
+ * unfair walk are the plain claim's ordered scan), and no JIT. The fair claim cannot avoid its small sorts (the
+ * window over each org's rank, the final order), and `enable_sort = off` prices each at the planner's disable
+ * cost, so the statement's estimate (~3e11) passes every JIT threshold: each claim then compiled ~190
+ * functions, 1.3-9 s instead of 5-15 ms for 100 of 200,000 jobs over 1,000 orgs (docs/benchmarks.md).
+ */
+export const sharesClaimPlan: Readonly<Record<string, string>> = { ...claimPlan, jit: "off" }
+
+/**
  * Claims due jobs. Locking: FOR UPDATE SKIP LOCKED on the ready index, so claimers never wait on each other.
  * The claim commits without waiting for its WAL flush (`synchronous_commit` off for this transaction only):
  * a crash can lose only the lease, which leaves the job queued or lets the reaper requeue it, and the fence
@@ -110,6 +119,234 @@ export const claimReady = (sql: Sql, stage: string, limit: number, workerId: str
         lease = j.lease + 1, updated_at = now(), started_at = coalesce(j.started_at, now())
     from next where j.id = next.id
     returning j.*`
+
+/** A stage's effective limits for one claim (code, configuration and run-time overrides merged). */
+export interface ClaimShares {
+  readonly fair: boolean
+  readonly maxRunning: number | null
+  readonly maxRunningPerOrg: number | null
+  readonly rate: { readonly limit: number; readonly perMs: number; readonly burst: number; readonly perOrg: boolean } | null
+}
+
+/** Serialises the claims of one capped or rate-limited stage, across processes, until the transaction ends. */
+export const lockStageLimits = (sql: Sql, schema: string, stage: string) =>
+  sql`select pg_advisory_xact_lock(hashtext(${`pgfiber.limits.${schema}`}), hashtext(${stage}))`
+
+/**
+ * Claims with fair shares, caps or a token bucket; one row: the claimed jobs as JSON in claim order, and when
+ * the bucket is what stopped it, the ms until its next token.
+ *
+ * Fairness, at the most urgent priority with a ready job: a loose index scan over `jobs_ready_by_org` visits
+ * the orgs with queued jobs in org order, starting after `cursor` (the last org the previous claim of this
+ * process visited) and wrapping, at most `limit` of them (one index descent each, never a scan of the
+ * backlog). Each of the k visited orgs offers its oldest ready jobs, ceil(limit / k) at most; those that
+ * filled their share make up for those that could not; the claim takes them round by round: every org's r-th
+ * before any org's (r+1)-th. What is still missing comes from the next priorities, in age order (unless caps
+ * or buckets are per org). So with k orgs ready, every org is visited at least once in ceil(k / limit) claims.
+ * Not fair (but capped or rate-limited per org): the same walk, in age order.
+ * Caps: the stage's running leases are counted here, by org; the bucket is refilled and spent here. Both are
+ * exact only under `lockStageLimits`, taken by an earlier statement of the same transaction, so that this
+ * statement's snapshot sees every claim committed before it (a READ COMMITTED snapshot is taken per statement).
+ * Locking: FOR UPDATE SKIP LOCKED on the picked rows; the bucket rows it spends.
+ */
+export const claimShares = (
+  sql: Sql, stage: string, limit: number, workerId: string, leaseMs: number, s: ClaimShares, cursor: string | null
+) => {
+  const byOrg = s.fair || s.maxRunningPerOrg !== null || (s.rate?.perOrg ?? false)
+  const rate = s.rate ?? { limit: 1, perMs: 1000, burst: 1, perOrg: false }
+  const limited = s.rate !== null
+  // tokens in a bucket row at this statement's start, refilled since it was last spent and capped at the burst
+  const refilled = (b: string) =>
+    sql`least(${rate.burst}::float8, coalesce(${sql(b)}.tokens + greatest(0, extract(epoch from statement_timestamp() - ${sql(b)}.refilled_at)) * 1000
+          * ${rate.limit}::float8 / ${rate.perMs}::float8, ${rate.burst}::float8))`
+  const perOrgLimits = s.maxRunningPerOrg !== null || rate.perOrg && limited
+  // the first queued job of the next org in index order: one descent lands on the org and on its oldest job
+  const headAfter = (cond: ReturnType<typeof sql>) => sql`
+    select coalesce(j.org_id, '') as org_key, j.id, j.available_at from jobs j
+    where j.stage = ${stage} and j.status = 'queued' and j.priority = (select priority from prio) and ${cond}
+    order by coalesce(j.org_id, ''), j.available_at, j.id limit 1`
+  const candidates = byOrg
+    ? sql`
+      after_cursor(org_key, id, available_at, n) as (
+        (select h.*, 1 from (${headAfter(sql`(${cursor}::text is null or coalesce(j.org_id, '') > ${cursor}::text)`)}) h)
+        union all
+        select h.*, g.n + 1 from after_cursor g
+        cross join lateral (${headAfter(sql`coalesce(j.org_id, '') > g.org_key`)}) h
+        where g.n < ${limit}::int
+      ), from_start(org_key, id, available_at, n) as (
+        (select h.*, (select count(*) from after_cursor) + 1
+         from (${headAfter(sql`coalesce(j.org_id, '') <= ${cursor}::text`)}) h
+         where ${cursor}::text is not null and (select count(*) from after_cursor) < ${limit}::int)
+        union all
+        select h.*, g.n + 1 from from_start g
+        cross join lateral (${headAfter(sql`coalesce(j.org_id, '') > g.org_key and coalesce(j.org_id, '') <= ${cursor}::text`)}) h
+        where g.n < ${limit}::int
+      ), visited as (
+        select * from after_cursor union all select * from from_start
+      ), offers as (
+        -- room: what the org's cap and bucket allow; offer: its fair share of this claim within that room
+        select v.org_key, v.n, v.id, v.available_at, o.room,
+               least(o.room, ${s.fair ? sql`ceil(${limit}::float8 / (select count(*) from visited))::int` : sql`${limit}::int`}) as offer
+        from visited v
+        left join running r on r.org_key = v.org_key
+        left join rate_buckets b on b.stage = ${stage} and b.org_key = v.org_key
+        cross join lateral (
+          select least(${limit}::int,
+                       ${s.maxRunningPerOrg === null ? sql`${limit}::int` : sql`greatest(0, ${s.maxRunningPerOrg}::int - coalesce(r.n, 0))::int`},
+                       ${limited && rate.perOrg ? sql`floor(${refilled("b")})::int` : sql`${limit}::int`}) as room) o
+      ), shares as (
+        -- each org's head job (found by the walk), then its next ready ones up to its share
+        select f.org_key, f.room, f.offer, f.id, f.available_at, (select priority from prio) as priority
+        from offers f where f.offer >= 1 and f.available_at <= now()
+        union all
+        select f.org_key, f.room, f.offer, c.id, c.available_at, c.priority
+        from offers f cross join lateral (
+          select j.id, j.available_at, j.priority from jobs j
+          where j.stage = ${stage} and j.status = 'queued' and j.priority = (select priority from prio)
+            and coalesce(j.org_id, '') = f.org_key and j.available_at <= now()
+            and (j.available_at, j.id) > (f.available_at, f.id)
+          order by j.available_at, j.id
+          limit f.offer - 1
+        ) c
+        where f.offer > 1 and f.available_at <= now()
+      ), filled as (
+        -- orgs with fewer ready jobs than their share leave the claim short: the orgs that filled theirs
+        -- offer more, up to that shortfall each (still round by round: these rank after every first share)
+        select f.org_key, f.offer, f.room - f.offer as more
+        from offers f
+        where f.offer < f.room and f.offer = (select count(*) from shares s where s.org_key = f.org_key)
+      ), extra as (
+        select f.org_key, c.id, c.available_at, c.priority
+        from filled f cross join lateral (
+          select j.id, j.available_at, j.priority from jobs j
+          where j.stage = ${stage} and j.status = 'queued' and j.priority = (select priority from prio)
+            and coalesce(j.org_id, '') = f.org_key and j.available_at <= now()
+          order by j.available_at, j.id
+          offset f.offer
+          limit least(f.more, ${limit}::int - (select count(*) from shares))
+        ) c
+        where (select count(*) from shares) < ${limit}::int
+      ), rest as (
+        -- the most urgent priority could not fill the claim: the next ones, in claim order (not by org)
+        select coalesce(j.org_id, '') as org_key, j.id, j.available_at, j.priority from jobs j
+        where ${!perOrgLimits} and j.stage = ${stage} and j.status = 'queued' and j.available_at <= now()
+          and j.priority > (select priority from prio)
+          and (select count(*) from shares) + (select count(*) from extra) < ${limit}::int
+        order by j.priority, j.available_at, j.id
+        limit greatest(0, ${limit}::int - (select count(*) from shares) - (select count(*) from extra))
+      ), candidates as (
+        select u.id, u.org_key, u.available_at, u.priority,
+               row_number() over (partition by u.priority, u.org_key order by u.available_at, u.id) as org_rank
+        from (select org_key, id, available_at, priority from shares
+              union all select org_key, id, available_at, priority from extra
+              union all select org_key, id, available_at, priority from rest) u
+      )`
+    : sql`
+      candidates as (
+        select j.id, coalesce(j.org_id, '') as org_key, j.available_at, j.priority, 1::bigint as org_rank from jobs j
+        where j.stage = ${stage} and j.status = 'queued' and j.available_at <= now()
+        order by j.priority, j.available_at, j.id
+        limit ${limit}
+      )`
+  return sql<Array<{ jobs: Array<Record<string, unknown>>; rate_wait_ms: number | null; capped: boolean; cursor: string | null }>>`
+    with recursive
+    prio as (
+      select priority from jobs
+      where stage = ${stage} and status = 'queued' and available_at <= now()
+        -- a paused stage claims nothing (the pools stop asking; this guards the moment before they hear it)
+        and not exists (select 1 from stage_controls c where c.stage = ${stage} and c.paused)
+      order by priority, available_at, id limit 1
+    ), running as (
+      select coalesce(org_id, '') as org_key, count(*)::int as n from jobs
+      where ${s.maxRunning !== null || s.maxRunningPerOrg !== null} and stage = ${stage} and status <> 'queued'
+      group by 1
+    ), stage_bucket as (
+      select ${refilled("b")} as tokens
+      from (select 1) one left join rate_buckets b on b.stage = ${stage} and b.org_key = ''
+    ), room as (
+      select least(${limit}::int,
+                   ${s.maxRunning === null ? sql`${limit}::int` : sql`greatest(0, ${s.maxRunning}::int - (select coalesce(sum(n), 0) from running))::int`},
+                   ${limited && !rate.perOrg ? sql`floor((select tokens from stage_bucket))::int` : sql`${limit}::int`}) as n
+    ), ${candidates}, picked as (
+      select id, org_key, row_number() over (order by priority, ${s.fair ? sql`org_rank,` : sql``} available_at, id) as ord
+      from candidates
+      order by priority, ${s.fair ? sql`org_rank,` : sql``} available_at, id
+      limit (select n from room)
+    ), locked as (
+      select j.id from jobs j
+      where j.id in (select id from picked) and j.status = 'queued'
+        and (select set_config('synchronous_commit', 'off', true)) = 'off'
+        and not exists (select 1 from stage_controls c where c.stage = ${stage} and c.paused)
+      for update skip locked
+    ), claimed as (
+      update jobs j
+      set status = 'running', locked_by = ${workerId}, locked_until = now() + ${leaseMs} * interval '1 millisecond',
+          lease = j.lease + 1, updated_at = statement_timestamp(), started_at = coalesce(j.started_at, statement_timestamp())
+      from locked where j.id = locked.id
+      returning j.*
+    ), spent as (
+      select ${rate.perOrg ? sql`p.org_key` : sql`''`} as org_key, count(*)::int as n
+      from claimed c join picked p on p.id = c.id
+      where ${limited}
+      group by 1
+    ), spend as (
+      insert into rate_buckets as b (stage, org_key, tokens, refilled_at, next_token_at)
+      select ${stage}, t.org_key, t.tokens, t.at,
+             case when t.tokens < 1 then t.at + (1 - t.tokens) * ${rate.perMs}::float8 / ${rate.limit}::float8 * interval '1 millisecond' end
+      from (
+        select s.org_key, ${refilled("prev")} - s.n as tokens,
+               greatest(statement_timestamp(), coalesce(prev.refilled_at, statement_timestamp())) as at
+        from spent s left join rate_buckets prev on prev.stage = ${stage} and prev.org_key = s.org_key
+      ) t
+      on conflict (stage, org_key) do update
+        set tokens = excluded.tokens, refilled_at = excluded.refilled_at, next_token_at = excluded.next_token_at
+      returning b.org_key, b.tokens
+    ), after as (
+      -- what each bucket that limits this stage holds now: the spent ones as written, the others as refilled
+      ${rate.perOrg
+      ? sql`select coalesce(sp.tokens, ${refilled("b")}) as tokens from visited h
+            left join spend sp on sp.org_key = h.org_key
+            left join rate_buckets b on b.stage = ${stage} and b.org_key = h.org_key`
+      : sql`select coalesce((select tokens from spend), (select tokens from stage_bucket)) as tokens`}
+    )
+    select
+      coalesce((select json_agg(row_to_json(c) order by p.ord) from claimed c join picked p on p.id = c.id), '[]'::json) as jobs,
+      case when ${limited} and (select count(*) from claimed) < ${limit}::int and exists (select 1 from prio)
+                and (select min(tokens) from after) < 1
+           then ((1 - (select min(tokens) from after)) * ${rate.perMs}::float8 / greatest(${rate.limit}::float8, 1e-9))::float8
+      end as rate_wait_ms,
+      (${s.maxRunning !== null || s.maxRunningPerOrg !== null} and (select count(*) from claimed) < ${limit}::int
+        and exists (select 1 from prio)) as capped,
+      ${byOrg ? sql`(select org_key from visited order by n desc limit 1)` : sql`null::text`} as cursor`
+}
+
+/** Run-time limit overrides. Locking: none (a small table read by claimers through a one-second cache). */
+export const selectLimitOverrides = (sql: Sql) => sql<Array<Record<string, unknown>>>`select * from stage_limits order by stage`
+
+/** Merges fields into a stage's override (nulls keep the stored value). Locking: that row. */
+export const upsertLimitOverride = (sql: Sql, stage: string, o: {
+  fair: boolean | null; maxRunning: number | null; maxRunningPerOrg: number | null; rateLimit: number | null
+  ratePerMs: number | null; rateBurst: number | null; ratePerOrg: boolean | null
+}) =>
+  sql<Array<Record<string, unknown>>>`
+    insert into stage_limits as l (stage, fair, max_running, max_running_per_org, rate_limit, rate_per_ms, rate_burst, rate_per_org)
+    values (${stage}, ${o.fair}, ${o.maxRunning}, ${o.maxRunningPerOrg}, ${o.rateLimit}, ${o.ratePerMs}, ${o.rateBurst}, ${o.ratePerOrg})
+    on conflict (stage) do update set
+      fair = coalesce(excluded.fair, l.fair),
+      max_running = coalesce(excluded.max_running, l.max_running),
+      max_running_per_org = coalesce(excluded.max_running_per_org, l.max_running_per_org),
+      rate_limit = coalesce(excluded.rate_limit, l.rate_limit),
+      rate_per_ms = coalesce(excluded.rate_per_ms, l.rate_per_ms),
+      rate_burst = coalesce(excluded.rate_burst, l.rate_burst),
+      rate_per_org = coalesce(excluded.rate_per_org, l.rate_per_org),
+      updated_at = now()
+    returning *`
+
+/** Drops a stage's override and its buckets (a changed rate starts from a full bucket). Locking: those rows. */
+export const deleteLimitOverride = (sql: Sql, stage: string) =>
+  sql<Array<{ stage: string }>>`
+    with buckets as (delete from rate_buckets where stage = ${stage})
+    delete from stage_limits where stage = ${stage} returning stage`
 
 /**
  * Extends held leases, and writes the progress reported since the last beat (`reported` 0: unchanged).
@@ -152,7 +389,8 @@ export const extendLeases = (
  * (`retain_ms`, else its stage's in `retainByStage`, else `retainDefaultMs`) is above zero is handed to
  * `jobs_archive` in the same statement; at zero it is only deleted. Each failed attempt's history entry names
  * the worker that held the lease. Returns one row per outcome whose lease still held, with the action taken;
- * the others were fenced. Releases and due requeues wake their stages.
+ * the others were fenced. Releases and due requeues wake their stages; with `wakeFreed` (a capped stage) every
+ * settled job's stage is woken too, so a claimer in any process waiting for a free slot under the cap looks again.
  * Locking: the caller's own leased rows, locked in id order first (as heartbeats do), so two statements
  * touching the same rows never deadlock; a fenced row is never locked. Archive rows are new (keyed by job id).
  */
@@ -170,7 +408,8 @@ export const settleOutcomes = (
     readonly runMs: ReadonlyArray<number | null>
     readonly retainMs: ReadonlyArray<number | null>
   },
-  retention: { readonly defaultMs: number; readonly byStage: string }
+  retention: { readonly defaultMs: number; readonly byStage: string },
+  wakeFreed = false
 ) =>
   sql<Array<{ id: string; action: string; reason: string | null }>>`
     with input as (
@@ -179,7 +418,7 @@ export const settleOutcomes = (
                            ${o.retainMs}::float8[])
         as i(id, lease, kind, delay_ms, tag, message, output, run_ms, retain_ms)
     ), held as (
-      select j.id, i.delay_ms, i.tag, i.message, i.output, i.run_ms,
+      select j.id, j.stage, i.delay_ms, i.tag, i.message, i.output, i.run_ms,
              coalesce(i.retain_ms, (${retention.byStage}::jsonb ->> j.stage)::float8, ${retention.defaultMs}::float8) as retain_ms,
              case when i.kind = 'complete' then 'complete'
                   when j.status = 'cancelled' then 'remove'
@@ -237,12 +476,15 @@ export const settleOutcomes = (
       from held h where j.id = h.id and h.action in ('retry', 'reschedule', 'release')
       returning j.id, j.stage, h.action, h.delay_ms
     ), woken as (
-      select pg_notify(${channel(schema)}, stage) from (select distinct stage from requeued where delay_ms <= 0) s
+      select pg_notify(${channel(schema)}, stage) from (
+        select stage from requeued where delay_ms <= 0
+        union select stage from held where ${wakeFreed}) s
     )
     select id::text, action, null::text as reason from deleted
     union all select job_id::text, 'dead', reason from buried
-    -- the aggregate forces the notify CTE to run
-    union all select id::text, action, null from requeued cross join (select count(*) from woken) w`
+    -- the aggregate forces the notify CTE to run, whether or not anything was requeued (a freed slot wakes too)
+    union all select id::text, action, null from requeued
+    union all select null, null, null from (select count(*) as n from woken) w where w.n < 0`
 
 /** Only one reaper runs at a time, across every process: the others skip this round. */
 export const tryReaperLock = (sql: Sql, schema: string) =>
@@ -386,6 +628,7 @@ export const stageStats = (sql: Sql) =>
     dead_letters: string
     oldest_ready_ms: number | null
     paused: boolean
+    rate_limited: boolean
   }>>`
     with live as (
       select stage,
@@ -401,11 +644,14 @@ export const stageStats = (sql: Sql) =>
     ), known as (
       select coalesce(live.stage, dead.stage) as stage, ready, scheduled, running, cancelling, dead_letters, oldest_ready_ms
       from live full join dead on live.stage = dead.stage
+    ), limited as (
+      select distinct stage from rate_buckets where next_token_at > now()
     )
     select coalesce(known.stage, c.stage) as stage,
            coalesce(ready, 0) as ready, coalesce(scheduled, 0) as scheduled, coalesce(running, 0) as running,
            coalesce(cancelling, 0) as cancelling, coalesce(dead_letters, 0) as dead_letters,
-           coalesce(oldest_ready_ms, 0)::float8 as oldest_ready_ms, coalesce(c.paused, false) as paused
+           coalesce(oldest_ready_ms, 0)::float8 as oldest_ready_ms, coalesce(c.paused, false) as paused,
+           (coalesce(ready, 0) > 0 and exists (select 1 from limited l where l.stage = known.stage)) as rate_limited
     from known full join (select stage, paused from stage_controls where paused) c on known.stage = c.stage
     order by 1`
 

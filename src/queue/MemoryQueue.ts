@@ -8,9 +8,10 @@ import { Clock, Duration, Effect, Either, Exit, FiberRef, Layer, Option } from "
 import type { Beat, DeadLetter, EnqueueResult, ErrorEntry, Job, Lease, NewJob, StageControl, StageStats, ValidJob } from "./Job.js"
 import { countEnqueued, defaultMaxPayloadBytes, errorEntry, jobFromDeadLetter, JobNotFound, validateAll } from "./Job.js"
 import * as Events from "../runtime/Events.js"
+import * as Limits from "./Limits.js"
 import * as Outcome from "./Outcome.js"
 import type { Settled } from "./Outcome.js"
-import { type OnDead, Queue, type QueueOptions, resolveRetention, stageControlsTopic, type Wakeups } from "./Queue.js"
+import { type ClaimOptions, type OnDead, Queue, type QueueOptions, resolveRetention, stageControlsTopic, type Wakeups } from "./Queue.js"
 
 type MutableJob = { -readonly [K in keyof Job]: Job[K] }
 
@@ -175,14 +176,90 @@ export const make = (options: QueueOptions = {}) =>
         )
       })
 
-    const claim = (stage: string, limit: number, o: { readonly workerId: string; readonly leaseFor: Duration.Duration }) =>
-      Effect.map(Clock.currentTimeMillis, (now) => {
-        if (controls.get(stage)?.paused) return []
+    const overrides = new Map<string, Limits.Override>()
+    /** Where each stage's next fair claim starts its walk over orgs (PgQueue keeps one per process). */
+    const cursors = new Map<string, string>()
+    /** Token buckets by `stage|org` (org '' for the stage's own), as in the rate_buckets table. */
+    const buckets = new Map<string, { tokens: number; refilledAt: number; nextTokenAt: number | null }>()
+    const orgKey = (j: MutableJob) => j.orgId ?? ""
+    const byAge = (a: MutableJob, b: MutableJob) => a.availableAt.getTime() - b.availableAt.getTime() || Number(a.id) - Number(b.id)
+    const byClaimOrder = (a: MutableJob, b: MutableJob) => a.priority - b.priority || byAge(a, b)
+
+    /** The same semantics as JobsSql.claimShares; one synchronous step, so no lock is needed. */
+    const claimBatch = (stage: string, limit: number, o: ClaimOptions) =>
+      Effect.map(Clock.currentTimeMillis, (now): Limits.ClaimResult<Job> => {
+        if (limit <= 0 || controls.get(stage)?.paused) return { jobs: [], rateLimitedForMs: null, capped: false }
+        const s = Limits.applyOverride(o.shares ?? Limits.defaultShares, overrides.get(stage))
         const ready = [...jobs.values()]
           .filter((j) => j.stage === stage && j.status === "queued" && j.availableAt.getTime() <= now)
-          .sort((a, b) => a.priority - b.priority || a.availableAt.getTime() - b.availableAt.getTime() || Number(a.id) - Number(b.id))
-          .slice(0, Math.max(0, limit))
-        return ready.map((j) => {
+          .sort(byClaimOrder)
+        const rate = s.rate
+        const tokensIn = (key: string) => {
+          const b = buckets.get(`${stage}|${key}`)
+          if (!rate) return Infinity
+          return b === undefined ? rate.burst : Math.min(rate.burst, b.tokens + Math.max(0, now - b.refilledAt) * rate.limit / rate.perMs)
+        }
+        const runningBy = new Map<string, number>()
+        let runningTotal = 0
+        for (const j of jobs.values()) {
+          if (j.stage !== stage || j.status === "queued") continue
+          runningTotal++
+          runningBy.set(orgKey(j), (runningBy.get(orgKey(j)) ?? 0) + 1)
+        }
+        const room = Math.min(
+          limit,
+          s.maxRunning === null ? limit : Math.max(0, s.maxRunning - runningTotal),
+          rate && !rate.perOrg ? Math.floor(tokensIn("")) : limit
+        )
+        let picked: Array<MutableJob>
+        const heads: Array<string> = []
+        if (s.fair || s.maxRunningPerOrg !== null || (rate?.perOrg ?? false)) {
+          // the orgs with queued jobs at the most urgent ready priority, in org order from after the cursor,
+          // wrapping, at most `limit` of them: what the loose index scan visits
+          const prio = ready[0]?.priority
+          const queuedOrgs = [...new Set([...jobs.values()]
+            .filter((j) => j.stage === stage && j.status === "queued" && j.priority === prio)
+            .map(orgKey))].sort()
+          const cursor = cursors.get(stage)
+          const after = cursor === undefined ? queuedOrgs : queuedOrgs.filter((org) => org > cursor)
+          const wrapped = cursor === undefined ? [] : queuedOrgs.filter((org) => org <= cursor)
+          const visited = [...after, ...wrapped].slice(0, limit)
+          if (visited.length > 0) cursors.set(stage, visited[visited.length - 1]!)
+          heads.push(...visited)
+          const readyOf = (org: string) => ready.filter((j) => j.priority === prio && orgKey(j) === org)
+          const ranked: Array<{ job: MutableJob; rank: number }> = []
+          const offers: Array<{ list: Array<MutableJob>; offer: number; room: number }> = []
+          for (const org of visited) {
+            const room = Math.min(
+              limit,
+              s.maxRunningPerOrg === null ? limit : Math.max(0, s.maxRunningPerOrg - (runningBy.get(org) ?? 0)),
+              rate?.perOrg ? Math.floor(tokensIn(org)) : limit
+            )
+            const offer = Math.min(room, s.fair ? Math.ceil(limit / visited.length) : limit)
+            offers.push({ list: readyOf(org), offer, room })
+          }
+          for (const { list, offer } of offers) list.slice(0, offer).forEach((job, i) => ranked.push({ job, rank: i + 1 }))
+          // the orgs that filled their share make up for those that could not, up to the shortfall each
+          const shortfall = limit - ranked.length
+          if (shortfall > 0) {
+            for (const { list, offer, room } of offers) {
+              if (offer >= room || list.length < offer) continue
+              list.slice(offer, offer + Math.min(room - offer, shortfall)).forEach((job, i) => ranked.push({ job, rank: offer + i + 1 }))
+            }
+          }
+          // still short: the next priorities, in age order (not while caps or buckets are per org)
+          const perOrgLimits = s.maxRunningPerOrg !== null || (rate?.perOrg ?? false)
+          if (!perOrgLimits && ranked.length < limit) {
+            ready.filter((j) => j.priority > prio!).slice(0, limit - ranked.length).forEach((job) => ranked.push({ job, rank: 0 }))
+          }
+          picked = ranked
+            .sort((a, b) => a.job.priority - b.job.priority || (s.fair ? a.rank - b.rank : 0) || byAge(a.job, b.job))
+            .slice(0, room)
+            .map((r) => r.job)
+        } else {
+          picked = ready.slice(0, room)
+        }
+        const claimed = picked.map((j) => {
           j.status = "running"
           j.lockedBy = o.workerId
           j.lockedUntil = new Date(now + Duration.toMillis(o.leaseFor))
@@ -191,7 +268,46 @@ export const make = (options: QueueOptions = {}) =>
           j.startedAt ??= new Date(now)
           return snapshot(j)
         })
+        let rateLimitedForMs: number | null = null
+        if (rate) {
+          const spent = new Map<string, number>()
+          for (const j of claimed) {
+            const key = rate.perOrg ? j.orgId ?? "" : ""
+            spent.set(key, (spent.get(key) ?? 0) + 1)
+          }
+          for (const [key, n] of spent) {
+            const tokens = tokensIn(key) - n
+            const refilledAt = Math.max(now, buckets.get(`${stage}|${key}`)?.refilledAt ?? now)
+            buckets.set(`${stage}|${key}`, { tokens, refilledAt, nextTokenAt: tokens < 1 ? refilledAt + (1 - tokens) * rate.perMs / rate.limit : null })
+          }
+          const least = Math.min(...(rate.perOrg ? heads : [""]).map(tokensIn))
+          if (claimed.length < limit && ready.length > 0 && least < 1) {
+            rateLimitedForMs = Math.max(1, Math.ceil((1 - least) * rate.perMs / rate.limit))
+          }
+        }
+        const capped = (s.maxRunning !== null || s.maxRunningPerOrg !== null) && claimed.length < limit && ready.length > 0
+        return { jobs: claimed, rateLimitedForMs, capped }
       })
+
+    const claim = (stage: string, limit: number, o: ClaimOptions) => Effect.map(claimBatch(stage, limit, o), (r) => r.jobs)
+
+    const limits = {
+      list: Effect.sync(() => new Map(overrides) as ReadonlyMap<string, Limits.Override>),
+      set: (stage: string, o: Partial<Limits.Override>) =>
+        Effect.sync(() => {
+          const was = overrides.get(stage) ?? Limits.emptyOverride
+          const merged = Object.fromEntries(
+            Object.entries(Limits.emptyOverride).map(([k]) => [k, (o as Record<string, unknown>)[k] ?? (was as unknown as Record<string, unknown>)[k]])
+          ) as unknown as Limits.Override
+          overrides.set(stage, merged)
+          return merged
+        }),
+      clear: (stage: string) =>
+        Effect.sync(() => {
+          for (const key of [...buckets.keys()]) if (key.startsWith(`${stage}|`)) buckets.delete(key)
+          return overrides.delete(stage)
+        })
+    }
 
     const heartbeat = (leases: ReadonlyArray<Beat>, leaseFor: Duration.Duration) =>
       Effect.map(Clock.currentTimeMillis, (now) =>
@@ -302,6 +418,7 @@ export const make = (options: QueueOptions = {}) =>
             ? { followUps: undefined, invalid: `follow-up rejected: ${valid.left.message}` }
             : { followUps: valid.right, invalid: undefined }
         })
+        const jobStages = new Map(outcomes.map((o) => [o.lease.id, jobs.get(o.lease.id)?.stage] as const))
         const done = outcomes.map((o, i) => settleOne(o, prepared[i]!.followUps, prepared[i]!.invalid, now, settleOptions.retain))
         for (let i = 0; i < done.length; i++) {
           if (done[i]!.enqueued) {
@@ -313,6 +430,7 @@ export const make = (options: QueueOptions = {}) =>
           d.settled === "deadLettered" ? [{ index, reason: d.reason ?? "", exhausted: outcomes[index]!._tag === "Retry" }] : []
         )
         if (dead.length > 0 && settleOptions.onDeadLettered) yield* transaction(settleOptions.onDeadLettered(dead))
+        if (settleOptions.wakeFreed) new Set(outcomes.map((o) => jobStages.get(o.lease.id))).forEach((stage) => stage && wake(stage))
         return done.map((d) => d.settled) as ReadonlyArray<Settled>
       })
 
@@ -478,7 +596,7 @@ export const make = (options: QueueOptions = {}) =>
       const by = new Map<string, { -readonly [K in keyof StageStats]: StageStats[K] }>()
       const row = (stage: string) => {
         if (!by.has(stage)) {
-          by.set(stage, { stage, ready: 0, scheduled: 0, running: 0, cancelling: 0, deadLetters: 0, oldestReadyAgeMs: 0, paused: controls.get(stage)?.paused ?? false })
+          by.set(stage, { stage, ready: 0, scheduled: 0, running: 0, cancelling: 0, deadLetters: 0, oldestReadyAgeMs: 0, paused: controls.get(stage)?.paused ?? false, rateLimited: false })
         }
         return by.get(stage)!
       }
@@ -493,6 +611,10 @@ export const make = (options: QueueOptions = {}) =>
       }
       for (const d of dead.values()) if (d.resolutionStatus === null) row(d.stage).deadLetters++
       for (const c of controls.values()) if (c.paused) row(c.stage)
+      for (const [key, b] of buckets) {
+        const r = by.get(key.slice(0, key.indexOf("|")))
+        if (r && r.ready > 0 && b.nextTokenAt !== null && b.nextTokenAt > now) r.rateLimited = true
+      }
       return [...by.values()].sort((a, b) => a.stage.localeCompare(b.stage))
     })
 
@@ -552,6 +674,8 @@ export const make = (options: QueueOptions = {}) =>
       enqueue,
       transaction,
       claim,
+      claimBatch,
+      limits,
       heartbeat,
       settle,
       savepoint,

@@ -68,4 +68,6 @@ export interface SettleOptions {
    * omitted, the queue's own retention for each job's stage. Zero: deleted at once.
    */
   readonly retain?: Duration.Duration | undefined
+  /** Wake the stage in every process when its jobs settle: a claimer may be waiting for a slot under a cap. */
+  readonly wakeFreed?: boolean | undefined
 }

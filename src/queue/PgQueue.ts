@@ -8,9 +8,11 @@ import * as Events from "../runtime/Events.js"
 import type { Beat, DeadLetter, ErrorEntry, Job, JobStatus, StageStats, ValidJob } from "./Job.js"
 import { countEnqueued, defaultMaxPayloadBytes, isJobId, jobFromDeadLetter, JobNotFound, validateAll } from "./Job.js"
 import * as JobsSql from "./JobsSql.js"
+import * as Limits from "./Limits.js"
 import * as Outcome from "./Outcome.js"
 import type { DeadLettered, Settled, SettleOptions } from "./Outcome.js"
-import { type OnDead, Queue, type QueueOptions, resolveRetention, retentionParams, type Wakeups } from "./Queue.js"
+import * as Queue from "./Queue.js"
+import { type OnDead, type QueueOptions, resolveRetention, retentionParams, type Wakeups } from "./Queue.js"
 
 const str = (v: unknown): string | null => (v === null || v === undefined ? null : String(v))
 const date = (v: unknown): Date => (v instanceof Date ? v : new Date(String(v)))
@@ -64,6 +66,19 @@ export const rowToDeadLetter = (r: Record<string, unknown>): DeadLetter => ({
   resolutionNotes: str(r.resolution_notes),
   resolvedAt: r.resolved_at ? date(r.resolved_at) : null,
   retriedJobId: str(r.retried_job_id)
+})
+
+const intOrNull = (v: unknown): number | null => (v === null || v === undefined ? null : Number(v))
+const boolOrNull = (v: unknown): boolean | null => (v === null || v === undefined ? null : v === true)
+
+export const rowToOverride = (r: Record<string, unknown>): Limits.Override => ({
+  fair: boolOrNull(r.fair),
+  maxRunning: intOrNull(r.max_running),
+  maxRunningPerOrg: intOrNull(r.max_running_per_org),
+  rateLimit: intOrNull(r.rate_limit),
+  ratePerMs: intOrNull(r.rate_per_ms),
+  rateBurst: intOrNull(r.rate_burst),
+  ratePerOrg: boolOrNull(r.rate_per_org)
 })
 
 const ms = (d: Duration.Duration) => Math.max(0, Math.round(Duration.toMillis(d)))
@@ -136,20 +151,75 @@ export const make = (options: QueueOptions = {}) =>
       return results
     })
 
-    const claim = Effect.fn("Queue.claim")(function*(
+    // run-time overrides, read at most once a second per process while claiming (and never while idle)
+    let overrides: { readonly at: number; readonly byStage: ReadonlyMap<string, Limits.Override> } | null = null
+    const listOverrides = db.run((sql) => JobsSql.selectLimitOverrides(sql)).pipe(
+      Effect.map((rows) => new Map(rows.map((r) => [String(r.stage), rowToOverride(r)] as const)) as ReadonlyMap<string, Limits.Override>)
+    )
+    const overrideFor = (stage: string) =>
+      Effect.suspend(() => {
+        const now = Date.now()
+        if (overrides !== null && now - overrides.at < 1000) return Effect.succeed(overrides.byStage.get(stage))
+        return Effect.map(listOverrides, (byStage) => {
+          overrides = { at: now, byStage }
+          return byStage.get(stage)
+        })
+      })
+
+    // where each stage's next fair claim starts its walk over orgs: after the last org this process visited
+    const cursors = new Map<string, string>()
+
+    const claimBatch = Effect.fn("Queue.claim")(function*(
       stage: string,
       limit: number,
-      claimOptions: { readonly workerId: string; readonly leaseFor: Duration.Duration }
+      claimOptions: Queue.ClaimOptions
     ) {
-      if (limit <= 0) return []
-      const rows = yield* db.runWithSettings(
-        JobsSql.claimPlan,
-        (sql) => JobsSql.claimReady(sql, stage, limit, claimOptions.workerId, ms(claimOptions.leaseFor))
-      )
-      return rows.map(rowToJob).sort((a, b) =>
-        a.priority - b.priority || a.availableAt.getTime() - b.availableAt.getTime() || Number(a.id) - Number(b.id)
-      )
+      if (limit <= 0) return { jobs: [], rateLimitedForMs: null, capped: false }
+      const shares = Limits.applyOverride(claimOptions.shares ?? Limits.defaultShares, yield* overrideFor(stage))
+      const leaseMs = ms(claimOptions.leaseFor)
+      if (!shares.fair && !Limits.isLimited(shares)) {
+        const rows = yield* db.runWithSettings(
+          JobsSql.claimPlan,
+          (sql) => JobsSql.claimReady(sql, stage, limit, claimOptions.workerId, leaseMs)
+        )
+        const jobs = rows.map(rowToJob).sort((a, b) =>
+          a.priority - b.priority || a.availableAt.getTime() - b.availableAt.getTime() || Number(a.id) - Number(b.id)
+        )
+        return { jobs, rateLimitedForMs: null, capped: false }
+      }
+      const limited = Limits.isLimited(shares)
+      const cursor = cursors.get(stage) ?? null
+      // in porsager's own transaction, as the plain claim (no reservation); counting and spending are exact only
+      // with this stage's claims in line, each seeing the last one's commit (the lock, then the claim's snapshot)
+      const [row] = yield* db.runWithSettings(JobsSql.sharesClaimPlan, async (sql) => {
+        if (limited) await JobsSql.lockStageLimits(sql, db.schema, stage)
+        return await JobsSql.claimShares(sql, stage, limit, claimOptions.workerId, leaseMs, shares, cursor)
+      })
+      if (row?.cursor != null) cursors.set(stage, row.cursor)
+      return {
+        // in claim order: by priority, then round by round across orgs
+        jobs: (row?.jobs ?? []).map(rowToJob),
+        rateLimitedForMs: row?.rate_wait_ms == null ? null : Math.max(1, Math.ceil(Number(row.rate_wait_ms))),
+        capped: row?.capped === true
+      }
     })
+
+    const claim = (stage: string, limit: number, claimOptions: Queue.ClaimOptions) =>
+      Effect.map(claimBatch(stage, limit, claimOptions), (r) => r.jobs)
+
+    const limits = {
+      list: listOverrides,
+      set: (stage: string, o: Partial<Limits.Override>) =>
+        db.run((sql) => JobsSql.upsertLimitOverride(sql, stage, { ...Limits.emptyOverride, ...o })).pipe(
+          Effect.map(([row]) => rowToOverride(row!)),
+          Effect.tap(() => Effect.sync(() => (overrides = null)))
+        ),
+      clear: (stage: string) =>
+        db.run((sql) => JobsSql.deleteLimitOverride(sql, stage)).pipe(
+          Effect.map((rows) => rows.length > 0),
+          Effect.tap(() => Effect.sync(() => (overrides = null)))
+        )
+    }
 
     const split = (leases: ReadonlyArray<{ id: string; lease: number }>) => ({
       ids: leases.map((l) => l.id),
@@ -236,7 +306,9 @@ export const make = (options: QueueOptions = {}) =>
         input.retainMs.push(retainMs)
       })
       const write = Effect.gen(function*() {
-        const rows = yield* db.run((sql) => JobsSql.settleOutcomes(sql, db.schema, input, retention))
+        const rows = yield* db.run((sql) =>
+          JobsSql.settleOutcomes(sql, db.schema, input, retention, settleOptions.wakeFreed ?? false)
+        )
         const byId = new Map(rows.map((r) => [r.id, r]))
         const results = outcomes.map((o): Settled => {
           const row = byId.get(o.lease.id)
@@ -405,7 +477,8 @@ export const make = (options: QueueOptions = {}) =>
           cancelling: Number(r.cancelling),
           deadLetters: Number(r.dead_letters),
           oldestReadyAgeMs: Math.round(Number(r.oldest_ready_ms ?? 0)),
-          paused: r.paused === true
+          paused: r.paused === true,
+          rateLimited: r.rate_limited === true
         }))
       )
     )
@@ -449,10 +522,12 @@ export const make = (options: QueueOptions = {}) =>
         onDown: (reason) => wakeups.onDown?.(reason)
       })
 
-    return Queue.of({
+    return Queue.Queue.of({
       enqueue,
       transaction: db.transaction,
       claim,
+      claimBatch,
+      limits,
       heartbeat,
       settle,
       savepoint,
@@ -475,4 +550,4 @@ export const make = (options: QueueOptions = {}) =>
     })
   })
 
-export const layer = (options: QueueOptions = {}) => Layer.effect(Queue, make(options))
+export const layer = (options: QueueOptions = {}) => Layer.effect(Queue.Queue, make(options))

@@ -26,10 +26,12 @@ import type {
   StageStats
 } from "./Job.js"
 
+import type * as Limits from "./Limits.js"
 import type { Outcome, Settled, SettleOptions } from "./Outcome.js"
 
 export * from "./Job.js"
 export * as Outcome from "./Outcome.js"
+export * as Limits from "./Limits.js"
 
 export type QueueError = Db.DbError
 
@@ -39,6 +41,8 @@ export type OnDead = Effect.Effect<void, unknown>
 export interface ClaimOptions {
   readonly workerId: string
   readonly leaseFor: Duration.Duration
+  /** The stage's limits from code and configuration (run-time overrides apply over them); default: fair only. */
+  readonly shares?: Limits.Shares | undefined
 }
 
 export interface Wakeups {
@@ -72,6 +76,20 @@ export class Queue extends Context.Tag("pgfiber/Queue")<Queue, {
   readonly transaction: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | QueueError, R>
   /** Leases up to `limit` due jobs of a stage: priority, then available_at, then id; SKIP LOCKED. */
   readonly claim: (stage: string, limit: number, options: ClaimOptions) => Effect.Effect<ReadonlyArray<Job>, QueueError>
+  /**
+   * `claim`, with what the stage's limits did: within the most urgent ready priority, orgs take turns (each
+   * org's r-th job before any org's (r+1)-th, at most ceil(limit / orgs) each); caps count running leases in
+   * every process; a token bucket is spent per claimed job. Says when the bucket or a cap left jobs waiting.
+   */
+  readonly claimBatch: (stage: string, limit: number, options: ClaimOptions) => Effect.Effect<Limits.ClaimResult<Job>, QueueError>
+  /** Run-time overrides of stages' limits, shared by every process (read by claims within a second). */
+  readonly limits: {
+    readonly list: Effect.Effect<ReadonlyMap<string, Limits.Override>, QueueError>
+    /** Merges the given fields into the stage's override (null fields are left as they are). */
+    readonly set: (stage: string, override: Partial<Limits.Override>) => Effect.Effect<Limits.Override, QueueError>
+    /** Drops the stage's override and its token bucket; false when there was none. */
+    readonly clear: (stage: string) => Effect.Effect<boolean, QueueError>
+  }
   /**
    * Extends the leases still held, writing any progress reported with them; returns the ids that were (others
    * were fenced out or cancelled).

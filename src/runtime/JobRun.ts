@@ -59,6 +59,7 @@ export const jobInfo = (job: Job, run: Partial<Pick<Stage.JobInfo, "timeout" | "
   orgId: job.orgId,
   subjectId: job.subjectId,
   createdAt: job.createdAt,
+  claimedAt: job.updatedAt,
   timeout: run.timeout ?? (job.timeoutMs !== null ? Duration.millis(job.timeoutMs) : Stage.jobInfoDefaults.timeout),
   progress: run.progress ?? Stage.jobInfoDefaults.progress
 })

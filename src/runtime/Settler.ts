@@ -32,6 +32,8 @@ export interface SettlerOptions {
   readonly settled: (batch: ReadonlyArray<Finished>, results: ReadonlyArray<Outcome.Settled | "unrecorded">) => void
   /** Some job went back to the queue for later: the Waker re-arms its timer. */
   readonly requeued: Effect.Effect<void>
+  /** Wake the stage in every process as its jobs settle (a capped stage: another may wait for the slot). */
+  readonly wakeFreed?: () => boolean
   /** Most outcomes written in one statement. */
   readonly maxBatch?: number
 }
@@ -109,7 +111,11 @@ export const make = <A, I, R>(stage: Stage.Stage<A, I, R>, options: SettlerOptio
       if (batch.length === 0) return
       const hook = onDeadLettered?.(batch)
       const outcomes = batch.map((f) => (f.seconds === undefined ? f.decided.outcome : { ...f.decided.outcome, runMs: f.seconds * 1000 }))
-      const results = yield* queue.settle(outcomes, { onDeadLettered: hook, retain: stage.retain }).pipe(
+      const results = yield* queue.settle(outcomes, {
+        onDeadLettered: hook,
+        retain: stage.retain,
+        wakeFreed: options.wakeFreed?.() ?? false
+      }).pipe(
         Effect.tapError((e) => Effect.logWarning("settling a batch failed; retrying", e.message)),
         Effect.retry({ schedule: settleRetry, while: (e) => e._tag === "DbError" }),
         Effect.catchAllCause((cause) =>

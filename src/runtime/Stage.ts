@@ -5,6 +5,7 @@
 import { Duration, Effect, ParseResult, Schema } from "effect"
 import type { JobError } from "../JobError.js"
 import type * as Job from "../queue/Job.js"
+import * as Limits from "../queue/Limits.js"
 import * as Queue from "../queue/Queue.js"
 import * as RetryPolicy from "./RetryPolicy.js"
 
@@ -27,6 +28,8 @@ export interface JobInfo {
    * second per job), and publishes a `Progress` event at once to in-process subscribers.
    */
   readonly progress: (value: number, message?: string) => Effect.Effect<void>
+  /** When this run was claimed, by the database clock (what a stage's token bucket is measured against). */
+  readonly claimedAt: Date
 }
 
 /**
@@ -83,6 +86,12 @@ export interface StageOptions<A, I, R, O = void, OI = O> {
   readonly retain?: Duration.DurationInput
   /** Jobs of this stage run at once in one process. */
   readonly concurrency?: number
+  /**
+   * The stage's share across every process: `fair` (default true) makes orgs take turns within a priority;
+   * `maxRunning` / `maxRunningPerOrg` cap running jobs globally; `rate` is a token bucket ("500/1h", or
+   * `{ limit, per, burst, perOrg }`). Configuration and run-time overrides (`pgfiber limits`) apply over these.
+   */
+  readonly limits?: Limits.StageLimits
   /** How long a claim holds without a heartbeat; a dead worker's job is retried after this. */
   readonly leaseFor?: Duration.DurationInput
   /** A run longer than this is interrupted and counts as a transient failure. */
@@ -110,6 +119,7 @@ export interface Stage<A, I, R, O = void> {
   /** The stage's own retention for finished jobs; undefined: the queue's default. */
   readonly retain: Duration.Duration | undefined
   readonly concurrency: number
+  readonly shares: Limits.Shares
   readonly leaseFor: Duration.Duration
   readonly timeout: Duration.Duration
   readonly policy: RetryPolicy.RetryPolicy
@@ -146,6 +156,7 @@ export const make = <A, I, R, O = void, OI = O>(options: StageOptions<A, I, R, O
   handler: options.handler,
   retain: options.retain === undefined ? undefined : Duration.decode(options.retain),
   concurrency: options.concurrency ?? 4,
+  shares: Limits.fromStage(options.limits),
   leaseFor: options.leaseFor ? Duration.decode(options.leaseFor) : defaultLease,
   timeout: options.timeout ? Duration.decode(options.timeout) : Duration.minutes(15),
   policy: options.policy ?? RetryPolicy.defaultPolicy,

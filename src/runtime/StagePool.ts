@@ -33,6 +33,7 @@ import * as StageControl from "./StageControl.js"
 import * as Waker from "./Waker.js"
 import type { Job, Lease } from "../queue/Job.js"
 import * as Outcome from "../queue/Outcome.js"
+import * as Limits from "../queue/Limits.js"
 import * as Queue from "../queue/Queue.js"
 
 export interface PoolOptions {
@@ -41,6 +42,8 @@ export interface PoolOptions {
   readonly shutdownGrace: Duration.Duration
   /** Overrides the stage's own concurrency (e.g. from configuration). */
   readonly concurrency?: number | undefined
+  /** Configuration over the stage's own limits (run-time overrides in the database apply over both). */
+  readonly limits?: Partial<Limits.Override> | undefined
   /** Where the pool reports its state for health checks. */
   readonly health?: Map<string, PoolHealth> | undefined
   /** Operators' per-stage pause, shared by every process (StageControl.ts); none: never paused. */
@@ -57,6 +60,10 @@ export interface PoolHealth {
   /** An operator paused the stage (`pgfiber stages pause`): nothing is claimed until it is resumed. */
   readonly stagePaused: boolean
   readonly lastClaimAt: Date | null
+  /** The stage's token bucket is empty with jobs ready: the pool waits for the next token. */
+  readonly rateLimited: boolean
+  /** The stage's global cap (or an org's) is full with jobs ready: the pool waits for a slot to free. */
+  readonly capped: boolean
 }
 
 type Phase = "waiting" | "running" | "settling"
@@ -97,7 +104,12 @@ const nativeTracer = Effect.runSync(Effect.tracer)
  */
 export const maxUnsettledFor = (concurrency: number) => Math.max(100, 10 * concurrency)
 
-const makeCore = <A, I, R>(stage: Stage.Stage<A, I, R>, concurrency: number, onRequeued: Effect.Effect<void>) =>
+const makeCore = <A, I, R>(
+  stage: Stage.Stage<A, I, R>,
+  concurrency: number,
+  onRequeued: Effect.Effect<void>,
+  wakeFreed: () => boolean = () => false
+) =>
   Effect.gen(function*() {
     const maxUnsettled = maxUnsettledFor(concurrency)
     const queue = yield* Queue.Queue
@@ -117,6 +129,7 @@ const makeCore = <A, I, R>(stage: Stage.Stage<A, I, R>, concurrency: number, onR
 
     const settler = yield* Settler.make(stage, {
       requeued: onRequeued,
+      wakeFreed,
       settled: (batch, results) => {
         for (let i = 0; i < batch.length; i++) {
           const job = batch[i]!.job
@@ -410,9 +423,16 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
     const queue = yield* Queue.Queue
     const waker = yield* Waker.Waker
     const concurrency = Math.max(1, options.concurrency ?? stage.concurrency)
-    const claimOptions = { workerId: options.workerId, leaseFor: stage.leaseFor }
+    const shares = Limits.applyOverride(stage.shares, options.limits ? { ...Limits.emptyOverride, ...options.limits } : null)
+    const claimOptions = { workerId: options.workerId, leaseFor: stage.leaseFor, shares }
     const claimedMetric = Metrics.forStage(Metrics.claimed, stage.name)
-    const core = yield* makeCore(stage, concurrency, waker.rearm)
+    // held back by the stage's limits (told by the last claim): until the next token, or until a slot frees
+    let blocked: Waker.Blocked = null
+    // caps in code or configuration, or seen in a claim (a run-time override): settles wake other processes
+    let capsSeen = shares.maxRunning !== null || shares.maxRunningPerOrg !== null
+    // claiming ahead would spend tokens and cap slots on jobs that only wait here
+    let limited = Limits.isLimited(shares)
+    const core = yield* makeCore(stage, concurrency, waker.rearm, () => capsSeen)
     const control = options.control ?? StageControl.none
 
     let stopping = false
@@ -425,7 +445,9 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
       get inFlight() { return core.running },
       get paused() { return paused },
       get stagePaused() { return control.isPaused(stage.name) },
-      get lastClaimAt() { return lastClaimAt }
+      get lastClaimAt() { return lastClaimAt },
+      get rateLimited() { return typeof blocked === "number" && blocked > Date.now() },
+      get capped() { return blocked === "capacity" }
     })
     yield* Effect.addFinalizer(() => Effect.sync(() => options.health?.delete(stage.name)))
 
@@ -449,7 +471,7 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
       yield* Q.take(signal)
       while (!stopping && moreWork) {
         const inHand = core.running + core.waiting.length
-        const limit = backlog ? concurrency + ahead : concurrency
+        const limit = backlog && !limited ? concurrency + ahead : concurrency
         const want = limit - inHand
         // under a backlog, refill only once the jobs in hand run low: fewer, larger claims
         if (want <= 0 || (backlog && core.waiting.length > Math.floor(ahead / 2)) || core.settling >= maxSettling) break
@@ -459,7 +481,7 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
         if (backlog && core.waiting.length === 0 && core.running < concurrency) ahead = Math.min(maxAhead, ahead * 2)
         else if (backlog && core.waiting.length > 0) ahead = Math.max(concurrency, Math.floor(ahead * 3 / 4))
         moreWork = false
-        const jobs = yield* queue.claim(stage.name, want, claimOptions).pipe(
+        const result = yield* queue.claimBatch(stage.name, want, claimOptions).pipe(
           Effect.tapError((e) =>
             Effect.zipRight(
               Effect.sync(() => (paused = true)),
@@ -470,8 +492,12 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
           Effect.retry(Schedule.exponential("100 millis").pipe(Schedule.union(Schedule.spaced("1 second")))),
           Effect.orDie
         )
+        const jobs = result.jobs
         paused = false
         lastClaimAt = new Date()
+        blocked = result.rateLimitedForMs !== null ? Date.now() + result.rateLimitedForMs : result.capped ? "capacity" : null
+        if (result.capped) capsSeen = true
+        if (blocked !== null) limited = true
         if (jobs.length > 0) yield* Metric.incrementBy(claimedMetric, jobs.length)
         if (stopping) {
           // shutdown began while the claim was in flight: hand them straight back
@@ -522,11 +548,13 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
     )
 
     const wake = () => {
+      // a wake-up (a NOTIFY, a slot freed, the next token) lifts the block until the next claim says otherwise
+      blocked = null
       moreWork = true
       poke()
     }
     control.onResume(stage.name, wake)
-    yield* waker.register(stage.name, wake, () => control.isPaused(stage.name))
+    yield* waker.register(stage.name, wake, () => control.isPaused(stage.name), () => blocked)
   })
 
 /** The stage as a Layer: its pool runs for the life of the layer. */
@@ -549,7 +577,7 @@ export const once = <A, I, R>(stage: Stage.Stage<A, I, R>, options: OnceOptions)
       const queue = yield* Queue.Queue
       const claimScope = options.claimScope ?? (<X, E, RC>(e: Effect.Effect<X, E, RC>) => e)
       const limit = Math.min(Math.max(0, Math.floor(options.max)), stage.concurrency)
-      const jobs = limit === 0 ? [] : yield* claimScope(queue.claim(stage.name, limit, { workerId: options.workerId, leaseFor: stage.leaseFor }))
+      const jobs = limit === 0 ? [] : yield* claimScope(queue.claim(stage.name, limit, { workerId: options.workerId, leaseFor: stage.leaseFor, shares: stage.shares }))
       if (jobs.length === 0) return { claimed: 0, counts: undefined }
       yield* Metric.incrementBy(Metrics.forStage(Metrics.claimed, stage.name), jobs.length)
       const core = yield* makeCore(stage, stage.concurrency, Effect.void)

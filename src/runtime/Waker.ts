@@ -9,6 +9,9 @@
  * - the listener's state is the truth: `down` (with `downSince`) from the moment its connection drops, or LISTEN
  *   fails, until LISTEN is back; while down, every pool claims each `pollInterval` (the sweep switches at once),
  *   and the return to `listening` is a catch-up. `health` and the metrics report it.
+ * - a pool held back by its stage's limits says so (`Blocked`): a rate-limited stage is left out of the
+ *   due-job question and woken by the same timer at its next token; a capped one waits for a NOTIFY (a slot
+ *   freed in any process) or its own slot freeing, so neither polls.
  */
 import { Clock, Context, Duration, Effect, Layer, Queue as Q } from "effect"
 import * as Metrics from "./Metrics.js"
@@ -54,12 +57,21 @@ export interface DueSource {
   readonly fire: Effect.Effect<void>
 }
 
+/** Why a pool will not claim now although jobs are ready: until a time (ms since epoch, its next token), or until a slot frees. */
+export type Blocked = number | "capacity" | null
+
 export class Waker extends Context.Tag("pgfiber/Waker")<Waker, {
   /**
    * A pool registers its wake-up for the life of its scope. While `paused()` says so (an operator paused the
-   * stage), the timer leaves the stage's due jobs out: nothing would claim them.
+   * stage), the timer leaves the stage's due jobs out: nothing would claim them. While `blocked()` says so (its
+   * limits hold it back), its ready jobs are not due for it either; a token's time is.
    */
-  readonly register: (stage: string, wake: () => void, paused?: () => boolean) => Effect.Effect<void, never, import("effect").Scope.Scope>
+  readonly register: (
+    stage: string,
+    wake: () => void,
+    paused?: () => boolean,
+    blocked?: () => Blocked
+  ) => Effect.Effect<void, never, import("effect").Scope.Scope>
   /** A pool found less than it asked for (or scheduled something for later): re-arm the next-due timer. */
   readonly rearm: Effect.Effect<void>
   /** Adds a due time to the timer for the life of the scope. */
@@ -78,6 +90,7 @@ export const make = (options: Partial<WakerOptions> = {}) =>
     const queue = yield* Queue.Queue
     const pools = new Map<string, () => void>()
     const pausedChecks = new Map<string, () => boolean>()
+    const blockedBy = new Map<string, () => Blocked>()
     const sources = new Map<string, DueSource>()
     const rearmRequests = yield* Q.sliding<void>(1)
     let listener: ListenerState = "connecting"
@@ -154,7 +167,11 @@ export const make = (options: Partial<WakerOptions> = {}) =>
     // (or a re-arm request). Each firing re-asks first, so heartbeated leases never trigger a useless reap.
     const armNextDueTimer = Effect.gen(function*() {
       yield* Q.take(rearmRequests)
-      const next = yield* queue.nextWake([...pools.keys()].filter((stage) => !pausedChecks.get(stage)?.()))
+      // a paused stage's due jobs are nobody's; a blocked pool's ready jobs are not due for it: asking would
+      // fire the timer at once, again and again
+      const blocked = new Map([...blockedBy].map(([stage, f]) => [stage, f()] as const))
+      const held = (stage: string) => (pausedChecks.get(stage)?.() ?? false) || (blocked.get(stage) ?? null) !== null
+      const next = yield* queue.nextWake([...pools.keys()].filter((stage) => !held(stage)))
       if (next.leaseExpiresInMs === 0) {
         const reaped = yield* reap
         // the reaped jobs are queued now (and NOTIFYed); look again for what remains. Nothing reaped means
@@ -165,8 +182,15 @@ export const make = (options: Partial<WakerOptions> = {}) =>
         return
       }
       // due now: wake the pools; a pool that comes up short asks for the next re-arm itself
-      if (next.jobDueInMs === 0) wakeAll()
+      // a pool that became blocked while the question was out is left alone too
+      if (next.jobDueInMs === 0) pools.forEach((wake, stage) => (blockedBy.get(stage)?.() ?? null) === null && wake())
       const now = yield* Clock.currentTimeMillis
+      const tokenDue: Array<number> = []
+      for (const [stage, b] of blocked) {
+        if (typeof b !== "number" || pausedChecks.get(stage)?.()) continue
+        if (b <= now) pools.get(stage)?.()
+        else tokenDue.push(b - now)
+      }
       const sourceDue = [...sources.values()].map((s) => [s, s.dueInMs(now)] as const)
       const dueSources = sourceDue.filter(([, ms]) => ms !== null && ms <= 0)
       if (dueSources.length > 0) {
@@ -174,7 +198,7 @@ export const make = (options: Partial<WakerOptions> = {}) =>
         yield* rearm
         return
       }
-      const waits = [next.jobDueInMs, next.leaseExpiresInMs, ...sourceDue.map(([, ms]) => ms)]
+      const waits = [next.jobDueInMs, next.leaseExpiresInMs, ...tokenDue, ...sourceDue.map(([, ms]) => ms)]
         .filter((ms): ms is number => ms !== null && ms > 0)
       if (waits.length === 0) return
       // whichever comes first, the timer or a re-arm request, the next round asks the database again
@@ -213,16 +237,18 @@ export const make = (options: Partial<WakerOptions> = {}) =>
     }).pipe(Effect.forever)
     yield* Effect.forkScoped(sweep)
 
-    const register = (stage: string, wake: () => void, paused?: () => boolean) =>
+    const register = (stage: string, wake: () => void, paused?: () => boolean, blocked?: () => Blocked) =>
       Effect.acquireRelease(
         Effect.sync(() => {
           pools.set(stage, wake)
           if (paused) pausedChecks.set(stage, paused)
+          if (blocked) blockedBy.set(stage, blocked)
           wake()
         }),
         () => Effect.sync(() => {
           pools.delete(stage)
           pausedChecks.delete(stage)
+          blockedBy.delete(stage)
         })
       ).pipe(Effect.zipRight(rearm))
 

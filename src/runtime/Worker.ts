@@ -6,11 +6,12 @@
 import { Config, Context, Duration, Effect, Either, Layer } from "effect"
 import * as ConfigError from "effect/ConfigError"
 import * as Os from "node:os"
+import * as Limits from "../queue/Limits.js"
 import * as Stage from "./Stage.js"
 import * as StageControl from "./StageControl.js"
 import * as StagePool from "./StagePool.js"
 import * as Waker from "./Waker.js"
-import type * as Queue from "../queue/Queue.js"
+import * as Queue from "../queue/Queue.js"
 
 export interface WorkerOptions {
   readonly workerId: string
@@ -19,6 +20,8 @@ export interface WorkerOptions {
   readonly pollInterval: Duration.Duration
   /** Per-stage concurrency overrides by stage name. */
   readonly concurrency: Readonly<Record<string, number>>
+  /** Per-stage limits from configuration, over the stages' own (run-time overrides apply over both). */
+  readonly limits?: Readonly<Record<string, Partial<Limits.Override>>> | undefined
 }
 
 export class WorkerInfo extends Context.Tag("pgfiber/WorkerInfo")<WorkerInfo, {
@@ -38,31 +41,71 @@ const positiveMillis = (name: string, fallback: number) =>
     Config.map(Duration.millis)
   )
 
-/** `PGFIBER_CONCURRENCY=extract_audio=2,analyze=8` overrides stages' own concurrency. */
-const concurrencyOverrides = Config.string("PGFIBER_CONCURRENCY").pipe(
-  Config.mapOrFail((text) => {
-    const out: Record<string, number> = {}
-    for (const part of text.split(",").map((p) => p.trim()).filter(Boolean)) {
-      const [name, value] = part.split("=")
-      const n = Number(value)
-      if (!name || !Number.isInteger(n) || n < 1 || n > 10_000) {
-        return Either.left(
-          ConfigError.InvalidData([], `"${part}" is not stage=N with N a whole number from 1 to 10000`)
-        )
+/** `stage=value,stage=value`, the shape of every per-stage setting; each value parsed by `parse`. */
+const perStage = <A>(name: string, expected: string, parse: (value: string) => A | undefined) =>
+  Config.string(name).pipe(
+    Config.mapOrFail((text) => {
+      const out: Record<string, A> = {}
+      for (const part of text.split(",").map((p) => p.trim()).filter(Boolean)) {
+        const at = part.indexOf("=")
+        const stage = at > 0 ? part.slice(0, at).trim() : ""
+        const value = at > 0 ? parse(part.slice(at + 1).trim()) : undefined
+        if (!stage || value === undefined) return Either.left(ConfigError.InvalidData([name], `"${part}" is not stage=${expected}`))
+        out[stage] = value
       }
-      out[name.trim()] = n
-    }
-    return Either.right(out)
-  }),
-  Config.withDefault({} as Record<string, number>)
-)
+      return Either.right(out)
+    }),
+    Config.withDefault({} as Record<string, A>)
+  )
+
+const wholeNumber = (min: number) => (v: string) => {
+  const n = Number(v)
+  return Number.isInteger(n) && n >= min && n <= 10_000_000 ? n : undefined
+}
+const rate = (v: string) => {
+  const r = Limits.parseRate(v)
+  return Either.isRight(r) ? r.right : undefined
+}
+
+/** `PGFIBER_CONCURRENCY=extract_audio=2,analyze=8` overrides stages' own concurrency. */
+const concurrencyOverrides = perStage("PGFIBER_CONCURRENCY", "N with N a whole number from 1 to 10000", (v) => {
+  const n = wholeNumber(1)(v)
+  return n !== undefined && n <= 10_000 ? n : undefined
+})
+
+/**
+ * Limits in the same shape: `PGFIBER_MAX_RUNNING=transcribe_start=10`, `PGFIBER_MAX_RUNNING_PER_ORG=…=3`,
+ * `PGFIBER_RATE_LIMIT=transcribe_poll=5/s` (or `PGFIBER_RATE_LIMIT_PER_ORG`, one bucket per org),
+ * `PGFIBER_RATE_BURST=transcribe_poll=5`, `PGFIBER_FAIR=housekeeping=false`. 0 lifts a cap or a rate limit.
+ */
+const limitOverrides = Config.all({
+  maxRunning: perStage("PGFIBER_MAX_RUNNING", "N (0: no cap)", wholeNumber(0)),
+  maxRunningPerOrg: perStage("PGFIBER_MAX_RUNNING_PER_ORG", "N (0: no cap)", wholeNumber(0)),
+  rate: perStage("PGFIBER_RATE_LIMIT", "N/period like 20/s or 500/1h (0/s: none)", (v) => (/^0\s*\//.test(v) ? null : rate(v))),
+  ratePerOrg: perStage("PGFIBER_RATE_LIMIT_PER_ORG", "N/period like 5/s", rate),
+  burst: perStage("PGFIBER_RATE_BURST", "N (at least 1)", wholeNumber(1)),
+  fair: perStage("PGFIBER_FAIR", "true or false", (v) => (v === "true" ? true : v === "false" ? false : undefined))
+}).pipe(Config.map((c) => {
+  const out: Record<string, { -readonly [K in keyof Limits.Override]?: Limits.Override[K] }> = {}
+  const at = (stage: string) => (out[stage] ??= {})
+  for (const [stage, n] of Object.entries(c.maxRunning)) at(stage).maxRunning = n
+  for (const [stage, n] of Object.entries(c.maxRunningPerOrg)) at(stage).maxRunningPerOrg = n
+  for (const [stage, r] of Object.entries(c.rate)) {
+    Object.assign(at(stage), r === null ? { rateLimit: 0 } : { rateLimit: r.limit, ratePerMs: r.perMs, ratePerOrg: false })
+  }
+  for (const [stage, r] of Object.entries(c.ratePerOrg)) Object.assign(at(stage), { rateLimit: r.limit, ratePerMs: r.perMs, ratePerOrg: true })
+  for (const [stage, n] of Object.entries(c.burst)) at(stage).rateBurst = n
+  for (const [stage, f] of Object.entries(c.fair)) at(stage).fair = f
+  return out as Readonly<Record<string, Partial<Limits.Override>>>
+}))
 
 export const config: Config.Config<WorkerOptions> = Config.all({
   workerId: Config.string("WORKER_ID").pipe(Config.withDefault("")),
   shutdownGrace: positiveMillis("SHUTDOWN_GRACE_MS", 25_000),
   sweepInterval: positiveMillis("SWEEP_INTERVAL_MS", 60_000),
   pollInterval: positiveMillis("POLL_INTERVAL_MS", 2_000),
-  concurrency: concurrencyOverrides
+  concurrency: concurrencyOverrides,
+  limits: limitOverrides
 }).pipe(Config.map((c) => ({ ...c, workerId: c.workerId || defaultWorkerId() })))
 
 export const defaults = (): WorkerOptions => ({
@@ -70,7 +113,8 @@ export const defaults = (): WorkerOptions => ({
   shutdownGrace: Duration.seconds(25),
   sweepInterval: Duration.seconds(60),
   pollInterval: Duration.seconds(2),
-  concurrency: {}
+  concurrency: {},
+  limits: {}
 })
 
 /** The stages' pools plus the Waker, as one Layer. */
@@ -88,6 +132,7 @@ export const layer = <const Stages extends ReadonlyArray<Stage.Any>>(
           workerId: options.workerId,
           shutdownGrace: options.shutdownGrace,
           concurrency: options.concurrency[stage.name],
+          limits: options.limits?.[stage.name],
           health,
           control
         }), { discard: true })
@@ -103,3 +148,18 @@ export const layer = <const Stages extends ReadonlyArray<Stage.Any>>(
     Layer.provideMerge(Waker.layer({ sweepInterval: options.sweepInterval, pollInterval: options.pollInterval }))
   ) as Layer.Layer<Waker.Waker | WorkerInfo, never, Queue.Queue | Stage.Requirements<Stages[number]>>
 }
+
+/**
+ * Every given stage's limits as claims see them (code, then this process's configuration, then the run-time
+ * override), and any override of a stage not given: for `pgfiber limits list` and `GET /limits`.
+ */
+export const limitViews = (stages: ReadonlyArray<{ readonly name: string; readonly shares: Limits.Shares }>) =>
+  Effect.gen(function*() {
+    const queue = yield* Queue.Queue
+    const configured = yield* config
+    const overrides = yield* queue.limits.list
+    const known = stages.map((s) => Limits.view(s.name, s.shares, configured.limits?.[s.name], overrides.get(s.name) ?? null))
+    const unknown = [...overrides].filter(([name]) => !stages.some((s) => s.name === name))
+      .map(([name, o]) => Limits.view(name, Limits.defaultShares, configured.limits?.[name], o))
+    return [...known, ...unknown].sort((a, b) => a.stage.localeCompare(b.stage))
+  })

@@ -39,7 +39,7 @@ describe("pgfiber CLI", () => {
         const stats = yield* pgfiber(schema, ["stats"])
         expect(stats.code).toBe(0)
         const lines = stats.stdout.trim().split("\n")
-        expect(lines[0]).toMatch(/^STAGE\s+READY\s+SCHEDULED\s+RUNNING\s+CANCELLING\s+DEAD\s+OLDEST READY\s+PAUSED$/)
+        expect(lines[0]).toMatch(/^STAGE\s+READY\s+SCHEDULED\s+RUNNING\s+CANCELLING\s+DEAD\s+OLDEST READY\s+PAUSED\s+NOTE$/)
         expect(lines.find((l) => l.startsWith("pgfiber.echo"))).toMatch(/^pgfiber\.echo\s+1\s+0\s+0\s+0\s+0\s+\S+$/)
         // every known stage has a row, busy or not, and a total closes the table
         expect(lines.some((l) => l.startsWith("extract_audio "))).toBe(true)

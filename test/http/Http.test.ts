@@ -57,6 +57,30 @@ describe("HTTP API", () => {
         expect(docs.text).toContain("swagger")
       }))
 
+    it.effect("limits: read and changed at run time on the admin listener only; a tenant's key cannot reach them", () =>
+      Effect.gen(function*() {
+        const base = yield* baseUrl
+        const admin = yield* adminUrl
+        const { a } = yield* keysFor
+        // the API listener does not serve them, with a tenant's key or without
+        expect((yield* call(base, "GET", "/limits", { key: a })).status).toBe(404)
+        expect((yield* call(base, "PUT", "/limits/echo", { key: a, body: { maxRunning: 1 } })).status).toBe(404)
+        const listed = yield* call(admin, "GET", "/limits")
+        expect(listed.status).toBe(200)
+        expect(listed.json.limits.find((l: any) => l.stage === "echo")).toMatchObject({
+          source: "code", effective: { fair: true, maxRunning: null, rate: null }
+        })
+        const set = yield* call(admin, "PUT", "/limits/echo", { body: { maxRunning: 3, rate: "20/s" } })
+        expect(set.status).toBe(200)
+        expect(set.json).toMatchObject({
+          stage: "echo", source: "override", effective: { maxRunning: 3, rate: { limit: 20, perMs: 1000, burst: 20, perOrg: false } }
+        })
+        expect((yield* call(admin, "PUT", "/limits/echo", { body: { rate: "fast" } })).status).toBe(400)
+        const reset = yield* call(admin, "DELETE", "/limits/echo")
+        expect(reset.json).toEqual({ stage: "echo", reset: true })
+        expect((yield* call(admin, "GET", "/limits")).json.limits.find((l: any) => l.stage === "echo").source).toBe("code")
+      }))
+
     it.effect("jobs: submit, read, list, cancel", () =>
       Effect.gen(function*() {
         const base = yield* baseUrl

@@ -364,7 +364,8 @@ export const contract = (target: ContractTarget) =>
             { stage, payload: { n: 6 } },
             { stage, payload: { n: 7 } }
           ])
-          const jobs = yield* q.claim(stage, 10, worker("w"))
+          // in insertion order: fairness off, or o1's job would take its turn second
+          const jobs = yield* q.claim(stage, 10, { ...worker("w"), shares: { ...Queue.Limits.defaultShares, fair: false } })
           expect(jobs.map((j) => j.id)).toEqual(created.map((c) => c.id))
           const [done, retried, exhausted, polled, dead, released, stale, badHandOff] = jobs
           const settled = yield* q.settle([
@@ -658,6 +659,70 @@ export const contract = (target: ContractTarget) =>
           expect((yield* q.list({ stage })).map((j) => [j.id, j.status])).toEqual([[running!.id, "running"]])
           expect((yield* q.list({ stage: other })).length).toBe(1)
           expect(yield* q.complete(running!)).toBe(true)
+        }))
+
+      test("fair claiming: orgs take turns within a priority, each org's r-th job before any org's (r+1)-th", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("fair")
+          yield* q.enqueue(Array.from({ length: 30 }, () => ({ stage, orgId: "big" })))
+          yield* q.enqueue(Array.from({ length: 3 }, () => ({ stage, orgId: "small" })))
+          yield* q.enqueue([{ stage }, { stage, orgId: "urgent", priority: "fast" }])
+          // priority still wins (fairness applies within one; the rest of a claim follows in age order)
+          expect((yield* q.claim(stage, 3, worker("w"))).map((j) => j.orgId)).toEqual(["urgent", "big", "big"])
+          // three orgs (no org is a group of its own) take turns, ceil(10 / 3) = 4 each at most, and the one
+          // that filled its share makes up the shortfall of those that could not
+          const batch = yield* q.claim(stage, 10, worker("w"))
+          expect(batch.map((j) => j.orgId)).toEqual(["big", "small", null, "big", "small", "big", "small", "big", "big", "big"])
+          // fairness off: age order
+          const unfair = yield* q.claimBatch(stage, 3, { ...worker("w"), shares: { ...Queue.Limits.defaultShares, fair: false } })
+          expect(unfair.jobs.map((j) => j.orgId)).toEqual(["big", "big", "big"])
+        }))
+
+      test("caps: running jobs per stage and per org never exceed the caps; a settled job frees its slot", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("capped")
+          const shares = { ...Queue.Limits.defaultShares, maxRunning: 3, maxRunningPerOrg: 2 }
+          const opts = { ...worker("w"), shares }
+          yield* q.enqueue(Array.from({ length: 5 }, () => ({ stage, orgId: "a" })))
+          yield* q.enqueue(Array.from({ length: 5 }, () => ({ stage, orgId: "b" })))
+          const first = yield* q.claimBatch(stage, 10, opts)
+          expect(first.jobs.length).toBe(3)
+          expect(first.capped).toBe(true)
+          const second = yield* q.claimBatch(stage, 10, opts)
+          expect(second.jobs).toEqual([])
+          expect(second.capped).toBe(true)
+          yield* q.completeMany([first.jobs[0]!])
+          const third = yield* q.claimBatch(stage, 10, opts)
+          expect(third.jobs.length).toBe(1)
+          const running = [...first.jobs.slice(1), ...third.jobs]
+          expect(running.filter((j) => j.orgId === "a").length).toBeLessThanOrEqual(2)
+          expect(running.filter((j) => j.orgId === "b").length).toBeLessThanOrEqual(2)
+        }))
+
+      test("rate limit: a token bucket spent by claims, refilled with time, and how long until the next token", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("rated")
+          const shares = { ...Queue.Limits.defaultShares, rate: { limit: 2, perMs: 2_000, burst: 2, perOrg: false } }
+          const opts = { ...worker("w"), shares }
+          yield* q.enqueue(Array.from({ length: 6 }, () => ({ stage })))
+          const first = yield* q.claimBatch(stage, 10, opts)
+          expect(first.jobs.length).toBe(2)
+          expect(first.rateLimitedForMs).not.toBeNull()
+          expect(first.rateLimitedForMs!).toBeGreaterThan(500)
+          expect(first.rateLimitedForMs!).toBeLessThanOrEqual(1_000)
+          expect((yield* q.stats).find((s) => s.stage === stage)!.rateLimited).toBe(true)
+          const dry = yield* q.claimBatch(stage, 10, opts)
+          expect(dry.jobs).toEqual([])
+          yield* target.advance(first.rateLimitedForMs! + 50)
+          expect((yield* q.claimBatch(stage, 10, opts)).jobs.length).toBe(1)
+          // an override lifts it at run time
+          yield* q.limits.set(stage, { rateLimit: 0 })
+          if (target.live) yield* target.advance("1100 millis")
+          expect((yield* q.claimBatch(stage, 10, opts)).jobs.length).toBe(3)
+          expect(yield* q.limits.clear(stage)).toBe(true)
         }))
 
       test("stats: depth by stage and status, and the age of the oldest ready job", () =>

@@ -34,14 +34,17 @@ describe("shutdown", () => {
       // the first claim that takes jobs is held on its way back: taken in the queue, not yet seen by the pool
       const claimTaken = yield* Deferred.make<void>()
       let held = false
+      const holdFirst = (jobs: ReadonlyArray<unknown>) =>
+        jobs.length === 0 || held ? Effect.void : Effect.zipRight(
+          Effect.sync(() => (held = true)),
+          Effect.zipRight(Deferred.succeed(claimTaken, undefined), Effect.sleep("1 second"))
+        )
+      // the pool claims through claimBatch (the stage's limits); claim is held the same way
       const slowAnswer: Queue.Queue["Type"] = {
         ...base,
-        claim: (name, limit, claimOptions) =>
-          Effect.tap(base.claim(name, limit, claimOptions), (jobs) =>
-            jobs.length === 0 || held ? Effect.void : Effect.zipRight(
-              Effect.sync(() => (held = true)),
-              Effect.zipRight(Deferred.succeed(claimTaken, undefined), Effect.sleep("1 second"))
-            ))
+        claim: (name, limit, claimOptions) => Effect.tap(base.claim(name, limit, claimOptions), holdFirst),
+        claimBatch: (name, limit, claimOptions) =>
+          Effect.tap(base.claimBatch(name, limit, claimOptions), (result) => holdFirst(result.jobs))
       }
       const scope = yield* Scope.make()
       yield* Layer.buildWithScope(Worker.layer([stage], options).pipe(Layer.provideMerge(Layer.succeed(Queue.Queue, slowAnswer))), scope)

@@ -7,6 +7,7 @@ import { Config, Duration, Effect, Option } from "effect"
 import * as Os from "node:os"
 import * as JobError from "../../JobError.js"
 import * as SpeechKit from "../../layers/SpeechKit.js"
+import type * as Limits from "../../queue/Limits.js"
 import type * as RetryPolicy from "../../runtime/RetryPolicy.js"
 import type { RetentionOptions } from "./Retention.js"
 
@@ -35,7 +36,20 @@ export interface CallStageOptions extends RetentionOptions {
   readonly timeout?: Partial<Record<CallStageName, Duration.DurationInput>> | undefined
   /** How long a claim holds without a heartbeat (default 30 s; analyze 10 s). */
   readonly leaseFor?: Partial<Record<CallStageName, Duration.DurationInput>> | undefined
+  /** Fair shares, global caps and rate limits per stage (default: SpeechKit's quotas, `speechKitQuotas`). */
+  readonly limits?: Partial<Record<CallStageName, Limits.StageLimits>> | undefined
 }
+
+/**
+ * SpeechKit's documented quotas per folder: 500 recognition requests and 2,500 operation status checks an
+ * hour. Shared by every worker process through the stages' token buckets; a burst lets a quiet hour's first
+ * calls start at once, so any one hour may see the burst over the hourly rate (a 429's Retry-After still
+ * backs off as before).
+ */
+export const speechKitQuotas = {
+  transcribe_start: { rate: { limit: 500, per: "1 hour", burst: 20 } },
+  transcribe_poll: { rate: { limit: 2_500, per: "1 hour", burst: 50 } }
+} satisfies Partial<Record<CallStageName, Limits.StageLimits>>
 
 export type CallStageName = "extract_audio" | "transcribe_start" | "transcribe_poll" | "analyze"
 

@@ -52,6 +52,7 @@ export const make = (options: Settings.CallStageOptions = {}) =>
     // a pipeline step: only the pipeline (and operators) enqueue it
     visibility: "internal",
     payload: Payload,
+    limits: options.limits?.transcribe_poll ?? Settings.speechKitQuotas.transcribe_poll,
     concurrency: options.concurrency?.transcribe_poll ?? 16,
     leaseFor: options.leaseFor?.transcribe_poll ?? "30 seconds",
     timeout: options.timeout?.transcribe_poll ?? "2 minutes",

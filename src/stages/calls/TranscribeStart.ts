@@ -79,6 +79,7 @@ export const make = (options: Settings.CallStageOptions = {}) =>
     // a pipeline step: only the pipeline (and operators) enqueue it
     visibility: "internal",
     payload: Payload,
+    limits: options.limits?.transcribe_start ?? Settings.speechKitQuotas.transcribe_start,
     concurrency: options.concurrency?.transcribe_start ?? 4,
     leaseFor: options.leaseFor?.transcribe_start ?? "30 seconds",
     timeout: options.timeout?.transcribe_start ?? "2 minutes",

@@ -169,7 +169,7 @@ describe("call pipeline under SpeechKit faults", () => {
         const file = yield* generatedCall(fixtures, "call.wav", 2)
         const fsStorage = Storage.layerFs(root).pipe(Layer.orDie)
         const info = (stage: string, callId: string): Stage.JobInfo => ({
-          id: "1", stage, attempt: 1, maxAttempts: 8, polls: 0, orgId, subjectId: callId, createdAt: new Date(), ...Stage.jobInfoDefaults
+          id: "1", stage, attempt: 1, maxAttempts: 8, polls: 0, orgId, subjectId: callId, createdAt: new Date(), claimedAt: new Date(), ...Stage.jobInfoDefaults
         })
 
         const run = (allowFileUris: boolean) =>

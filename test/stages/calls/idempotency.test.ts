@@ -33,6 +33,7 @@ const info = (stage: string, callId: string, polls = 0): Stage.JobInfo => ({
   orgId,
   subjectId: callId,
   createdAt: new Date(),
+  claimedAt: new Date(),
   ...Stage.jobInfoDefaults
 })
 
