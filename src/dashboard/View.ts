@@ -29,7 +29,7 @@ export interface StageRow {
   readonly dead: number
   /** Age of the oldest ready job, e.g. "12 s". */
   readonly oldest: string
-  /** "paused" when an operator paused the stage, else "". */
+  /** "paused" when an operator paused the stage, "rate limited" while its rate limit holds ready jobs back, else "". */
   readonly state: string
 }
 
@@ -112,11 +112,12 @@ export const overview = (snapshot: Live.Snapshot, scope: Scope, knownStages: Rea
     workers.set(key, entry)
   }
   const paused = new Set(snapshot.row.paused)
+  const rateLimited = new Set(snapshot.row.rate_limited ?? [])
   return {
     at: snapshot.at.toISOString(),
     stages: [...byStage.entries()].sort(([a], [b]) => (a < b ? -1 : 1)).map(([stage, r]) => ({
       stage, ready: r.ready, delayed: r.delayed, running: r.running, cancelling: r.cancelling, dead: r.dead, oldest: age(r.oldest),
-      state: paused.has(stage) ? "paused" : ""
+      state: paused.has(stage) ? "paused" : rateLimited.has(stage) ? "rate limited" : ""
     })),
     workers: [...workers.values()].sort((a, b) => (a.worker + a.stage < b.worker + b.stage ? -1 : 1)),
     series: charts(snapshot.row.series.filter(see), new Date(snapshot.row.now), minutes)

@@ -71,12 +71,14 @@ export interface SnapshotRow {
   readonly watched: ReadonlyArray<Record<string, unknown>>
   /** Stages paused by an operator. */
   readonly paused: ReadonlyArray<string>
+  /** Stages whose rate limit holds back ready jobs right now (a bucket waiting for its next token). */
+  readonly rate_limited: ReadonlyArray<string>
 }
 
 /**
  * Everything a dashboard shows live, across every org, in one statement (viewers are filtered in memory).
  * Locking: none; counts over the live table (small by design), open dead letters by their partial index, the
- * per-minute table's last hour by its primary key, the watched jobs by id, the paused stages.
+ * per-minute table's last hour by its primary key, the watched jobs by id, the paused and rate-limited stages.
  */
 export const liveSnapshot = (sql: Sql, watched: ReadonlyArray<string>, minutes: number) =>
   sql<Array<SnapshotRow>>`
@@ -113,4 +115,7 @@ export const liveSnapshot = (sql: Sql, watched: ReadonlyArray<string>, minutes: 
                locked_until, last_error, errors, updated_at, started_at, progress, progress_message
         from jobs where id = any(${watched}::bigint[])
       ) j), '[]'::json) as watched,
-      coalesce((select json_agg(stage order by stage) from stage_controls where paused), '[]'::json) as paused`
+      coalesce((select json_agg(stage order by stage) from stage_controls where paused), '[]'::json) as paused,
+      coalesce((select json_agg(distinct b.stage) from rate_buckets b where b.next_token_at > now()
+                  and exists (select 1 from jobs j where j.stage = b.stage and j.status = 'queued' and j.available_at <= now())),
+               '[]'::json) as rate_limited`

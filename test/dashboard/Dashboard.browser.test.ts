@@ -49,10 +49,19 @@ const echo = Stage.make({
   handler: ({ fail, n }) => (fail ? new Permanent({ message: `echo ${n} asked to fail` }) : Effect.sleep(Duration.millis(5 + (n % 20))))
 })
 
+/** One job an hour: after the first, the rest wait for a token, and the overview says "rate limited". */
+const metered = Stage.make({
+  name: "metered",
+  visibility: "public",
+  payload: Schema.Struct({ n: Schema.Number }),
+  limits: { rate: { limit: 1, per: "1 hour", burst: 1 } },
+  handler: () => Effect.void
+})
+
 /** Known, run by nobody: its jobs stay queued for the pages to show. */
 const notes = Stage.make({ name: "notes", visibility: "public", payload: Schema.Unknown, handler: () => Effect.void })
 
-const stages = [echo, gated, notes]
+const stages = [echo, gated, notes, metered]
 
 const storageDir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "pgfiber-dashboard-"))
 
@@ -74,7 +83,7 @@ const layer = Server.layer({
   })),
   Layer.provideMerge(Storage.layerFs(storageDir).pipe(Layer.orDie)),
   Layer.provideMerge(Layer.scopedDiscard(MinuteStats.make({ flushInterval: Duration.millis(500), keep: Duration.hours(24) }))),
-  Layer.provideMerge(Worker.layer([echo, gated], {
+  Layer.provideMerge(Worker.layer([echo, gated, metered], {
     workerId: "dashboard-test",
     shutdownGrace: Duration.seconds(1),
     sweepInterval: Duration.seconds(30),
@@ -332,6 +341,16 @@ describe("the dashboard in a real browser", () => {
     await signIn(org.page, keys.acme)
     expect(await org.page.locator("button[data-action=pause]").count()).toBe(0)
     await org.context.close()
+    await context.close()
+  })
+
+  it("shows a stage held back by its rate limit as rate limited", async () => {
+    const { context, page } = await newPage()
+    await signIn(page, keys.admin)
+    await enqueue([1, 2, 3].map((n) => ({ stage: "metered", payload: { n }, orgId: "acme" })))
+    // the first job spends the hour's token; the other two wait for the next one
+    await expect.poll(() => cell(page, "metered", "state").textContent(), { timeout: 30_000 }).toBe("rate limited")
+    expect(await cell(page, "metered", "ready").textContent()).toBe("2")
     await context.close()
   })
 
