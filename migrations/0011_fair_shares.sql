@@ -40,3 +40,8 @@ create table {{schema}}.rate_buckets (
 -- tokens; changing limits is for the owner (the CLI) and admin keys only, through the service.
 grant select on {{schema}}.stage_limits to pgfiber_tenant;
 grant select, insert, update on {{schema}}.rate_buckets to pgfiber_tenant;
+-- ... and only the stage's shared bucket (org_key '') or its own org's
+alter table {{schema}}.rate_buckets enable row level security;
+create policy rate_buckets_by_org on {{schema}}.rate_buckets to pgfiber_tenant
+  using (org_key in ('', current_setting('pgfiber.org_id', true)))
+  with check (org_key in ('', current_setting('pgfiber.org_id', true)));

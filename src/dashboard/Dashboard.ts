@@ -154,7 +154,8 @@ export const make = (options: DashboardOptions) =>
         const scope = scopeOf(s, params)
         const snapshot = yield* live.latest
         const data = View.overview(snapshot, scope, knownStages, minutes)
-        const pools = Option.isSome(worker) ? yield* worker.value.pools : undefined
+        // this process's pools count every org's jobs: for operators only
+        const pools = Option.isSome(worker) && s.admin ? yield* worker.value.pools : undefined
         const liveUrl = `${base}/live${scope.org ? `?org=${encodeURIComponent(scope.org)}` : ""}`
         return page(Pages.layout(frame(s, "Overview", "overview", { liveUrl, notice: text(params, "notice") || undefined }),
           Pages.overview(base, s.csrf, scope, data, pools, s.admin ? orgNames(snapshot) : [])))
@@ -163,7 +164,8 @@ export const make = (options: DashboardOptions) =>
     const dateParam = (v: string) => {
       if (v === "") return null
       const d = new Date(/[zZ]|[+-]\d\d:\d\d$/.test(v) ? v : `${v}Z`)
-      return Number.isNaN(d.getTime()) ? null : d
+      // what PostgreSQL's timestamptz also holds (years 1 to 9999); anything else is ignored like a bad date
+      return Number.isNaN(d.getTime()) || d.getUTCFullYear() < 1 || d.getUTCFullYear() > 9999 ? null : d
     }
 
     const jobsPage = (s: Signed, params: URLSearchParams) =>
@@ -390,7 +392,8 @@ export const make = (options: DashboardOptions) =>
         }
         if (first === "dead" && id === "purge") {
           const hours = Number(params.get("hours") ?? "24")
-          const olderThanMs = Number.isFinite(hours) && hours >= 0 ? hours * 3_600_000 : 24 * 3_600_000
+          // up to ten years: beyond that PostgreSQL's interval overflows, and nothing is that old
+          const olderThanMs = Number.isFinite(hours) && hours >= 0 ? Math.min(hours, 87_600) * 3_600_000 : 24 * 3_600_000
           const includeUnresolved = params.get("unresolved") === "1"
           if (!confirmed) {
             const [row] = yield* asViewer(s, db.run((sql) => BrowseSql.countPurgeable(sql, olderThanMs, includeUnresolved)))

@@ -90,6 +90,9 @@ export const parseRate = (text: string): Either.Either<{ limit: number; perMs: n
   const limit = Number(m[1])
   const perMs = Math.round((m[2] === "" ? 1 : Number(m[2])) * unit)
   if (!(limit >= 1) || !(perMs >= 1)) return Either.left(`"${text}" needs at least 1 per at least 1ms`)
+  // what the columns hold (integer tokens, a bigint period): larger is a typo, not a limit
+  if (limit > 2_147_483_647) return Either.left(`"${text}": at most 2147483647 per period`)
+  if (perMs > 10 * 365 * 86_400_000) return Either.left(`"${text}": the period can be at most 10 years`)
   return Either.right({ limit, perMs })
 }
 

@@ -53,6 +53,22 @@ describe("PgQueue (Postgres only)", () => {
         expect(Either.isLeft(paused) && paused.left.message).toContain("permission denied")
       }))
 
+    it.effect("a tenant's session touches only the stage's shared token bucket and its own org's (RLS)", () =>
+      Effect.gen(function*() {
+        const db = yield* Db.Db
+        yield* db.run((sql) => sql`
+          insert into rate_buckets (stage, org_key, tokens, refilled_at)
+          values ('metered', '', 5, now()), ('metered', 'org-a', 5, now()), ('metered', 'org-b', 5, now())`)
+        const touched = yield* db.withOrg("org-a", db.run((sql) => sql<Array<{ org_key: string }>>`
+          update rate_buckets set tokens = 0 where stage = 'metered' returning org_key`))
+        expect(touched.map((r) => r.org_key).sort()).toEqual(["", "org-a"])
+        const forged = yield* Effect.either(db.withOrg("org-a", db.run((sql) => sql`
+          insert into rate_buckets (stage, org_key, tokens, refilled_at) values ('other', 'org-b', 1, now())`)))
+        expect(Either.isLeft(forged)).toBe(true)
+        const [b] = yield* db.run((sql) => sql<Array<{ tokens: number }>>`select tokens from rate_buckets where org_key = 'org-b'`)
+        expect(b!.tokens).toBe(5)
+      }))
+
     it.effect("one NOTIFY per stage per statement, sent at commit", () =>
       Effect.gen(function*() {
         const q = yield* Queue.Queue
