@@ -321,7 +321,16 @@ export const make = (options: DbOptions) =>
         inside
           ? orgId === null
             ? effect
-            : Effect.flatMap(current, (tx) => Option.isSome(tx) ? Effect.zipRight(setOrg(tx.value.sql, tx.value.pin, orgId), effect) : effect)
+            : Effect.flatMap(current, (tx) =>
+              Option.isNone(tx) || tx.value.orgId === orgId
+                ? effect
+                // joining an open transaction under another org: that org for `effect` only, then back to the
+                // transaction's own (the settings are transaction-local, so they would otherwise outlive it)
+                : Effect.acquireUseRelease(
+                  setOrg(tx.value.sql, tx.value.pin, orgId),
+                  () => Effect.locally(effect, currentTransaction, Option.some({ ...tx.value, orgId })),
+                  () => restoreOrg(tx.value.sql, tx.value.pin, tx.value.orgId).pipe(Effect.ignore)
+                ))
           : outside(
             Effect.uninterruptibleMask((restore) =>
               Effect.gen(function*() {
@@ -346,13 +355,24 @@ export const make = (options: DbOptions) =>
                 const finished = yield* Effect.exit(
                   Exit.isSuccess(exit) ? onPinned(conn, pin, (sql) => sql`commit`) : onPinned(conn, pin, (sql) => sql`rollback`)
                 )
+                // a COMMIT or ROLLBACK that failed on a live connection (a late cancel, say) may leave it inside the
+                // transaction, still as the tenant: one more ROLLBACK, and if that fails too the connection is kept
+                // out of the pool (one connection fewer) rather than handed to the next caller in that state
+                const clean = Exit.isSuccess(finished) ||
+                  (pin.alive() && Exit.isSuccess(yield* Effect.exit(onPinned(conn, pin, (sql) => sql`rollback`))))
                 // a lost connection is already back among porsager's closed ones: releasing it would hand out a dead one
-                if (pin.alive()) reserved.release()
+                if (pin.alive() && clean) reserved.release()
                 if (Exit.isFailure(finished) && Exit.isSuccess(exit)) return yield* Effect.asVoid(finished).pipe(Effect.as(exit.value))
                 return yield* exit
               })
             )
           ))
+
+    /** Back to the transaction's own identity: its org, or the owner's role with no org. */
+    const restoreOrg = (sql: Sql, pin: Pin, orgId: string | null) =>
+      orgId !== null
+        ? setOrg(sql, pin, orgId)
+        : onPinned(sql, pin, (s) => s`select set_config('role', 'none', true), set_config('pgfiber.org_id', '', true)`).pipe(Effect.asVoid)
 
     const setOrg = (sql: Sql, pin: Pin, orgId: string) =>
       onPinned(sql, pin, (s) => s`select set_config('role', ${tenantRole}, true), set_config('pgfiber.org_id', ${orgId}, true)`).pipe(

@@ -69,6 +69,20 @@ describe("PgQueue (Postgres only)", () => {
         expect(b!.tokens).toBe(5)
       }))
 
+    it.effect("an org's work inside an owner's transaction runs as the tenant, and the transaction is the owner's again after", () =>
+      Effect.gen(function*() {
+        const db = yield* Db.Db
+        const who = db.run((sql) => sql<Array<{ role: string; org: string | null }>>`
+          select current_user as role, nullif(current_setting('pgfiber.org_id', true), '') as org`)
+        const [before, inside, after] = yield* db.transaction(Effect.all([who, db.withOrg("org-a", who), who]))
+        expect(inside![0]).toEqual({ role: "pgfiber_tenant", org: "org-a" })
+        expect(after![0]).toEqual(before![0])
+        expect(after![0]!.org).toBeNull()
+        // and one org's work nested in another org's transaction goes back to the outer org
+        const [outer, nested, back] = yield* db.withOrg("org-a", Effect.all([who, db.withOrg("org-b", who), who]))
+        expect([outer![0]!.org, nested![0]!.org, back![0]!.org]).toEqual(["org-a", "org-b", "org-a"])
+      }))
+
     it.effect("one NOTIFY per stage per statement, sent at commit", () =>
       Effect.gen(function*() {
         const q = yield* Queue.Queue

@@ -142,7 +142,7 @@ describe("every death of a call's job fails the call with the reason", () => {
           PIPELINE: "calls",
           PGFIBER_SCHEMA: db.schema,
           WORKER_ID: "victim",
-          LEASE_MS: "2000",
+          LEASE_MS: "6000", // generous: a loaded machine must not expire it before the kill
           STORAGE_DRIVER: "s3",
           S3_ENDPOINT: endpoint,
           S3_BUCKET: bucket,
