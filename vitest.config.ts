@@ -9,7 +9,10 @@ export default defineConfig({
     poolOptions: { forks: { maxForks: 2, minForks: 1 } },
     testTimeout: 60_000,
     hookTimeout: 120_000,
-    reporters: ["default", "json"],
+    // one retry: a test that passes only on its retry is reported as FLAKY by NotesReporter (and at the end of
+    // .ci/run), to be fixed, not ignored; a test that fails twice fails the run
+    retry: 1,
+    reporters: ["default", "json", "./test/support/NotesReporter.ts"],
     outputFile: { json: ".data/test-results.json" }
   }
 })
