@@ -142,7 +142,7 @@ describe("every death of a call's job fails the call with the reason", () => {
           PIPELINE: "calls",
           PGFIBER_SCHEMA: db.schema,
           WORKER_ID: "victim",
-          LEASE_MS: "6000", // generous: a loaded machine must not expire it before the kill
+          LEASE_MS: "10000", // generous: a loaded machine (load 15 on two cores) must not expire it before the kill
           STORAGE_DRIVER: "s3",
           S3_ENDPOINT: endpoint,
           S3_BUCKET: bucket,
@@ -158,10 +158,20 @@ describe("every death of a call's job fails the call with the reason", () => {
           Effect.timeoutFail({ duration: "60 seconds", onTimeout: () => new Error(`the victim never started: ${victim.output()}`) }),
           Effect.orDie
         )
-        const [running] = (yield* jobsOf(id)).filter((j) => j.stage === "transcribe_start" && j.status === "running")
-        expect(running!.lockedBy).toBe("victim")
+        // the request arrives as the claim's job runs; read until the row says so (a loaded machine can lag), and
+        // if it never does, say what the call's jobs were
+        let seen = ""
+        const running = yield* waitFor(
+          "the victim's transcribe_start job to be running",
+          Effect.map(jobsOf(id), (jobs) => {
+            seen = JSON.stringify(jobs.map((j) => ({ stage: j.stage, status: j.status, lockedBy: j.lockedBy, attempts: j.attempts })))
+            return jobs.find((j) => j.stage === "transcribe_start" && j.status === "running")
+          }),
+          Duration.seconds(30)
+        ).pipe(Effect.catchAllDefect(() => Effect.dieMessage(`never running; the call's jobs: ${seen}; victim: ${victim.output()}`)))
+        expect(running.lockedBy).toBe("victim")
         // make this run the job's last
-        yield* db.run((sql) => sql`update jobs set max_attempts = attempts + 1 where id = ${running!.id}`)
+        yield* db.run((sql) => sql`update jobs set max_attempts = attempts + 1 where id = ${running.id}`)
         victim.child.kill("SIGKILL")
         yield* Effect.promise(() => victim.exited)
 
@@ -170,7 +180,7 @@ describe("every death of a call's job fails the call with the reason", () => {
         const { dead, call } = yield* failedWith(id)
         // the rescuer never ran the handler: a run would have completed (SpeechKit answers now) or added an
         // attempt; the dead letter holds the victim's attempt only, ended by its expired lease
-        expect(dead).toMatchObject({ stage: "transcribe_start", attempts: running!.attempts + 1 })
+        expect(dead).toMatchObject({ stage: "transcribe_start", attempts: running.attempts + 1 })
         expect(dead.errorHistory.at(-1)!.tag).toBe("LeaseExpired")
         expect(call.error).toBe("transcribe_start: lease expired: the worker victim stopped heartbeating (attempts exhausted)")
       }))

@@ -122,7 +122,7 @@ describe("every death of a transcribe_document job errors the document with the 
         PIPELINE: "documents",
         PGFIBER_SCHEMA: t.db.schema,
         WORKER_ID: "victim",
-        LEASE_MS: "6000", // generous: a loaded machine must not expire it before the kill
+        LEASE_MS: "10000", // generous: a loaded machine (load 15 on two cores) must not expire it before the kill
         TRANSCRIBE_URL: t.server.url.toString()
       })
       yield* t.server.awaitRequests(1).pipe(
