@@ -1,5 +1,7 @@
 /**
- * The worker: the Waker plus one StagePool per stage, as one Layer. Shutdown is closing that Layer's scope
+ * The worker: a runtime per process (the Waker, its one LISTEN connection, stage control) and one StagePool per
+ * stage, each stage a Layer of its own on that runtime (`stage`, `runtime`; `layer` composes a list). Shutdown is
+ * closing the Layer's scope
  * (NodeRuntime.runMain interrupts the main fiber on SIGINT/SIGTERM): pools stop claiming, drain within the
  * grace period, interrupt and release the rest; then the listener and the database pool close.
  */
@@ -117,36 +119,86 @@ export const defaults = (): WorkerOptions => ({
   limits: {}
 })
 
-/** The stages' pools plus the Waker, as one Layer. */
+/**
+ * What the stages of one process share: the options, one Waker (so one LISTEN connection), operators' stage
+ * control heard through it, and the pools' health for /readyz. Built once by `runtime`; each `stage` layer
+ * starts its pool on it.
+ */
+export class Runtime extends Context.Tag("pgfiber/WorkerRuntime")<Runtime, {
+  readonly options: WorkerOptions
+  readonly control: StageControl.StageControl
+  readonly health: Map<string, StagePool.PoolHealth>
+  /** The stages whose pools run here, in the order they started. */
+  readonly stages: Array<{ readonly name: string; readonly concurrency: number }>
+}>() {}
+
+/**
+ * The process's worker runtime as a Layer: the Waker (its LISTEN connection, timers, sweep), stage control and
+ * WorkerInfo. Stages join it as layers of their own (`stage`). Closing it closes the stages first (they are built
+ * on it), so pools drain while the listener still runs.
+ */
+export const runtime = (options: WorkerOptions): Layer.Layer<Runtime | Waker.Waker | WorkerInfo, never, Queue.Queue> => {
+  const shared = Layer.scoped(
+    Runtime,
+    Effect.map(StageControl.make, (control) => ({ options, control, health: new Map(), stages: [] }))
+  )
+  const info = Layer.effect(
+    WorkerInfo,
+    Effect.map(Runtime, (rt) => ({
+      workerId: options.workerId,
+      stages: rt.stages,
+      startedAt: new Date(),
+      pools: Effect.sync(() => [...rt.health.values()].map((h) => ({ ...h })))
+    }))
+  )
+  return info.pipe(
+    Layer.provideMerge(shared),
+    Layer.provideMerge(Waker.layer({ sweepInterval: options.sweepInterval, pollInterval: options.pollInterval }))
+  )
+}
+
+/**
+ * One stage's pool as a Layer, on the process's `runtime`: stages are composed as layers, and each stage's own
+ * services can be provided to its layer alone (`Worker.stage(sendEmail).pipe(Layer.provide(Mailer.live))`).
+ * The pool claims, runs and settles for the life of the layer; closing it stops claiming, drains within the
+ * shutdown grace and releases the rest. A stage name twice in one process is a defect.
+ */
+export const stage = <A, I, R>(
+  stage: Stage.Stage<A, I, R>
+): Layer.Layer<never, never, Runtime | Waker.Waker | Queue.Queue | R> =>
+  Layer.scopedDiscard(
+    Effect.gen(function*() {
+      const rt = yield* Runtime
+      if (rt.stages.some((s) => s.name === stage.name)) {
+        return yield* Effect.dieMessage(`the stage ${stage.name} is composed into this worker twice`)
+      }
+      const concurrency = rt.options.concurrency[stage.name]
+      rt.stages.push({ name: stage.name, concurrency: concurrency ?? stage.concurrency })
+      yield* Effect.addFinalizer(() => Effect.sync(() => {
+        const at = rt.stages.findIndex((s) => s.name === stage.name)
+        if (at >= 0) rt.stages.splice(at, 1)
+      }))
+      yield* StagePool.scoped(stage, {
+        workerId: rt.options.workerId,
+        shutdownGrace: rt.options.shutdownGrace,
+        concurrency,
+        limits: rt.options.limits?.[stage.name],
+        health: rt.health,
+        control: rt.control
+      })
+    })
+  )
+
+/** The given stages' layers on one `runtime`: `stage` for each, merged, with the runtime provided. */
 export const layer = <const Stages extends ReadonlyArray<Stage.Any>>(
   stages: Stages,
   options: WorkerOptions
 ): Layer.Layer<Waker.Waker | WorkerInfo, never, Queue.Queue | Stage.Requirements<Stages[number]>> => {
-  const health = new Map<string, StagePool.PoolHealth>()
-  const pools = Layer.scopedDiscard(
-    Effect.gen(function*() {
-      // operators' pause, heard through the Waker's LISTEN connection (one read per change)
-      const control = yield* StageControl.make
-      yield* Effect.forEach(stages, (stage) =>
-        StagePool.scoped(stage, {
-          workerId: options.workerId,
-          shutdownGrace: options.shutdownGrace,
-          concurrency: options.concurrency[stage.name],
-          limits: options.limits?.[stage.name],
-          health,
-          control
-        }), { discard: true })
-    })
-  )
-  const info = Layer.sync(WorkerInfo, () => ({
-    workerId: options.workerId,
-    stages: stages.map((s) => ({ name: s.name, concurrency: options.concurrency[s.name] ?? s.concurrency })),
-    startedAt: new Date(),
-    pools: Effect.sync(() => [...health.values()].map((h) => ({ ...h })))
-  }))
-  return Layer.mergeAll(pools, info).pipe(
-    Layer.provideMerge(Waker.layer({ sweepInterval: options.sweepInterval, pollInterval: options.pollInterval }))
-  ) as Layer.Layer<Waker.Waker | WorkerInfo, never, Queue.Queue | Stage.Requirements<Stages[number]>>
+  const pools = Layer.mergeAll(Layer.empty, ...stages.map((s) => stage(s)))
+  return pools.pipe(
+    Layer.provideMerge(runtime(options)),
+    Layer.map((context) => Context.omit(Runtime)(context))
+  ) as unknown as Layer.Layer<Waker.Waker | WorkerInfo, never, Queue.Queue | Stage.Requirements<Stages[number]>>
 }
 
 /**
