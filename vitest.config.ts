@@ -7,7 +7,8 @@ export default defineConfig({
     // each file works in its own schema, so files run in parallel; two cores, so two forks
     pool: "forks",
     poolOptions: { forks: { maxForks: 2, minForks: 1 } },
-    testTimeout: 60_000,
+    // deadlines, not speed: a test that spawns processes must pass at load 20 on two cores
+    testTimeout: 180_000,
     hookTimeout: 120_000,
     // one retry: a test that passes only on its retry is reported as FLAKY by NotesReporter (and at the end of
     // .ci/run), to be fixed, not ignored; a test that fails twice fails the run

@@ -11,7 +11,7 @@ import { layerDb } from "../support/pg.js"
 import { logLines, pgfiber, query } from "./support.js"
 
 describe("pgfiber CLI", () => {
-  layer(layerDb(), { excludeTestServices: true, timeout: 60_000 })((it) => {
+  layer(layerDb(), { excludeTestServices: true, timeout: 180_000 })((it) => {
     it.effect("enqueue, then tick --max 1 processes exactly one job; stats prints the table", () =>
       Effect.gen(function*() {
         const { schema } = yield* Db.Db

@@ -10,7 +10,7 @@ import { layerDb } from "../support/pg.js"
 import { pgfiber, query } from "./support.js"
 
 describe("pgfiber CLI: dead letters and keys", () => {
-  layer(layerDb(), { excludeTestServices: true, timeout: 60_000 })((it) => {
+  layer(layerDb(), { excludeTestServices: true, timeout: 180_000 })((it) => {
     it.effect("dlq retry brings a dead letter back as a fresh job; show, conflict, purge", () =>
       Effect.gen(function*() {
         const { schema } = yield* Db.Db

@@ -22,7 +22,7 @@ const keysFor = Effect.gen(function*() {
 })
 
 describe("HTTP API", () => {
-  layer(layerService(layerDb()), { excludeTestServices: true, timeout: 60_000 })((it) => {
+  layer(layerService(layerDb()), { excludeTestServices: true, timeout: 180_000 })((it) => {
     it.effect("health on both listeners; readiness, metrics, OpenAPI and docs on the admin listener only, without a key", () =>
       Effect.gen(function*() {
         const base = yield* baseUrl

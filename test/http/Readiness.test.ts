@@ -71,5 +71,5 @@ describe("/readyz", () => {
       const listening = yield* eventually(call(base, "GET", "/readyz"), (r) => r.json.listener?.state === "listening")
       expect(listening.json.listener.downSince).toBeNull()
       expect((yield* call(base, "GET", "/metrics")).text).toContain("pgfiber_listener_up 1")
-    }).pipe(Effect.scoped), 60_000)
+    }).pipe(Effect.scoped), 180_000)
 })

@@ -13,7 +13,7 @@ import * as Db from "../../src/layers/Db.js"
 import { baseUrl, call, eventually, layerService } from "./support.js"
 
 describe("HTTP schedules", () => {
-  layer(layerService(layerDb()), { excludeTestServices: true, timeout: 60_000 })((it) => {
+  layer(layerService(layerDb()), { excludeTestServices: true, timeout: 180_000 })((it) => {
     it.effect("a tenant manages its own org's schedules; other orgs' and system schedules are not there", () =>
       Effect.gen(function*() {
         const base = yield* baseUrl

@@ -55,7 +55,7 @@ const mkfifo = (path: string) =>
     Effect.provide(NodeContext.layer)
   )
 
-it.layer(Media.layer, { timeout: 30_000 })("Media (real ffmpeg)", (it) => {
+it.layer(Media.layer, { timeout: 180_000 })("Media (real ffmpeg)", (it) => {
   it.scoped("generates a stereo call and probes its duration, streams and format", () =>
     Effect.gen(function*() {
       const media = yield* Media.Media
@@ -327,7 +327,7 @@ describe("Media binaries", () => {
       // SIGTERM was ignored, so it took the grace period and then SIGKILL.
       expect(Date.now() - started).toBeGreaterThanOrEqual(1_500)
       expect(isAlive(pid)).toBe(false)
-    }), { timeout: 20_000 })
+    }), { timeout: 120_000 })
 })
 
 describe("Media.layerStub", () => {

@@ -40,7 +40,7 @@ class StreamBroke extends Data.TaggedError("StreamBroke")<{}> {}
 // One contract, every implementation
 
 const contract = (name: string, layer: Layer.Layer<Storage.Storage, unknown>) =>
-  it.layer(layer, { timeout: 30_000 })(`Storage contract: ${name}`, (it) => {
+  it.layer(layer, { timeout: 180_000 })(`Storage contract: ${name}`, (it) => {
     it.effect("bytes round-trip byte-identical, and a second put replaces the first", () =>
       Effect.gen(function*() {
         const storage = yield* Storage.Storage
@@ -283,7 +283,7 @@ const s3StorageLayer = (partSizeBytes?: number) =>
 contract("s3 (single PUT)", s3StorageLayer().pipe(Layer.provide(s3ServerLayer)))
 contract("s3 (multipart, 64 KiB parts)", s3StorageLayer(64 * 1024).pipe(Layer.provide(s3ServerLayer)))
 
-it.layer(Layer.provideMerge(s3StorageLayer(64 * 1024), s3ServerLayer), { timeout: 30_000 })("Storage.layerS3", (it) => {
+it.layer(Layer.provideMerge(s3StorageLayer(64 * 1024), s3ServerLayer), { timeout: 180_000 })("Storage.layerS3", (it) => {
   it.effect("uri is the path-style endpoint URL, and plain HTTP GET of it returns the object", () =>
     Effect.gen(function*() {
       const storage = yield* Storage.Storage

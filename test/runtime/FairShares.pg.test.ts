@@ -182,7 +182,8 @@ describe("fair shares on Postgres", () => {
       expect(worst).toBeLessThanOrEqual(22)
       // never faster than the bucket: 198 tokens after the first two take at least 9.9 s (deterministic)
       expect(spanMs).toBeGreaterThanOrEqual(9_900 - 1)
-      // slower only by the machine: 10 s ± 10 % on a quiet machine; allowed up to 3× here (2 shared cores)
-      expect(spanMs).toBeLessThan(30_000)
+      // slower only by the machine: 10 s ± 10 % on a quiet machine; allowed up to 6× here (2 shared cores, which
+      // a user's npm test may share with other work)
+      expect(spanMs).toBeLessThan(60_000)
     }), { timeout: 300_000 })
 })

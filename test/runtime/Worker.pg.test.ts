@@ -59,7 +59,7 @@ const startInProcess = (
     return { context }
   })
 
-const waitFor = <A>(what: string, probe: Effect.Effect<A | undefined | null | false>, timeout = Duration.seconds(20)) =>
+const waitFor = <A>(what: string, probe: Effect.Effect<A | undefined | null | false>, timeout = Duration.seconds(60)) =>
   Effect.gen(function*() {
     const deadline = Date.now() + Duration.toMillis(timeout)
     while (Date.now() < deadline) {
@@ -117,13 +117,15 @@ describe("runtime on Postgres", () => {
       const { schema } = yield* freshSchema
       const { context } = yield* startInProcess(schema, [timing], idleOptions("w-notify"))
       const queue = Context.get(context, Queue.Queue)
-      yield* Effect.sleep("500 millis") // idle: the start-up claim is long done
+      yield* Effect.sleep("500 millis") // idle: the start-up claim is done (if not, it only makes the wake-up sooner)
       const enqueuedAt = Date.now()
       yield* queue.enqueue([{ stage: "timing", payload: { tag: "now" } }])
       yield* waitFor("the job to start", Effect.sync(() => startedAt.get("now")))
       const wake = startedAt.get("now")! - enqueuedAt
       console.log(`NOTIFY wake-up: enqueue → handler start ${wake} ms`)
-      expect(wake).toBeLessThan(1000)
+      // woken by NOTIFY, not by the safety sweep (an hour here): a deadline generous for a loaded machine; the
+      // wake-up's speed is measured by `npm run bench`
+      expect(wake).toBeLessThan(10_000)
 
       const delayedAt = Date.now()
       yield* queue.enqueue([{ stage: "timing", payload: { tag: "delayed" }, delay: "2 seconds" }])
@@ -131,8 +133,8 @@ describe("runtime on Postgres", () => {
       const late = startedAt.get("delayed")! - delayedAt
       console.log(`timer: a job delayed 2000 ms started after ${late} ms`)
       expect(late).toBeGreaterThanOrEqual(1950)
-      expect(late).toBeLessThan(3000)
-    }).pipe(Effect.scoped), 30_000)
+      expect(late).toBeLessThan(2000 + 10_000) // the timer, not the sweep
+    }).pipe(Effect.scoped), 180_000)
 
   it.live("jobs enqueued while the LISTEN backend was killed are processed after it reconnects", () =>
     Effect.gen(function*() {
@@ -153,8 +155,8 @@ describe("runtime on Postgres", () => {
       yield* waitFor("the listener to come back", Effect.map(waker.health, (h) => h.listenerReconnects > before))
       // and it is listening again: a fresh job after the reconnect is woken by NOTIFY
       yield* queue.enqueue([{ stage: "timing", payload: { tag: "after" } }])
-      yield* waitFor("the job after reconnect", Effect.sync(() => startedAt.get("after")), Duration.seconds(5))
-    }).pipe(Effect.scoped), 30_000)
+      yield* waitFor("the job after reconnect", Effect.sync(() => startedAt.get("after")), Duration.seconds(30))
+    }).pipe(Effect.scoped), 180_000)
 
   it.live("a worker SIGKILLed mid-job: another worker completes the job after the lease expires", () =>
     Effect.gen(function*() {
@@ -193,22 +195,33 @@ describe("runtime on Postgres", () => {
       const took = Date.now() - termAt
       console.log(`SIGTERM → exit ${code} after ${took} ms (grace 3000 ms)`)
       expect(code).toBe(0)
-      expect(took).toBeLessThan(3000 + 2000)
+      // it did not wait for the 10-minute job: the grace, then interruption and release (a deadline, generous for
+      // a loaded machine, not a measure of speed)
+      expect(took).toBeLessThan(3000 + 30_000)
       const left = yield* Effect.promise(() => sql<Array<{ status: string; attempts: number; locked_by: string | null }>>`select status, attempts, locked_by from jobs`)
       // the two short jobs finished; the long one was handed back untouched
       expect(left).toEqual([{ status: "queued", attempts: 0, locked_by: null }])
-    }).pipe(Effect.scoped), 40_000)
+    }).pipe(Effect.scoped), 180_000)
 
   it.live("an idle worker sends next to no statements", () =>
     Effect.gen(function*() {
       const { schema } = yield* freshSchema
       let statements: Array<string> = []
       yield* startInProcess(schema, [timing], idleOptions("w-idle"), (q) => statements.push(q))
-      yield* Effect.sleep("1 second") // start-up: migrations check, catch-up claim, timer query
+      // start-up (migrations check, catch-up claim, timer query) is over once 2 s pass without a statement
+      let last = -1
+      let quietSince = Date.now()
+      yield* waitFor("the start-up statements to end", Effect.sync(() => {
+        if (statements.length !== last) {
+          last = statements.length
+          quietSince = Date.now()
+        }
+        return Date.now() - quietSince >= 2000
+      }))
       const startup = statements.length
       statements = []
       yield* Effect.sleep("10 seconds")
       console.log(`idle worker: ${statements.length} statements in 10 s (start-up sent ${startup})`)
       expect(statements.length).toBeLessThanOrEqual(1)
-    }).pipe(Effect.scoped), 30_000)
+    }).pipe(Effect.scoped), 180_000)
 })

@@ -100,7 +100,7 @@ describe("schedule timing", () => {
 // one scenario, two stores, time passed in
 
 const scenario = (name: string, layer_: Layer.Layer<Schedules.Schedules | Queue.Queue>) =>
-  layer(layer_, { timeout: 60_000 })(name, (it) => {
+  layer(layer_, { timeout: 180_000 })(name, (it) => {
     it.effect("fires each tick once at the time given, across DST, and never twice for concurrent callers", () =>
       Effect.gen(function*() {
         const schedules = yield* Schedules.Schedules

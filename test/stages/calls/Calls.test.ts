@@ -20,7 +20,7 @@ const countRows = Effect.flatMap(Db.Db, (db) =>
     select (select count(*)::int from calls) as calls, (select count(*)::int from jobs) as jobs`)).pipe(Effect.map(([r]) => r!)))
 
 describe("Calls", () => {
-  layer(worldLayer(), { excludeTestServices: true, timeout: 30_000 })((it) => {
+  layer(worldLayer(), { excludeTestServices: true, timeout: 180_000 })((it) => {
     it.scoped("create from a file: uploads it, writes the call, its source artifact and its extract_audio job", () =>
       Effect.gen(function*() {
         const storage = yield* Storage.Storage

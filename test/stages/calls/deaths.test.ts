@@ -60,7 +60,7 @@ const failedWith = (id: string) =>
   })
 
 describe("every death of a call's job fails the call with the reason", () => {
-  layer(worldLayer(), { excludeTestServices: true, timeout: 90_000 })((it) => {
+  layer(worldLayer(), { excludeTestServices: true, timeout: 180_000 })((it) => {
     it.scoped("Permanent from SpeechKit: the operation ends with gRPC code 3", () =>
       Effect.gen(function*() {
         const simulator = yield* SpeechKitSimulator.SpeechKitSimulator

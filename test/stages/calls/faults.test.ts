@@ -60,7 +60,7 @@ const startCall = (stages: ReadonlyArray<Stage.Any>, seconds = 3) =>
   })
 
 describe("call pipeline under SpeechKit faults", () => {
-  layer(worldLayer(), { excludeTestServices: true, timeout: 60_000 })((it) => {
+  layer(worldLayer(), { excludeTestServices: true, timeout: 180_000 })((it) => {
     it.scoped("429 with Retry-After: the retry waits exactly the server's delay, then the call completes", () =>
       Effect.gen(function*() {
         const simulator = yield* SpeechKitSimulator.SpeechKitSimulator

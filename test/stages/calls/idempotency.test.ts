@@ -53,7 +53,7 @@ const recognitionsOf = (simulator: SpeechKitSimulator.Handle, callId: string) =>
   )
 
 describe("call stages under duplicate delivery", () => {
-  layer(worldLayer(), { excludeTestServices: true, timeout: 60_000 })((it) => {
+  layer(worldLayer(), { excludeTestServices: true, timeout: 180_000 })((it) => {
     it.scoped("each stage run twice leaves the same rows and objects as once", () =>
       Effect.gen(function*() {
         const simulator = yield* SpeechKitSimulator.SpeechKitSimulator

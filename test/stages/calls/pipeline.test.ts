@@ -34,7 +34,7 @@ const fastStages = (tempDir: string) =>
   makeCallStages({ pollFirstMin: "200 millis", pollCap: "500 millis", tempDir, allowFileUris: false, removeAudio: false })
 
 describe("call pipeline end to end", () => {
-  layer(worldLayer(), { excludeTestServices: true, timeout: 60_000 })((it) => {
+  layer(worldLayer(), { excludeTestServices: true, timeout: 180_000 })((it) => {
     it.scoped("a generated call reaches analyze with a stored transcript and analysis", () =>
       Effect.gen(function*() {
         const simulator = yield* SpeechKitSimulator.SpeechKitSimulator

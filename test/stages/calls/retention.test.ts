@@ -42,7 +42,7 @@ const redeliverAll = (id: string, stages: ReturnType<typeof makeCallStages>) =>
   })
 
 describe("storage retention after the transcript is stored", () => {
-  layer(worldLayer(), { excludeTestServices: true, timeout: 90_000 })((it) => {
+  layer(worldLayer(), { excludeTestServices: true, timeout: 180_000 })((it) => {
     it.scoped("by default: the OGG audio is removed, the source recording stays", () =>
       Effect.gen(function*() {
         const { id, call, stages } = yield* runCall({})

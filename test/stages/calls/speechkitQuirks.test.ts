@@ -90,7 +90,7 @@ describe("SpeechKit quirks through the call pipeline", () => {
       }))
   })
 
-  layer(worldLayer({ resultsNotFoundAfterDone: 1 }), { excludeTestServices: true, timeout: 90_000 })((it) => {
+  layer(worldLayer({ resultsNotFoundAfterDone: 1 }), { excludeTestServices: true, timeout: 180_000 })((it) => {
     it.scoped("getRecognition's 404 right after done is asked again: the call completes", () =>
       Effect.gen(function*() {
         const simulator = yield* SpeechKitSimulator.SpeechKitSimulator

@@ -90,7 +90,7 @@ describe("every death of a transcribe_document job errors the document with the 
       expect(dead.attempts).toBe(TranscribeDocument.maxAttempts)
       expect(dead.errorHistory.every((e) => e.tag === "Defect")).toBe(true)
       expect(doc.processing_error).toContain("reading 'segments'")
-    }), 60_000)
+    }), 180_000)
 
   it.scopedLive("a handler timeout on every attempt (the service never answers)", () =>
     Effect.gen(function*() {
@@ -99,7 +99,7 @@ describe("every death of a transcribe_document job errors the document with the 
       const { dead, doc } = yield* t.erroredWith(yield* t.insertDocument())
       expect(dead.attempts).toBe(TranscribeDocument.maxAttempts)
       expect(doc.processing_error).toBe("transcribe_document: handler timed out after 300ms")
-    }), 60_000)
+    }), 180_000)
 
   it.scopedLive("a payload that fails the Schema", () =>
     Effect.gen(function*() {
@@ -112,7 +112,7 @@ describe("every death of a transcribe_document job errors the document with the 
       yield* t.startWorker({})
       const { doc } = yield* t.erroredWith(id)
       expect(doc.processing_error).toContain("payload does not match the transcribe_document schema")
-    }), 60_000)
+    }), 180_000)
 
   it.scopedLive("a worker process SIGKILLed during the last attempt: reaped, then dead-lettered by the stage's claim", () =>
     Effect.gen(function*() {
@@ -143,5 +143,5 @@ describe("every death of a transcribe_document job errors the document with the 
         "transcribe_document: lease expired: the worker victim stopped heartbeating (attempts exhausted)"
       )
       expect(yield* t.server.requests).toHaveLength(1)
-    }), 90_000)
+    }), 180_000)
 })
