@@ -1,7 +1,7 @@
 /**
  * The README's quick start, as a test, on the compiled service (`node dist/cli.js start`, what `npm start` runs):
- * - with no DATABASE_URL it brings up embedded PostgreSQL; CLI commands run beside it use that server (they do not
- *   start a second one on the same folder); a job submitted over HTTP with a key from the CLI runs on the echo
+ * - with no DATABASE_URL it brings up embedded PostgreSQL; CLI commands and a second service run beside it use
+ *   that server (they do not start a second one on the same folder); a job submitted over HTTP with a key from the CLI runs on the echo
  *   stage; a terminal's Ctrl-C (SIGINT to the whole process group) exits 0 and leaves no postgres behind;
  * - SIGINT to node alone, and the same with an external DATABASE_URL, exit 0 too;
  * - after a `kill -9` of the service, the next start finds the server it left, says so, and comes up by itself.
@@ -178,10 +178,19 @@ describe("npm start on a machine with no PostgreSQL", () => {
       // both CLI commands used the service's server: still the same one, still running
       expect(serverPid(dataDir)).toBe(pgPid)
 
+      // a second `npm start` on the same folder uses that server too, serves, and stopping it leaves the first's
+      const second = await startHealthy(dataDir, services)
+      expect(second.output()).toContain("using the embedded PostgreSQL already running")
+      expect(serverPid(dataDir)).toBe(pgPid)
+      ctrlC(second)
+      expect(await second.exited).toBe(0)
+      expect(isAlive(pgPid)).toBe(true)
+      expect(await healthy(service)()).toBe(true)
+
       ctrlC(service)
       const code = await service.exited
       expect({ code, output: code === 0 ? "" : service.output() }).toEqual({ code: 0, output: "" })
-      await waitFor("postgres to be gone", () => !isAlive(pgPid), 15_000)
+      await waitFor("postgres to be gone", () => !isAlive(pgPid), 60_000)
       expect(Fs.existsSync(record)).toBe(false)
       expect(Fs.existsSync(Path.join(dataDir, "postgres", "postmaster.pid"))).toBe(false)
     } finally {
@@ -225,7 +234,7 @@ describe("npm start on a machine with no PostgreSQL", () => {
       expect(services[before]!.output()).toContain(`left running by a pgfiber process that is gone (pid ${first.child.pid})`)
       ctrlC(second)
       expect(await second.exited).toBe(0)
-      await waitFor("postgres to be gone", () => !isAlive(pgPid), 15_000)
+      await waitFor("postgres to be gone", () => !isAlive(pgPid), 60_000)
     } finally {
       cleanup(dataDir, services)
     }
