@@ -206,7 +206,7 @@ describe("npm start on a machine with no PostgreSQL", () => {
       const pgPid = serverPid(dataDir)!
       service.child.kill("SIGINT")
       expect(await service.exited).toBe(0)
-      expect(isAlive(pgPid)).toBe(false)
+      await waitFor("postgres to be gone", () => !isAlive(pgPid), 60_000)
       // the data is kept: a second start finds the schema up to date
       const again = await startHealthy(dataDir, services)
       expect(again.output()).not.toContain("migrations applied")
