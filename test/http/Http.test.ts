@@ -38,7 +38,7 @@ const unauthenticatedUpload = (base: string, authorization?: string) =>
     const deadline = setTimeout(() => {
       request.destroy()
       reject(new Error(`no answer after ${sent} of ${total} bytes were sent: the server is waiting for the body`))
-    }, 60_000)
+    }, 40_000) // within the test's own timeout, so a failure says why
     request.on("response", (response) => {
       answered = true
       const sentWhenAnswered = sent
