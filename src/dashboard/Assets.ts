@@ -145,6 +145,7 @@ input, select, textarea { font: inherit; padding: .25rem .4rem; border: 1px soli
 button { font: inherit; padding: .3rem .8rem; border: 1px solid var(--accent); background: var(--accent); color: #fff; border-radius: 4px; cursor: pointer; }
 button.danger { background: var(--bad); border-color: var(--bad); }
 button.plain { background: #fff; color: var(--fg); border-color: #d1d5db; }
+button.plain.danger { color: var(--bad); border-color: var(--bad); }
 .actions { display: flex; gap: .5rem; flex-wrap: wrap; align-items: end; margin: .5rem 0 1rem; }
 .notice { padding: .5rem .75rem; border: 1px solid #bfdbfe; background: #eff6ff; margin-bottom: 1rem; }
 .error { padding: .5rem .75rem; border: 1px solid #fecaca; background: #fef2f2; margin-bottom: 1rem; }

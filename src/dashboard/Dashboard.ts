@@ -3,7 +3,8 @@
  * with an API key. An operator's key (admin scope) sees every org; an org's key sees its org only, because
  * every page reads under that org's row-level security (`Db.withOrg`), as the HTTP API does, and the live
  * view filters the shared snapshot to it. Actions (cancel, retry, resolve, purge) call the same Queue
- * functions as the API and the CLI; destructive and bulk ones ask for confirmation first.
+ * functions as the API and the CLI; destructive and bulk ones (cancel, purging dead letters or a stage's queue,
+ * bulk retry and resolve) answer a first POST with a confirmation page and act only on its `confirm=yes`.
  *
  * Every response carries a strict Content-Security-Policy (scripts and styles from this origin only, no
  * inline code), and every value is escaped (Html.ts). Sessions are signed cookies (Session.ts); POSTs need
@@ -338,7 +339,18 @@ export const make = (options: DashboardOptions) =>
           return redirect(`${base}/login`, { "set-cookie": Session.clearCookie({ path: base, secure: secure(request) }) })
         }
         if (first === "jobs" && id !== undefined && verb === "cancel") {
-          const outcome = yield* asViewer(s, queue.cancel(id))
+          if (!confirmed) {
+            // what the viewer may see of it (their org's, under row-level security); gone or not theirs: not found
+            const job = Queue.isJobId(id) ? yield* asViewer(s, queue.get(id)) : null
+            if (job === null || job.finishedAt !== null || job.status === "cancelled") {
+              return redirect(job === null ? withNotice("/jobs", "notice", `job ${id} was not found`) : withNotice(`/jobs/${id}`, "notice", `job ${id} is ${job.status}: nothing to cancel`))
+            }
+            return page(Pages.layout(frame(s, "Confirm", "jobs"), Pages.confirm(base, s.csrf, `/jobs/${id}/cancel`,
+              `Cancel job ${id} (${job.stage}${job.orgId ? `, org ${job.orgId}` : ""}), now ${job.status}? ` +
+                (job.status === "running" ? "Its worker stops it at the next heartbeat; it is not retried." : "It is taken off the queue and never runs."),
+              {}, `/jobs/${id}`)))
+          }
+          const outcome = Queue.isJobId(id) ? yield* asViewer(s, queue.cancel(id)) : "not-found" as const
           yield* Effect.logInfo("job cancelled from the dashboard").pipe(Effect.annotateLogs({ jobId: id, outcome }))
           return redirect(outcome === "not-found" ? withNotice("/jobs", "notice", `job ${id} was not found`) : withNotice(`/jobs/${id}`, "notice", `job ${outcome}`))
         }
@@ -351,6 +363,21 @@ export const make = (options: DashboardOptions) =>
           yield* live.fresh
           yield* Effect.logInfo(`stage ${verb === "pause" ? "paused" : "resumed"} from the dashboard`).pipe(Effect.annotateLogs({ stage: id, keyId: s.keyId }))
           return redirect(withNotice("/", "notice", `stage ${id} ${verb === "pause" ? "paused" : "resumed"}`))
+        }
+        if (first === "stages" && id !== undefined && verb === "purge") {
+          // a stage's queue holds every org's jobs: operators only, after a confirmation that says how many go
+          if (!s.admin) return page(Pages.layout(frame(s, "Refused", "none"), html`<h1>Refused</h1><p>Only an operator's key may purge a stage.</p>`), 403)
+          if (!knownStages.includes(id)) return redirect(withNotice("/", "notice", `no stage ${id}`))
+          if (!confirmed) {
+            const [row] = yield* Db.asOwner(db.run((sql) => BrowseSql.countQueued(sql, id)))
+            return page(Pages.layout(frame(s, "Confirm", "overview"), Pages.confirm(base, s.csrf, `/stages/${encodeURIComponent(id)}/purge`,
+              `Delete the ${row?.n ?? 0} queued job(s) of stage ${id}, of every org? Running jobs finish; delayed ones go too. This cannot be undone.`,
+              {}, "/")))
+          }
+          const purged = yield* Db.asOwner(queue.stageControls.purge(id))
+          yield* live.fresh
+          yield* Effect.logInfo("stage purged from the dashboard").pipe(Effect.annotateLogs({ stage: id, purged, keyId: s.keyId }))
+          return redirect(withNotice("/", "notice", `stage ${id}: ${purged} queued job(s) purged`))
         }
         if (first === "schedules" && path.length === 4 && ["enable", "disable", "run-now"].includes(path[3]!)) {
           // an org key reaches its own org's schedules only (row-level security); operators any, system ones too

@@ -103,7 +103,8 @@ ${data.stages.map((s) => html`<tr data-stage="${s.stage}"><td><a href="${base}/j
 <td class="num" data-field="ready">${s.ready}</td><td class="num" data-field="delayed">${s.delayed}</td>
 <td class="num" data-field="running">${s.running}</td><td class="num" data-field="dead">${s.dead}</td><td class="num" data-field="oldest">${s.oldest}</td>
 <td><span class="badge paused" data-field="state">${s.state}</span></td>
-${scope.viewer.admin ? html`<td><form method="post" data-stage-control="${base}/stages/${encodeURIComponent(s.stage)}/" action="${base}/stages/${encodeURIComponent(s.stage)}/${s.state === "paused" ? "resume" : "pause"}">${csrfField(csrf)}<button class="plain" type="submit" data-action="${s.state === "paused" ? "resume" : "pause"}">${s.state === "paused" ? "Resume" : "Pause"}</button></form></td>` : ""}</tr>`)}
+${scope.viewer.admin ? html`<td class="actions"><form method="post" data-stage-control="${base}/stages/${encodeURIComponent(s.stage)}/" action="${base}/stages/${encodeURIComponent(s.stage)}/${s.state === "paused" ? "resume" : "pause"}">${csrfField(csrf)}<button class="plain" type="submit" data-action="${s.state === "paused" ? "resume" : "pause"}">${s.state === "paused" ? "Resume" : "Pause"}</button></form>
+<form method="post" action="${base}/stages/${encodeURIComponent(s.stage)}/purge">${csrfField(csrf)}<button class="plain danger" type="submit" data-action="purge">Purge…</button></form></td>` : ""}</tr>`)}
 </tbody>
 </table>
 <p class="muted">Updated <span id="live-at">${data.at}</span>.</p>
@@ -211,7 +212,7 @@ export const job = (base: string, csrf: string, j: JobPage, related: ReadonlyArr
 </dl>
 <div class="actions">
 ${j.status === "queued" || j.status === "delayed" || j.status === "running" ? html`
-<form method="post" action="${base}/jobs/${j.id}/cancel">${csrfField(csrf)}<button class="danger" type="submit">Cancel job</button></form>` : ""}
+<form method="post" action="${base}/jobs/${j.id}/cancel">${csrfField(csrf)}<button class="danger" type="submit" data-action="cancel">Cancel job…</button></form>` : ""}
 ${j.deadLetter && j.deadLetter.resolutionStatus === null ? deadLetterActions(base, csrf, j.deadLetter.id) : ""}
 </div>
 <h2>Payload</h2>
@@ -266,13 +267,24 @@ ${next === null ? "" : html`<p><a href="${base}/dead${qs({ stage: filter.stage, 
 <button class="danger" type="submit">Review purge…</button>
 </form>`
 
-export const confirm = (base: string, csrf: string, action: string, question: string, fields: Record<string, string>): Html => html`
+/**
+ * The confirmation step of a destructive or bulk action: the action's form again, with `confirm=yes`, behind
+ * a question that says what will happen. Nothing is done until it is submitted; `back` leaves it undone.
+ */
+export const confirm = (
+  base: string,
+  csrf: string,
+  action: string,
+  question: string,
+  fields: Record<string, string>,
+  back = "/dead"
+): Html => html`
 <h1>Confirm</h1>
-<p>${question}</p>
+<p id="question">${question}</p>
 <form method="post" action="${base}${action}">${csrfField(csrf)}
 ${Object.entries(fields).map(([k, v]) => html`<input type="hidden" name="${k}" value="${v}">`)}
 <input type="hidden" name="confirm" value="yes">
-<div class="actions"><button class="danger" type="submit" id="confirm">Yes, do it</button> <a href="${base}/dead">Cancel</a></div>
+<div class="actions"><button class="danger" type="submit" id="confirm">Yes, do it</button> <a id="back" href="${base}${back}">No, go back</a></div>
 </form>`
 
 const scheduleActions = (base: string, csrf: string, s: Schedules.Schedule) => {

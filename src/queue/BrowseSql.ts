@@ -84,3 +84,7 @@ export const countPurgeable = (sql: Sql, olderThanMs: number | null, includeUnre
     select count(*)::int as n from dead_letters
     where (${includeUnresolved}::boolean or resolution_status is not null)
       and (${olderThanMs}::float8 is null or dead_at < now() - ${olderThanMs}::float8 * interval '1 millisecond')`
+
+/** How many queued jobs a stage purge would delete (shown before it is confirmed); every org's, as the owner. */
+export const countQueued = (sql: Sql, stage: string) =>
+  sql<Array<{ n: number }>>`select count(*)::int as n from jobs where stage = ${stage} and status = 'queued'`

@@ -360,13 +360,22 @@ export const make = (store: Store) =>
     const notFound = (key: ScheduleKey) =>
       new ScheduleNotFound({ message: `schedule ${key.name}${key.orgId ? ` (org ${key.orgId})` : ""} not found` })
 
+    /**
+     * A key no schedule can have (a name the table's check refuses, or text PostgreSQL cannot store, such as a
+     * NUL in a URL's path) is simply not there: answered without asking the store, which would refuse the text.
+     */
+    const possible = (key: ScheduleKey) =>
+      namePattern.test(key.name) && (key.orgId === null || key.orgId === undefined || Queue.textProblem(key.orgId) === undefined)
+    const get = (key: ScheduleKey) => (possible(key) ? store.get(key) : Effect.succeed(null))
+
     return Schedules.of({
       put: (spec) => Effect.flatMap(validOrFail(spec), (v) => store.upsert(v, "runtime")),
       declare: (specs) => Effect.forEach(specs, (spec) => Effect.flatMap(validOrFail(spec), (v) => store.upsert(v, "code")), { discard: true }),
-      remove: (key) => Effect.flatMap(store.remove(key), (removed) => (removed ? Effect.void : Effect.fail(notFound(key)))),
+      remove: (key) =>
+        Effect.flatMap(possible(key) ? store.remove(key) : Effect.succeed(false), (removed) => (removed ? Effect.void : Effect.fail(notFound(key)))),
       setEnabled: (key, enabled) =>
         Effect.gen(function*() {
-          const s = yield* store.get(key)
+          const s = yield* get(key)
           if (s === null) return yield* notFound(key)
           const now = yield* store.now
           const next = enabled && !s.enabled ? Either.getOrNull(Either.map(timing(s), (t) => t.next(now))) : null
@@ -374,11 +383,11 @@ export const make = (store: Store) =>
           if (updated === null) return yield* notFound(key)
           return updated
         }),
-      get: store.get,
+      get,
       list: (options = {}) => store.list(options.orgId),
       runNow: (key) =>
         Effect.gen(function*() {
-          const s = yield* store.get(key)
+          const s = yield* get(key)
           if (s === null) return yield* notFound(key)
           const now = yield* store.now
           return yield* Queue.enqueueOne(jobForTick(s, `schedule:${s.orgId ?? ""}:${s.name}:run-now:${now.toISOString()}`, undefined)).pipe(

@@ -61,7 +61,10 @@ const metered = Stage.make({
 /** Known, run by nobody: its jobs stay queued for the pages to show. */
 const notes = Stage.make({ name: "notes", visibility: "public", payload: Schema.Unknown, handler: () => Effect.void })
 
-const stages = [echo, gated, notes, metered]
+/** Known, run by nobody, touched by no other test: the stage purge's target. */
+const parked = Stage.make({ name: "parked", visibility: "public", payload: Schema.Unknown, handler: () => Effect.void })
+
+const stages = [echo, gated, notes, metered, parked]
 
 const storageDir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "pgfiber-dashboard-"))
 
@@ -435,6 +438,85 @@ describe("the dashboard in a real browser", () => {
     await signIn(page, keys.admin)
     const response = await page.request.post(`${base}/dashboard/dead/purge`, { form: { hours: "0", unresolved: "1", confirm: "yes" } })
     expect(response.status()).toBe(403)
+    await context.close()
+  })
+
+  it("cancels a queued job only after a confirmation; going back leaves it queued", async () => {
+    const [job] = await enqueue([{ stage: "notes", payload: { text: "to be cancelled" }, orgId: "acme" }])
+    const status = () => run(Effect.flatMap(Queue.Queue, (q) => q.get(job!.id))).then((j) => j?.status ?? "gone")
+    const { context, page } = await newPage()
+    await signIn(page, keys.acme)
+    await page.goto(`${base}/dashboard/jobs/${job!.id}`)
+    expect(await page.locator("[data-job-field=status]").textContent()).toBe("queued")
+
+    // the first click asks; nothing is cancelled yet, and "go back" keeps it that way
+    await page.click("button[data-action=cancel]")
+    await page.waitForSelector("#confirm")
+    expect(await page.locator("#question").textContent()).toContain(`Cancel job ${job!.id} (notes, org acme), now queued?`)
+    expect(await status()).toBe("queued")
+    await page.click("#back")
+    await page.waitForURL(new RegExp(`/dashboard/jobs/${job!.id}$`))
+    expect(await page.locator("[data-job-field=status]").textContent()).toBe("queued")
+    expect(await status()).toBe("queued")
+
+    // asked again and confirmed: cancelled, and the page says so (from the kept history)
+    await page.click("button[data-action=cancel]")
+    await page.waitForSelector("#confirm")
+    await page.click("#confirm")
+    await expect.poll(() => page.locator("[role=status]").textContent(), { timeout: 30_000 }).toContain("job cancelled")
+    expect(await page.locator("[data-job-field=status]").textContent()).toBe("cancelled")
+    expect(await page.locator("button[data-action=cancel]").count()).toBe(0)
+    expect(await status()).toBe("cancelled")
+    await context.close()
+  })
+
+  it("cancels a running job after a confirmation, and its page follows it to cancelled", async () => {
+    gate = new Promise<void>((resolve) => (openGate = resolve))
+    const [job] = await enqueue([{ stage: "gated", payload: { n: 21 }, orgId: "acme" }])
+    const { context, page } = await newPage()
+    await signIn(page, keys.admin)
+    await page.goto(`${base}/dashboard/jobs/${job!.id}`)
+    await expect.poll(() => page.locator("[data-job-field=status]").textContent(), { timeout: 30_000 }).toBe("running")
+    await page.click("button[data-action=cancel]")
+    await page.waitForSelector("#confirm")
+    expect(await page.locator("#question").textContent()).toContain(`Cancel job ${job!.id} (gated, org acme), now running?`)
+    await page.click("#confirm")
+    await expect.poll(() => page.locator("[role=status]").textContent(), { timeout: 30_000 }).toMatch(/job cancell(ing|ed)/)
+    // its worker stops it; the page (live, or reloaded) shows it cancelled
+    await expect.poll(async () => {
+      const shown = await page.locator("[data-job-field=status]").textContent()
+      if (shown !== "cancelled") await page.reload()
+      return page.locator("[data-job-field=status]").textContent()
+    }, { timeout: 60_000 }).toBe("cancelled")
+    openGate()
+    await context.close()
+  })
+
+  it("purges a stage's queued jobs (every org's) from the overview after a confirmation; operators only", async () => {
+    const made = await enqueue([1, 2, 3, 4].map((n) => ({ stage: "parked", payload: { n }, orgId: n % 2 === 0 ? "acme" : "globex" })))
+    const exists = () => run(Effect.flatMap(Queue.Queue, (q) => Effect.forEach(made, (m) => q.get(m.id)))).then((js) => js.filter((j) => j !== null).length)
+
+    // an org's key: no purge button, and a POST with its own CSRF token is refused, whatever it claims
+    const org = await newPage()
+    await signIn(org.page, keys.acme)
+    expect(await org.page.locator("button[data-action=purge]").count()).toBe(0)
+    const csrf = await org.page.locator("header input[name=_csrf]").getAttribute("value")
+    const refused = await org.page.request.post(`${base}/dashboard/stages/parked/purge`, { form: { _csrf: csrf!, confirm: "yes" } })
+    expect(refused.status()).toBe(403)
+    expect(await exists()).toBe(4)
+    await org.context.close()
+
+    const { context, page } = await newPage()
+    await signIn(page, keys.admin)
+    await expect.poll(() => cell(page, "parked", "ready").textContent(), { timeout: 30_000 }).toBe("4")
+    await page.click(`tr[data-stage="parked"] button[data-action=purge]`)
+    await page.waitForSelector("#confirm")
+    expect(await page.locator("#question").textContent()).toContain("Delete the 4 queued job(s) of stage parked, of every org?")
+    expect(await exists()).toBe(4)
+    await page.click("#confirm")
+    await expect.poll(() => page.locator("[role=status]").textContent(), { timeout: 30_000 }).toContain("stage parked: 4 queued job(s) purged")
+    await expect.poll(() => cell(page, "parked", "ready").textContent(), { timeout: 30_000 }).toBe("0")
+    expect(await exists()).toBe(0)
     await context.close()
   })
 

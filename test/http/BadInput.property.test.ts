@@ -105,7 +105,49 @@ const enqueueBody = fc.record(
     runAt: hostileDate,
     maxAttempts: hugeNumber,
     dedupeKey: hostileString,
+    dedupeMode: fc.oneof(fc.constantFrom("first", "replace", "debounce", "FIRST", "merge", ""), hostileString, hugeNumber, hostileJson),
     subjectId: hostileString,
+    extra: hostileJson
+  },
+  { requiredKeys: [] }
+)
+
+/** Cron expressions: valid, out of range, never firing (Feb 31), too many fields, macros, hostile text. */
+const hostileCron = fc.oneof(
+  fc.constantFrom(
+    "* * * * *", "0 3 * * *", "*/15 * * * * *", "0 0 31 2 *", "0 0 30 2 *", "61 * * * *", "* 25 * * *", "*/0 * * * *",
+    "* * * * * * *", "@yearly", "@reboot", "0 0 L * *", "0 0 ? * MON#5", "1-0 * * * *", "", " ", "x".repeat(200), "9".repeat(40) + " * * * *"
+  ),
+  hostileString,
+  fc.tuple(fc.constantFrom("*", "0", "59", "*/5", "1-3"), hostileString).map(([a, b]) => `${a} ${b} * * *`)
+)
+
+const hostileTimeZone = fc.oneof(
+  fc.constantFrom("UTC", "Europe/Berlin", "America/St_Johns", "Mars/Olympus", "Etc/GMT+14", "Etc/GMT+15", "+05:00", "../../etc/localtime", "", "utc", "x".repeat(100), "x".repeat(101)),
+  hostileString
+)
+
+/** A payload a client might send a schedule: NUL and surrogates, huge numbers, big text (some over the limit). */
+const schedulePayload = fc.oneof(
+  fc.constant({ n: 1 }),
+  fc.record({ n: hugeNumber, fail: fc.boolean() }),
+  hostileString.map((text) => ({ n: 1, text })),
+  fc.integer({ min: 1, max: 400 }).map((kb) => ({ n: 1, pad: "x".repeat(kb * 1024) })),
+  hostileJson
+)
+
+const scheduleBody = fc.record(
+  {
+    stage: fc.oneof(fc.constantFrom("echo", "manual", "extract_audio", "analyze", "pgfiber.housekeeping", "nope"), hostileString),
+    payload: schedulePayload,
+    cron: hostileCron,
+    everyMs: hugeNumber,
+    timeZone: hostileTimeZone,
+    enabled: fc.oneof(fc.boolean(), hostileJson),
+    catchUp: fc.oneof(fc.constantFrom("skip", "backfill", "all"), hostileString),
+    backfillLimit: hugeNumber,
+    priority: fc.oneof(fc.constantFrom("fast", "bulk", "urgent"), hugeNumber),
+    maxAttempts: hugeNumber,
     extra: hostileJson
   },
   { requiredKeys: [] }
@@ -123,6 +165,15 @@ const body: fc.Arbitrary<Body> = fc.oneof(
   fc.record({ notes: hostileString, max: hugeNumber, uri: hostileString }, { requiredKeys: [] }).map((value) => ({ kind: "json" as const, value })),
   fc.string({ maxLength: 40 }).map((text) => ({ kind: "raw" as const, text })),
   fc.record({ depth: fc.integer({ min: 60, max: 6000 }), where: fc.constantFrom("payload" as const, "body" as const) }).map((d) => ({ kind: "deep" as const, ...d }))
+)
+
+/** What `PUT /schedules/:name` gets: mostly schedule-shaped bodies, and anything `body` makes. */
+const scheduleRequest: fc.Arbitrary<Body> = fc.oneof(
+  { weight: 3, arbitrary: scheduleBody.map((value) => ({ kind: "json" as const, value })) },
+  // exactly one of cron and everyMs, otherwise well-formed: the timing and zone are what is under test
+  { weight: 2, arbitrary: fc.record({ cron: hostileCron, timeZone: hostileTimeZone }).map((t) => ({ kind: "json" as const, value: { stage: "echo", payload: { n: 1 }, ...t } })) },
+  { weight: 1, arbitrary: fc.record({ everyMs: hugeNumber, payload: schedulePayload }).map((t) => ({ kind: "json" as const, value: { stage: "echo", ...t } })) },
+  { weight: 1, arbitrary: body }
 )
 
 /** A path segment as a client could send it, encoded or (for byte-level oddities) already escaped. */
@@ -155,7 +206,7 @@ interface Request {
   readonly body?: Body
 }
 
-const endpoint = (ids: ReadonlyArray<string>): fc.Arbitrary<Request> =>
+const endpoint = (ids: ReadonlyArray<string>, names: ReadonlyArray<string>): fc.Arbitrary<Request> =>
   fc.oneof<Array<fc.Arbitrary<Request>>>(
     fc.record({ method: fc.constant("POST"), path: fc.constant("/jobs"), body }),
     fc.record({ method: fc.constant("GET"), path: query.map((q) => `/jobs?${q}`) }),
@@ -168,7 +219,17 @@ const endpoint = (ids: ReadonlyArray<string>): fc.Arbitrary<Request> =>
     fc.record({ method: fc.constant("POST"), path: fc.constant("/api/jobs/tick"), body }),
     fc.record({ method: fc.constant("POST"), path: fc.constant("/calls"), body }),
     fc.record({ method: fc.constant("GET"), path: segment(ids).map((id) => `/calls/${id}`) }),
-    fc.record({ method: fc.constantFrom("PUT", "DELETE", "PATCH"), path: fc.constantFrom("/jobs", "/calls", "/dlq/1") })
+    fc.record({ method: fc.constant("GET"), path: query.map((q) => `/schedules?${q}`) }),
+    fc.record({ method: fc.constant("GET"), path: segment(names).map((name) => `/schedules/${name}`) }),
+    fc.record({ method: fc.constant("PUT"), path: segment(names).map((name) => `/schedules/${name}`), body: scheduleRequest }),
+    fc.record({ method: fc.constant("PUT"), path: fc.constantFrom(...names.map((n) => `/schedules/${n}`)), body: scheduleRequest }),
+    fc.record({ method: fc.constant("DELETE"), path: segment(names).map((name) => `/schedules/${name}`) }),
+    fc.record({
+      method: fc.constant("POST"),
+      path: fc.tuple(segment(names), fc.constantFrom("enable", "disable", "run-now")).map(([name, verb]) => `/schedules/${name}/${verb}`),
+      body: fc.option(body, { nil: undefined })
+    }),
+    fc.record({ method: fc.constantFrom("PUT", "DELETE", "PATCH"), path: fc.constantFrom("/jobs", "/calls", "/dlq/1", "/schedules", "/schedules/a/run-now") })
   )
 
 const authorization = (key: string) =>
@@ -188,7 +249,11 @@ const fingerprint = (schema: string, sql: ReturnType<typeof rawSql>) =>
       (select md5(coalesce(string_agg(d::text, ',' order by id), '')) from ${schema}.dead_letters d) as dead_letters,
       (select md5(coalesce(string_agg(c::text, ',' order by id), '')) from ${schema}.calls c) as calls,
       (select count(*) from ${schema}.call_artifacts) as artifacts,
-      (select count(*) from ${schema}.api_keys) as keys`).then((rows) => JSON.stringify(rows[0]))
+      (select count(*) from ${schema}.api_keys) as keys,
+      (select md5(coalesce(string_agg(s::text, ',' order by org_key, name), '')) from ${schema}.schedules s) as schedules,
+      (select md5(coalesce(string_agg(a::text, ',' order by id), '')) from ${schema}.jobs_archive a) as archive,
+      (select md5(coalesce(string_agg(c::text, ',' order by stage), '')) from ${schema}.stage_controls c) as stage_controls,
+      (select md5(coalesce(string_agg(l::text, ',' order by stage), '')) from ${schema}.stage_limits l) as stage_limits`).then((rows) => JSON.stringify(rows[0]))
 
 interface Sent extends Request {
   readonly authorization: string
@@ -228,11 +293,15 @@ describe("bad requests, generated", () => {
         const doomed = yield* Effect.promise(() => send(base, { method: "POST", path: "/jobs", authorization: `Bearer ${key}`, body: { kind: "json", value: { stage: "echo", payload: { n: 2, fail: true } } } }))
         yield* Effect.promise(() => send(base, { method: "POST", path: "/api/jobs/tick", authorization: `Bearer ${key}`, body: { kind: "json", value: { max: 10 } } }))
         const ids = [JSON.parse(live.text).id as string, JSON.parse(doomed.text).id as string, "1", "2"]
+        // and a schedule of the key's org, whose name the generated requests aim at
+        const scheduled = yield* Effect.promise(() => send(base, { method: "PUT", path: "/schedules/prop-nightly", authorization: `Bearer ${key}`, body: { kind: "json", value: { stage: "echo", payload: { n: 1 }, cron: "0 3 * * *", timeZone: "Europe/Berlin" } } }))
+        expect(scheduled.status).toBe(200)
+        const names = ["prop-nightly", "nobody-has-this", "pgfiber.reap-expired", "a".repeat(128), "a".repeat(129), "-leading-dash", "x y", "x/y"]
         const sql = rawSql()
         yield* Effect.addFinalizer(() => Effect.promise(() => sql.end({ timeout: 5 })))
         const failures: Array<string> = []
 
-        const property = fc.asyncProperty(endpoint(ids), authorization(key), async (request, auth) => {
+        const property = fc.asyncProperty(endpoint(ids, names), authorization(key), async (request, auth) => {
           const sent: Sent = { ...request, authorization: auth }
           const before = await fingerprint(db.schema, sql)
           const reply = await send(base, sent)
@@ -264,9 +333,29 @@ describe("bad requests, generated", () => {
           [{ method: "GET", path: "/jobs?after=9999999999999999999" }, `Bearer ${key}`],
           [{ method: "GET", path: "/jobs?after=abc" }, `Bearer ${key}`],
           [{ method: "POST", path: "/jobs", body: { kind: "deep", depth: 5000, where: "payload" } }, `Bearer ${key}`],
-          [{ method: "POST", path: "/jobs", body: { kind: "deep", depth: 5000, where: "body" } }, `Bearer ${key}`]
+          [{ method: "POST", path: "/jobs", body: { kind: "deep", depth: 5000, where: "body" } }, `Bearer ${key}`],
+          // schedules and dedupe modes, which the generators above reach too
+          [{ method: "POST", path: "/jobs", body: { kind: "json", value: { stage: "echo", payload: { n: 1 }, dedupeKey: "k", dedupeMode: "merge" } } }, `Bearer ${key}`],
+          [{ method: "POST", path: "/jobs", body: { kind: "json", value: { stage: "echo", payload: { n: 1 }, dedupeMode: "replace" } } }, `Bearer ${key}`],
+          [{ method: "PUT", path: "/schedules/prop-nightly", body: { kind: "json", value: { stage: "echo", payload: { n: 1 }, cron: "0 3 * * *\u0000" } } }, `Bearer ${key}`],
+          [{ method: "PUT", path: "/schedules/prop-nightly", body: { kind: "json", value: { stage: "echo", payload: { n: 1 }, cron: "0 3 * * *", timeZone: "Europe/Berlin\u0000" } } }, `Bearer ${key}`],
+          [{ method: "PUT", path: "/schedules/prop-nightly", body: { kind: "json", value: { stage: "echo", payload: { n: 1 }, cron: "0 3 * * *", timeZone: "Mars/Olympus" } } }, `Bearer ${key}`],
+          [{ method: "PUT", path: "/schedules/prop-nightly", body: { kind: "json", value: { stage: "echo", payload: { n: 1, s: "a\u0000\ud800" }, cron: "0 3 * * *" } } }, `Bearer ${key}`],
+          [{ method: "PUT", path: "/schedules/prop-nightly", body: { kind: "json", value: { stage: "echo", payload: { n: 1e308 }, cron: "0 3 * * *" } } }, `Bearer ${key}`],
+          [{ method: "PUT", path: "/schedules/prop-nightly", body: { kind: "json", value: { stage: "echo", payload: { n: 1, pad: "x".repeat(300 * 1024) }, cron: "0 3 * * *" } } }, `Bearer ${key}`],
+          [{ method: "PUT", path: "/schedules/prop-nightly", body: { kind: "json", value: { stage: "echo", payload: { n: 1 }, cron: "0 0 31 2 *" } } }, `Bearer ${key}`],
+          [{ method: "PUT", path: "/schedules/prop-nightly", body: { kind: "json", value: { stage: "echo", payload: { n: 1 }, cron: "0 3 * * *", everyMs: 60_000 } } }, `Bearer ${key}`],
+          [{ method: "PUT", path: "/schedules/prop-nightly", body: { kind: "json", value: { stage: "echo", payload: { n: 1 }, everyMs: 1e300 } } }, `Bearer ${key}`],
+          [{ method: "PUT", path: "/schedules/a%00b", body: { kind: "json", value: { stage: "echo", payload: { n: 1 }, cron: "0 3 * * *" } } }, `Bearer ${key}`],
+          [{ method: "PUT", path: `/schedules/${"a".repeat(129)}`, body: { kind: "json", value: { stage: "echo", payload: { n: 1 }, cron: "0 3 * * *" } } }, `Bearer ${key}`],
+          [{ method: "POST", path: "/schedules/%ED%A0%80/run-now" }, `Bearer ${key}`],
+          // a NUL in a schedule's name reached the database (500) until the service answered it as not found
+          [{ method: "POST", path: "/schedules/%00/run-now" }, `Bearer ${key}`],
+          [{ method: "POST", path: "/schedules/a%00/disable" }, `Bearer ${key}`],
+          [{ method: "GET", path: "/schedules/prop-nightly%00" }, `Bearer ${key}`],
+          [{ method: "DELETE", path: "/schedules/B039-%00" }, `Bearer ${key}`]
         ]
-        const outcome = yield* Effect.promise(() => fc.check(property, { numRuns: 250, examples, endOnFailure: true }))
+        const outcome = yield* Effect.promise(() => fc.check(property, { numRuns: 400, examples, endOnFailure: true }))
         expect(failures).toEqual([])
         expect(outcome.failed ? `seed ${outcome.seed}: ${String(outcome.errorInstance).slice(0, 2000)}` : "passed").toBe("passed")
         // the cursor and id answers the issue asked for, exactly

@@ -6,6 +6,7 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { Redacted } from "effect"
+import * as NodeHttp from "node:http"
 import * as Analyzer from "../../src/layers/Analyzer.js"
 import * as Storage from "../../src/layers/Storage.js"
 import * as ApiKeys from "../../src/auth/ApiKeys.js"
@@ -13,6 +14,60 @@ import { CallsSql } from "../../src/stages/calls/index.js"
 import { layerDb, rawSql } from "../support/pg.js"
 import * as Db from "../../src/layers/Db.js"
 import { adminUrl, baseUrl, call, eventually, layerService, parsePrometheus } from "./support.js"
+
+/**
+ * Posts a 20 MB chunked body without a key, in 64 KiB chunks that respect backpressure, but holds all past
+ * the first MiB back until an answer arrives: a server that read (or drained) the body before checking the key
+ * would wait for the rest forever, and the deadline (generous: it only decides that no answer came) fails it.
+ */
+const unauthenticatedUpload = (base: string, authorization?: string) =>
+  new Promise<{ readonly status: number; readonly text: string; readonly sentWhenAnswered: number; readonly total: number }>((resolve, reject) => {
+    const total = 20 * 1024 * 1024
+    const heldBackAfter = 1024 * 1024
+    const chunk = Buffer.alloc(64 * 1024, 0x78)
+    const url = new URL(base)
+    const request = NodeHttp.request({
+      host: url.hostname,
+      port: url.port,
+      method: "POST",
+      path: "/jobs",
+      headers: { "content-type": "application/json", "transfer-encoding": "chunked", ...(authorization ? { authorization } : {}) }
+    })
+    let sent = 0
+    let answered = false
+    const deadline = setTimeout(() => {
+      request.destroy()
+      reject(new Error(`no answer after ${sent} of ${total} bytes were sent: the server is waiting for the body`))
+    }, 40_000) // within the test's own timeout, so a failure says why
+    request.on("response", (response) => {
+      answered = true
+      const sentWhenAnswered = sent
+      let text = ""
+      response.setEncoding("utf8")
+      response.on("data", (d: string) => (text += d))
+      response.on("end", () => {
+        clearTimeout(deadline)
+        request.destroy()
+        resolve({ status: response.statusCode ?? 0, text, sentWhenAnswered, total })
+      })
+    })
+    request.on("error", (e) => {
+      if (!answered) {
+        clearTimeout(deadline)
+        reject(e)
+      }
+    })
+    const pump = () => {
+      while (!answered && sent < heldBackAfter) {
+        sent += chunk.length
+        if (!request.write(chunk)) return void request.once("drain", pump)
+      }
+      // the remaining 19 MiB wait for the answer, which a key check before the body lets come now
+    }
+    sent += Buffer.byteLength("{\"stage\":\"echo\",\"payload\":{\"pad\":\"")
+    request.write("{\"stage\":\"echo\",\"payload\":{\"pad\":\"")
+    pump()
+  })
 
 const keysFor = Effect.gen(function*() {
   const keys = yield* ApiKeys.ApiKeys
@@ -213,6 +268,18 @@ describe("HTTP API", () => {
         expect((yield* call(base, "GET", "/jobs", { key: Redacted.value(c.token) })).status).toBe(200)
         expect(yield* keys.revoke(c.key.prefix)).toBe(true)
         expect((yield* call(base, "GET", "/jobs", { key: Redacted.value(c.token) })).status).toBe(401)
+      }))
+
+    it.effect("a request without a valid key is refused (401) before its body is read: a 20 MB chunked body, most of it never sent", () =>
+      Effect.gen(function*() {
+        const base = yield* baseUrl
+        for (const authorization of [undefined, "Bearer pgf_000000000000_" + "A".repeat(43)]) {
+          const reply = yield* Effect.promise(() => unauthenticatedUpload(base, authorization))
+          expect([reply.status, JSON.parse(reply.text)._tag]).toEqual([401, "Unauthorized"])
+          // answered while the client still held back 19 of its 20 MiB
+          expect(reply.sentWhenAnswered).toBeLessThan(reply.total)
+        }
+        expect((yield* call(base, "GET", "/healthz")).status).toBe(200)
       }))
 
     it.effect("bad input is 400 or 413 with a reason, and the server keeps serving", () =>

@@ -19,7 +19,9 @@ import * as Media from "../../src/layers/Media.js"
 import * as Storage from "../../src/layers/Storage.js"
 import * as Transcription from "../../src/layers/Transcription.js"
 import * as PgQueue from "../../src/queue/PgQueue.js"
+import * as PgSchedules from "../../src/queue/PgSchedules.js"
 import * as Queue from "../../src/queue/Queue.js"
+import * as Schedules from "../../src/queue/Schedules.js"
 import * as Stage from "../../src/runtime/Stage.js"
 import * as Submit from "../../src/runtime/Submit.js"
 import * as Worker from "../../src/runtime/Worker.js"
@@ -27,6 +29,7 @@ import * as Server from "../../src/http/Server.js"
 import { CallsSql, makeCallStages } from "../../src/stages/calls/index.js"
 import { DocumentsSweep, TranscribeDocument } from "../../src/stages/documents/index.js"
 import * as EchoStage from "../../src/stages/echo/EchoStage.js"
+import * as Housekeeping from "../../src/stages/housekeeping/Housekeeping.js"
 import * as SpeechKitSimulator from "../../src/testing/SpeechKitSimulator.js"
 import { apiKey as speechKitKey, speechKitLayer } from "../stages/calls/support.js"
 import { layerDb } from "../support/pg.js"
@@ -67,7 +70,8 @@ const workerStages = [
   EchoStage.stage,
   peek
 ] as const
-const known: ReadonlyArray<Stage.Any> = [...workerStages, manual]
+// the queue's own upkeep (a system stage, run by no worker here): tenants must not enqueue or schedule it either
+const known: ReadonlyArray<Stage.Any> = [...workerStages, manual, Housekeeping.housekeeping]
 const internalStages = known.filter((s) => s.visibility === "internal").map((s) => s.name)
 
 const services = Layer.mergeAll(
@@ -120,6 +124,8 @@ interface Fixture {
   readonly acmeDeadLetter: string
   readonly acmeCall: string
   readonly acmeDocument: string
+  /** acme's recurring job: beta must not read, change, fire or remove it, nor learn that the name is taken. */
+  readonly acmeSchedule: string
 }
 
 let fixture: Fixture | undefined
@@ -153,6 +159,16 @@ const setUp = Effect.gen(function*() {
   )
   yield* storage.put("orgs/acme/inbox/recording.wav", new Uint8Array(64).fill(3))
 
+  const acmeSchedule = "acme-nightly-report"
+  const schedule = yield* call(base, "PUT", `/schedules/${acmeSchedule}`, {
+    key: acme,
+    body: { stage: EchoStage.name, payload: { message: "acme-nightly" }, cron: "0 3 * * *" }
+  })
+  expect([schedule.status, schedule.json.orgId]).toEqual([200, "acme"])
+  // and a system schedule (no org), as `pgfiber start` installs: no tenant's either
+  const system = yield* Schedules.make(yield* PgSchedules.makeStore).pipe(Effect.provideService(Queue.Queue, yield* Queue.Queue))
+  yield* system.put(Housekeeping.schedules[0]!)
+
   fixture = {
     base,
     acme,
@@ -160,7 +176,8 @@ const setUp = Effect.gen(function*() {
     acmeJob: job.json.id,
     acmeDeadLetter: dead.json.deadLetterId,
     acmeCall,
-    acmeDocument: document!.id
+    acmeDocument: document!.id,
+    acmeSchedule
   }
   return fixture
 })
@@ -172,7 +189,13 @@ const acmeRows = (f: Fixture) =>
     artifacts: owner((sql) => sql`select * from call_artifacts where call_id = ${f.acmeCall}`),
     document: owner((sql) => sql`select * from documents where id = ${f.acmeDocument}`),
     job: owner((sql) => sql`select id, status, attempts, lease, updated_at from jobs where id = ${f.acmeJob}`),
-    deadLetter: owner((sql) => sql`select * from dead_letters where id = ${f.acmeDeadLetter}`)
+    deadLetter: owner((sql) => sql`select * from dead_letters where id = ${f.acmeDeadLetter}`),
+    // every schedule of acme's, and every job its schedule ever fired (none: nobody but beta touches it)
+    schedules: owner((sql) => sql`select * from schedules where org_key = 'acme' order by name`),
+    scheduledJobs: owner((sql) =>
+      sql`select id from jobs where org_id = 'acme' and payload->>'message' = 'acme-nightly'
+          union all select id from jobs_archive where org_id = 'acme' and payload->>'message' = 'acme-nightly'`
+    )
   })
 
 /** Two answers that must be indistinguishable: same status, same body once each id is replaced by `<id>`. */
@@ -185,6 +208,7 @@ const sameAnswer = (foreign: Reply, missing: Reply, ids: ReadonlyArray<string>) 
 
 const missingId = "9000000000000000000"
 const missingUuid = "00000000-0000-4000-8000-000000000000"
+const missingSchedule = "nobody-has-this-schedule"
 
 // ---------------------------------------------------------------------------------------------
 // the tables
@@ -312,6 +336,95 @@ const endpoints: ReadonlyArray<EndpointRow> = [
       })
   },
   {
+    endpoint: "GET /schedules and GET /schedules/:name",
+    check: (f) =>
+      Effect.gen(function*() {
+        const listed = yield* call(f.base, "GET", "/schedules", { key: f.beta })
+        expect(listed.status).toBe(200)
+        expect(listed.json.schedules.map((s: any) => s.name)).not.toContain(f.acmeSchedule)
+        expect(listed.json.schedules.every((s: any) => s.orgId === "beta")).toBe(true)
+        sameAnswer(
+          yield* call(f.base, "GET", `/schedules/${f.acmeSchedule}`, { key: f.beta }),
+          yield* call(f.base, "GET", `/schedules/${missingSchedule}`, { key: f.beta }),
+          [f.acmeSchedule, missingSchedule]
+        )
+        expect((yield* call(f.base, "GET", `/schedules/${missingSchedule}`, { key: f.beta })).status).toBe(404)
+        // the system's schedules (no org) are no tenant's
+        const systemName = Housekeeping.schedules[0]!.name
+        sameAnswer(
+          yield* call(f.base, "GET", `/schedules/${systemName}`, { key: f.beta }),
+          yield* call(f.base, "GET", `/schedules/${missingSchedule}`, { key: f.beta }),
+          [systemName, missingSchedule]
+        )
+        // acme reads its own
+        expect((yield* call(f.base, "GET", `/schedules/${f.acmeSchedule}`, { key: f.acme })).json.payload).toEqual({ message: "acme-nightly" })
+      })
+  },
+  {
+    endpoint: "POST /schedules/:name/enable, /disable, /run-now and DELETE /schedules/:name",
+    check: (f) =>
+      Effect.gen(function*() {
+        const before = yield* acmeRows(f)
+        expect(before.schedules.map((s: any) => s.name)).toContain(f.acmeSchedule)
+        const systemName = Housekeeping.schedules[0]!.name
+        const [systemBefore] = yield* owner((sql) => sql`select * from schedules where org_key = '' and name = ${systemName}`)
+        for (const [method, suffix] of [["POST", "/disable"], ["POST", "/enable"], ["POST", "/run-now"], ["DELETE", ""]] as const) {
+          const missing = yield* call(f.base, method, `/schedules/${missingSchedule}${suffix}`, { key: f.beta })
+          expect([method, suffix, missing.status]).toEqual([method, suffix, 404])
+          sameAnswer(yield* call(f.base, method, `/schedules/${f.acmeSchedule}${suffix}`, { key: f.beta }), missing, [f.acmeSchedule, missingSchedule])
+          sameAnswer(yield* call(f.base, method, `/schedules/${systemName}${suffix}`, { key: f.beta }), missing, [systemName, missingSchedule])
+        }
+        // acme's schedule is as it was (not disabled, not removed, nothing fired), and so is the system's
+        expect(yield* acmeRows(f)).toEqual(before)
+        expect(yield* owner((sql) => sql`select * from schedules where org_key = '' and name = ${systemName}`)).toEqual([systemBefore])
+      })
+  },
+  {
+    endpoint: "PUT /schedules/:name: a name acme uses is beta's to use, exactly as if nobody had it",
+    check: (f) =>
+      Effect.gen(function*() {
+        const before = yield* acmeRows(f)
+        const fresh = "beta-fresh-schedule"
+        const body = { stage: EchoStage.name, payload: { message: "beta's" }, cron: "0 3 * * *" }
+        const taken = yield* call(f.base, "PUT", `/schedules/${f.acmeSchedule}`, { key: f.beta, body })
+        const free = yield* call(f.base, "PUT", `/schedules/${fresh}`, { key: f.beta, body })
+        expect([taken.status, free.status]).toEqual([200, 200])
+        const timeless = ({ name: _n, createdAt: _c, updatedAt: _u, ...rest }: any) => rest
+        expect(timeless(taken.json)).toEqual(timeless(free.json))
+        expect(taken.json).toMatchObject({ name: f.acmeSchedule, orgId: "beta", payload: { message: "beta's" } })
+        // each org reads its own under the one name; acme's is untouched
+        expect(yield* acmeRows(f)).toEqual(before)
+        expect((yield* call(f.base, "GET", `/schedules/${f.acmeSchedule}`, { key: f.acme })).json.payload).toEqual({ message: "acme-nightly" })
+        expect((yield* call(f.base, "GET", `/schedules/${f.acmeSchedule}`, { key: f.beta })).json.payload).toEqual({ message: "beta's" })
+        // beta's changes and removal reach beta's schedule only
+        expect((yield* call(f.base, "POST", `/schedules/${f.acmeSchedule}/disable`, { key: f.beta })).json).toMatchObject({ orgId: "beta", enabled: false })
+        for (const name of [f.acmeSchedule, fresh]) {
+          expect((yield* call(f.base, "DELETE", `/schedules/${name}`, { key: f.beta })).status).toBe(200)
+        }
+        expect(yield* acmeRows(f)).toEqual(before)
+        expect((yield* call(f.base, "GET", "/schedules", { key: f.beta })).json.schedules).toEqual([])
+      })
+  },
+  {
+    endpoint: "PUT /schedules/:name with an internal stage: the unknown stage's 400, and nothing written",
+    check: (f) =>
+      Effect.gen(function*() {
+        const [countBefore] = yield* owner((sql) => sql<Array<{ n: number }>>`select count(*)::int as n from schedules`)
+        const put = (stage: string, payload: unknown) =>
+          call(f.base, "PUT", "/schedules/beta-sneaky", { key: f.beta, body: { stage, payload, cron: "* * * * *" } })
+        const unknown = yield* put("no_such_stage", {})
+        expect(unknown.status).toBe(400)
+        expect(internalStages).toContain(Housekeeping.stageName)
+        for (const name of internalStages) {
+          const refused = yield* put(name, attackPayload(name, f) ?? (name === Housekeeping.stageName ? { task: "reap-expired" } : {}))
+          expect([name, refused.status]).toEqual([name, 400])
+          expect(refused.text.replace(JSON.stringify(name).slice(1, -1), "no_such_stage")).toBe(unknown.text)
+          expect(unknown.json.message).not.toContain(name)
+        }
+        expect(yield* owner((sql) => sql<Array<{ n: number }>>`select count(*)::int as n from schedules`)).toEqual([countBefore])
+      })
+  },
+  {
     endpoint: "POST /calls (a URI) and GET /calls/:id",
     check: (f) =>
       Effect.gen(function*() {
@@ -376,7 +489,7 @@ const attackPayload = (stage: string, f: Fixture): unknown => {
   }
 }
 
-const allStageNames = [...workerStages.map((s) => s.name), manual.name]
+const allStageNames = known.map((s) => s.name)
 
 describe("tenancy: two orgs through every endpoint and every stage", () => {
   layer(world, { excludeTestServices: true, timeout: 120_000 })((it) => {
