@@ -10,6 +10,8 @@ export default defineConfig({
     // deadlines, not speed: a test that spawns processes must pass at load 20 on two cores
     testTimeout: 180_000,
     hookTimeout: 120_000,
+    // expect.poll (the browser tests) waits up to 30 s by default, not 1 s
+    expect: { poll: { timeout: 30_000, interval: 50 } },
     // one retry: a test that passes only on its retry is reported as FLAKY by NotesReporter (and at the end of
     // .ci/run), to be fixed, not ignored; a test that fails twice fails the run
     retry: 1,

@@ -183,7 +183,7 @@ describe("the dashboard in a real browser", () => {
   it("shows a stage's counts change live as jobs are enqueued, run and complete, without a reload", async () => {
     const { context, page } = await newPage()
     await signIn(page, keys.admin)
-    await expect.poll(() => page.locator("#live-status").textContent(), { timeout: 30_000 }).toBe("live")
+    await expect.poll(() => page.locator("#live-status").textContent(), { timeout: 60_000 }).toBe("live")
     let navigations = 0
     page.on("framenavigated", () => navigations++)
     expect(await cell(page, "gated", "running").textContent()).toBe("0")
@@ -191,12 +191,12 @@ describe("the dashboard in a real browser", () => {
     await enqueue([1, 2, 3].map((n) => ({ stage: "gated", payload: { n }, orgId: "acme" })))
     // the jobs show up queued or running (how many the pool holds at once is its business), then running
     const count = async (field: string) => Number(await cell(page, "gated", field).textContent())
-    await expect.poll(async () => (await count("ready")) + (await count("running")), { timeout: 30_000 }).toBe(3)
-    await expect.poll(() => count("running"), { timeout: 30_000 }).toBeGreaterThan(0)
+    await expect.poll(async () => (await count("ready")) + (await count("running")), { timeout: 60_000 }).toBe(3)
+    await expect.poll(() => count("running"), { timeout: 60_000 }).toBeGreaterThan(0)
     expect(await page.locator("#worker-rows").textContent()).toContain("dashboard-test")
 
     openGate()
-    await expect.poll(async () => [await cell(page, "gated", "running").textContent(), await cell(page, "gated", "ready").textContent()], { timeout: 30_000 })
+    await expect.poll(async () => [await cell(page, "gated", "running").textContent(), await cell(page, "gated", "ready").textContent()], { timeout: 60_000 })
       .toEqual(["0", "0"])
     expect(navigations).toBe(0)
     gate = new Promise<void>((resolve) => (openGate = resolve))
@@ -211,15 +211,15 @@ describe("the dashboard in a real browser", () => {
     await expect.poll(async () => {
       await page.reload()
       return page.locator("#chart-throughput canvas").count()
-    }, { timeout: 30_000 }).toBeGreaterThan(0)
+    }, { timeout: 60_000 }).toBeGreaterThan(0)
     const completedOf = async (org: string) => {
       await page.goto(`${base}/dashboard/orgs`)
       const rows = await page.locator("#orgs tbody tr").evaluateAll((trs) =>
         trs.map((tr) => Array.from((tr as { children: ArrayLike<{ textContent: string | null }> }).children, (c) => c.textContent ?? "")))
       return Number(rows.find((r) => r[0] === org)?.[4] ?? 0)
     }
-    await expect.poll(() => completedOf("acme"), { timeout: 30_000 }).toBeGreaterThanOrEqual(15)
-    await expect.poll(() => completedOf("globex"), { timeout: 30_000 }).toBeGreaterThanOrEqual(15)
+    await expect.poll(() => completedOf("acme"), { timeout: 60_000 }).toBeGreaterThanOrEqual(15)
+    await expect.poll(() => completedOf("globex"), { timeout: 60_000 }).toBeGreaterThanOrEqual(15)
     await context.close()
   })
 
@@ -327,19 +327,19 @@ describe("the dashboard in a real browser", () => {
     await signIn(page, keys.admin)
     await page.click(`tr[data-stage="gated"] button[data-action=pause]`)
     await expect.poll(() => page.locator("[role=status]").textContent()).toContain("stage gated paused")
-    await expect.poll(() => cell(page, "gated", "state").textContent(), { timeout: 30_000 }).toBe("paused")
+    await expect.poll(() => cell(page, "gated", "state").textContent(), { timeout: 60_000 }).toBe("paused")
     const [held] = await enqueue([{ stage: "gated", payload: { n: 9 }, orgId: "acme" }])
-    await expect.poll(() => cell(page, "gated", "ready").textContent(), { timeout: 30_000 }).toBe("1")
+    await expect.poll(() => cell(page, "gated", "ready").textContent(), { timeout: 60_000 }).toBe("1")
     expect(await cell(page, "gated", "running").textContent()).toBe("0")
 
     await page.click(`tr[data-stage="gated"] button[data-action=resume]`)
     await expect.poll(() => page.locator("[role=status]").textContent()).toContain("stage gated resumed")
-    await expect.poll(() => cell(page, "gated", "ready").textContent(), { timeout: 30_000 }).toBe("0")
+    await expect.poll(() => cell(page, "gated", "ready").textContent(), { timeout: 60_000 }).toBe("0")
     expect(await cell(page, "gated", "state").textContent()).toBe("")
     await expect.poll(async () => {
       await page.goto(`${base}/dashboard/jobs/${held!.id}`)
       return page.locator("[data-job-field=status]").textContent()
-    }, { timeout: 30_000 }).toBe("completed")
+    }, { timeout: 60_000 }).toBe("completed")
     expect(await page.locator("text=first run started").count()).toBe(1)
     // an org key may not pause a stage (stage controls are shared by every org)
     const org = await newPage()
@@ -354,7 +354,7 @@ describe("the dashboard in a real browser", () => {
     await signIn(page, keys.admin)
     await enqueue([1, 2, 3].map((n) => ({ stage: "metered", payload: { n }, orgId: "acme" })))
     // the first job spends the hour's token; the other two wait for the next one
-    await expect.poll(() => cell(page, "metered", "state").textContent(), { timeout: 30_000 }).toBe("rate limited")
+    await expect.poll(() => cell(page, "metered", "state").textContent(), { timeout: 60_000 }).toBe("rate limited")
     expect(await cell(page, "metered", "ready").textContent()).toBe("2")
     await context.close()
   })
@@ -365,11 +365,11 @@ describe("the dashboard in a real browser", () => {
     const { context, page } = await newPage()
     await signIn(page, keys.admin)
     await page.goto(`${base}/dashboard/jobs/${job!.id}`)
-    await expect.poll(() => page.locator("[data-job-field=status]").textContent(), { timeout: 30_000 }).toBe("running")
+    await expect.poll(() => page.locator("[data-job-field=status]").textContent(), { timeout: 60_000 }).toBe("running")
     expect(await page.locator("[data-job-field=lockedBy]").textContent()).toContain("dashboard-test")
     openGate()
     // the job leaves the live table; the page reloads itself once and shows it from the kept history
-    await expect.poll(() => page.locator("[data-job-field=status]").textContent(), { timeout: 30_000 }).toBe("completed")
+    await expect.poll(() => page.locator("[data-job-field=status]").textContent(), { timeout: 60_000 }).toBe("completed")
     await context.close()
   })
 
@@ -463,7 +463,7 @@ describe("the dashboard in a real browser", () => {
     await page.click("button[data-action=cancel]")
     await page.waitForSelector("#confirm")
     await page.click("#confirm")
-    await expect.poll(() => page.locator("[role=status]").textContent(), { timeout: 30_000 }).toContain("job cancelled")
+    await expect.poll(() => page.locator("[role=status]").textContent(), { timeout: 60_000 }).toContain("job cancelled")
     expect(await page.locator("[data-job-field=status]").textContent()).toBe("cancelled")
     expect(await page.locator("button[data-action=cancel]").count()).toBe(0)
     expect(await status()).toBe("cancelled")
@@ -476,12 +476,12 @@ describe("the dashboard in a real browser", () => {
     const { context, page } = await newPage()
     await signIn(page, keys.admin)
     await page.goto(`${base}/dashboard/jobs/${job!.id}`)
-    await expect.poll(() => page.locator("[data-job-field=status]").textContent(), { timeout: 30_000 }).toBe("running")
+    await expect.poll(() => page.locator("[data-job-field=status]").textContent(), { timeout: 60_000 }).toBe("running")
     await page.click("button[data-action=cancel]")
     await page.waitForSelector("#confirm")
     expect(await page.locator("#question").textContent()).toContain(`Cancel job ${job!.id} (gated, org acme), now running?`)
     await page.click("#confirm")
-    await expect.poll(() => page.locator("[role=status]").textContent(), { timeout: 30_000 }).toMatch(/job cancell(ing|ed)/)
+    await expect.poll(() => page.locator("[role=status]").textContent(), { timeout: 60_000 }).toMatch(/job cancell(ing|ed)/)
     // its worker stops it; the page (live, or reloaded) shows it cancelled
     await expect.poll(async () => {
       const shown = await page.locator("[data-job-field=status]").textContent()
@@ -508,14 +508,14 @@ describe("the dashboard in a real browser", () => {
 
     const { context, page } = await newPage()
     await signIn(page, keys.admin)
-    await expect.poll(() => cell(page, "parked", "ready").textContent(), { timeout: 30_000 }).toBe("4")
+    await expect.poll(() => cell(page, "parked", "ready").textContent(), { timeout: 60_000 }).toBe("4")
     await page.click(`tr[data-stage="parked"] button[data-action=purge]`)
     await page.waitForSelector("#confirm")
     expect(await page.locator("#question").textContent()).toContain("Delete the 4 queued job(s) of stage parked, of every org?")
     expect(await exists()).toBe(4)
     await page.click("#confirm")
-    await expect.poll(() => page.locator("[role=status]").textContent(), { timeout: 30_000 }).toContain("stage parked: 4 queued job(s) purged")
-    await expect.poll(() => cell(page, "parked", "ready").textContent(), { timeout: 30_000 }).toBe("0")
+    await expect.poll(() => page.locator("[role=status]").textContent(), { timeout: 60_000 }).toContain("stage parked: 4 queued job(s) purged")
+    await expect.poll(() => cell(page, "parked", "ready").textContent(), { timeout: 60_000 }).toBe("0")
     expect(await exists()).toBe(0)
     await context.close()
   })
@@ -523,6 +523,6 @@ describe("the dashboard in a real browser", () => {
   it("had no console error, page error or dialog on any page; every closed page's live stream has ended", async () => {
     expect(problems).toEqual([])
     await Promise.all(contexts.map((c) => c.close()))
-    await expect.poll(() => run(Effect.flatMap(Dashboard.Dashboard, (d) => d.viewers)), { timeout: 30_000 }).toBe(0)
+    await expect.poll(() => run(Effect.flatMap(Dashboard.Dashboard, (d) => d.viewers)), { timeout: 60_000 }).toBe(0)
   })
 })
