@@ -257,16 +257,22 @@ export const make = (options: DbOptions) =>
         cause: undefined
       })
     /**
-     * Work begun outside a transaction: while the database is known to be down it gets `failFastAfter` to answer.
-     * `disconnect`: a transaction cut short rolls back and lets its connection go in the background, not on the
-     * caller's time.
+     * While the database is known to be down, a `select 1` that must answer within `failFastAfter`: its answer ends
+     * the outage (`observe`). `disconnect`: a probe cut short lets its connection attempt go on in the background,
+     * so the next probe finds the connection made.
+     */
+    const probe = observe(runQuery(() => pool`select 1`)).pipe(
+      Effect.disconnect,
+      Effect.timeoutFail({ duration: failFastAfter, onTimeout: unavailableFast })
+    )
+    /**
+     * Work begun outside a transaction: while the database is known to be down it fails within `failFastAfter`
+     * unless the probe answers; once it does, the work runs as usual. The limit is on reaching the database, never
+     * on the work: a claim or a settle slower than a second on a loaded machine, just after a restart with cold
+     * caches, used to be cut every time, so the outage never ended for that process (a stalled worker in chaos).
      */
     const outside = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E | DbError, R> =>
-      Effect.suspend(() =>
-        outageSince === null
-          ? effect
-          : effect.pipe(Effect.disconnect, Effect.timeoutFail({ duration: failFastAfter, onTimeout: unavailableFast }))
-      )
+      Effect.suspend(() => (outageSince === null ? effect : Effect.zipRight(probe, effect)))
 
     const current = Effect.map(FiberRef.get(currentTransaction), (tx) =>
       Option.isSome(tx) && tx.value.owner === owner ? Option.some(tx.value) : Option.none()
