@@ -93,6 +93,10 @@ export const claimPlan: Readonly<Record<string, string>> = {
  * window over each org's rank, the final order), and `enable_sort = off` prices each at the planner's disable
  * cost, so the statement's estimate (~3e11) passes every JIT threshold: each claim then compiled ~190
  * functions, 1.3-9 s instead of 5-15 ms for 100 of 200,000 jobs over 1,000 orgs (docs/benchmarks.md).
+ * And one generic plan, cached with the prepared statement: the statement is large, and planning it afresh
+ * cost 7-15 ms a claim on a loaded machine; left to choose (`auto`), PostgreSQL 15 switched to the generic plan
+ * after five claims anyway, one that then walked the stage's whole index from its start (1-2 s a claim of
+ * 100-500 over 1,000 orgs) until `claimShares` stopped writing "no cursor" as a parameter.
  */
 export const sharesClaimPlan: Readonly<Record<string, string>> = { ...claimPlan, jit: "off", plan_cache_mode: "force_generic_plan" }
 
@@ -147,7 +151,9 @@ export const lockStageLimits = (sql: Sql, schema: string, stage: string) =>
  * Caps: the stage's running leases are counted here, by org; the bucket is refilled and spent here. Both are
  * exact only under `lockStageLimits`, taken by an earlier statement of the same transaction, so that this
  * statement's snapshot sees every claim committed before it (a READ COMMITTED snapshot is taken per statement).
- * Locking: FOR UPDATE SKIP LOCKED on the picked rows; the bucket rows it spends.
+ * Locking: FOR UPDATE SKIP LOCKED on the picked rows, found by the ctid the walk read them at (a Tid Scan, not
+ * a primary-key descent per job, to lock and again to update); a row changed since this statement's snapshot
+ * is skipped, as a locked one is, and left to a later claim. The bucket rows it spends.
  */
 export const claimShares = (
   sql: Sql, stage: string, limit: number, workerId: string, leaseMs: number, s: ClaimShares, cursor: string | null
