@@ -93,8 +93,12 @@ export const claimPlan: Readonly<Record<string, string>> = {
  * window over each org's rank, the final order), and `enable_sort = off` prices each at the planner's disable
  * cost, so the statement's estimate (~3e11) passes every JIT threshold: each claim then compiled ~190
  * functions, 1.3-9 s instead of 5-15 ms for 100 of 200,000 jobs over 1,000 orgs (docs/benchmarks.md).
+ * And one generic plan, cached with the prepared statement: the statement is large, and planning it afresh
+ * cost 7-15 ms a claim on a loaded machine; left to choose (`auto`), PostgreSQL 15 switched to the generic plan
+ * after five claims anyway, one that then walked the stage's whole index from its start (1-2 s a claim of
+ * 100-500 over 1,000 orgs) until `claimShares` stopped writing "no cursor" as a parameter.
  */
-export const sharesClaimPlan: Readonly<Record<string, string>> = { ...claimPlan, jit: "off" }
+export const sharesClaimPlan: Readonly<Record<string, string>> = { ...claimPlan, jit: "off", plan_cache_mode: "force_generic_plan" }
 
 /**
  * Claims due jobs. Locking: FOR UPDATE SKIP LOCKED on the ready index, so claimers never wait on each other.
@@ -147,7 +151,9 @@ export const lockStageLimits = (sql: Sql, schema: string, stage: string) =>
  * Caps: the stage's running leases are counted here, by org; the bucket is refilled and spent here. Both are
  * exact only under `lockStageLimits`, taken by an earlier statement of the same transaction, so that this
  * statement's snapshot sees every claim committed before it (a READ COMMITTED snapshot is taken per statement).
- * Locking: FOR UPDATE SKIP LOCKED on the picked rows; the bucket rows it spends.
+ * Locking: FOR UPDATE SKIP LOCKED on the picked rows, found by the ctid the walk read them at (a Tid Scan, not
+ * a primary-key descent per job, to lock and again to update); a row changed since this statement's snapshot
+ * is skipped, as a locked one is, and left to a later claim. The bucket rows it spends.
  */
 export const claimShares = (
   sql: Sql, stage: string, limit: number, workerId: string, leaseMs: number, s: ClaimShares, cursor: string | null
@@ -162,18 +168,20 @@ export const claimShares = (
   const perOrgLimits = s.maxRunningPerOrg !== null || rate.perOrg && limited
   // the first queued job of the next org in index order: one descent lands on the org and on its oldest job
   const headAfter = (cond: ReturnType<typeof sql>) => sql`
-    select coalesce(j.org_id, '') as org_key, j.id, j.available_at from jobs j
+    select coalesce(j.org_id, '') as org_key, j.id, j.available_at, j.ctid as tid from jobs j
     where j.stage = ${stage} and j.status = 'queued' and j.priority = (select priority from prio) and ${cond}
     order by coalesce(j.org_id, ''), j.available_at, j.id limit 1`
   const candidates = byOrg
     ? sql`
-      after_cursor(org_key, id, available_at, n) as (
-        (select h.*, 1 from (${headAfter(sql`(${cursor}::text is null or coalesce(j.org_id, '') > ${cursor}::text)`)}) h)
+      after_cursor(org_key, id, available_at, tid, n) as (
+        -- two statements (cursor or none), not one with "$cursor is null or ...": that OR is no index condition,
+        -- so a generic plan would scan the stage's whole index from its start
+        (select h.*, 1 from (${headAfter(cursor === null ? sql`true` : sql`coalesce(j.org_id, '') > ${cursor}::text`)}) h)
         union all
         select h.*, g.n + 1 from after_cursor g
         cross join lateral (${headAfter(sql`coalesce(j.org_id, '') > g.org_key`)}) h
         where g.n < ${limit}::int
-      ), from_start(org_key, id, available_at, n) as (
+      ), from_start(org_key, id, available_at, tid, n) as (
         (select h.*, (select count(*) from after_cursor) + 1
          from (${headAfter(sql`coalesce(j.org_id, '') <= ${cursor}::text`)}) h
          where ${cursor}::text is not null and (select count(*) from after_cursor) < ${limit}::int)
@@ -185,7 +193,7 @@ export const claimShares = (
         select * from after_cursor union all select * from from_start
       ), offers as (
         -- room: what the org's cap and bucket allow; offer: its fair share of this claim within that room
-        select v.org_key, v.n, v.id, v.available_at, o.room,
+        select v.org_key, v.n, v.id, v.tid, v.available_at, o.room,
                least(o.room, ${s.fair ? sql`ceil(${limit}::float8 / (select count(*) from visited))::int` : sql`${limit}::int`}) as offer
         from visited v
         left join running r on r.org_key = v.org_key
@@ -196,12 +204,12 @@ export const claimShares = (
                        ${limited && rate.perOrg ? sql`floor(${refilled("b")})::int` : sql`${limit}::int`}) as room) o
       ), shares as (
         -- each org's head job (found by the walk), then its next ready ones up to its share
-        select f.org_key, f.room, f.offer, f.id, f.available_at, (select priority from prio) as priority
+        select f.org_key, f.room, f.offer, f.id, f.tid, f.available_at, (select priority from prio) as priority
         from offers f where f.offer >= 1 and f.available_at <= now()
         union all
-        select f.org_key, f.room, f.offer, c.id, c.available_at, c.priority
+        select f.org_key, f.room, f.offer, c.id, c.tid, c.available_at, c.priority
         from offers f cross join lateral (
-          select j.id, j.available_at, j.priority from jobs j
+          select j.id, j.ctid as tid, j.available_at, j.priority from jobs j
           where j.stage = ${stage} and j.status = 'queued' and j.priority = (select priority from prio)
             and coalesce(j.org_id, '') = f.org_key and j.available_at <= now()
             and (j.available_at, j.id) > (f.available_at, f.id)
@@ -216,9 +224,9 @@ export const claimShares = (
         from offers f
         where f.offer < f.room and f.offer = (select count(*) from shares s where s.org_key = f.org_key)
       ), extra as (
-        select f.org_key, c.id, c.available_at, c.priority
+        select f.org_key, c.id, c.tid, c.available_at, c.priority
         from filled f cross join lateral (
-          select j.id, j.available_at, j.priority from jobs j
+          select j.id, j.ctid as tid, j.available_at, j.priority from jobs j
           where j.stage = ${stage} and j.status = 'queued' and j.priority = (select priority from prio)
             and coalesce(j.org_id, '') = f.org_key and j.available_at <= now()
           order by j.available_at, j.id
@@ -228,22 +236,22 @@ export const claimShares = (
         where (select count(*) from shares) < ${limit}::int
       ), rest as (
         -- the most urgent priority could not fill the claim: the next ones, in claim order (not by org)
-        select coalesce(j.org_id, '') as org_key, j.id, j.available_at, j.priority from jobs j
+        select coalesce(j.org_id, '') as org_key, j.id, j.ctid as tid, j.available_at, j.priority from jobs j
         where ${!perOrgLimits} and j.stage = ${stage} and j.status = 'queued' and j.available_at <= now()
           and j.priority > (select priority from prio)
           and (select count(*) from shares) + (select count(*) from extra) < ${limit}::int
         order by j.priority, j.available_at, j.id
         limit greatest(0, ${limit}::int - (select count(*) from shares) - (select count(*) from extra))
       ), candidates as (
-        select u.id, u.org_key, u.available_at, u.priority,
+        select u.id, u.tid, u.org_key, u.available_at, u.priority,
                row_number() over (partition by u.priority, u.org_key order by u.available_at, u.id) as org_rank
-        from (select org_key, id, available_at, priority from shares
-              union all select org_key, id, available_at, priority from extra
-              union all select org_key, id, available_at, priority from rest) u
+        from (select org_key, id, tid, available_at, priority from shares
+              union all select org_key, id, tid, available_at, priority from extra
+              union all select org_key, id, tid, available_at, priority from rest) u
       )`
     : sql`
       candidates as (
-        select j.id, coalesce(j.org_id, '') as org_key, j.available_at, j.priority, 1::bigint as org_rank from jobs j
+        select j.id, j.ctid as tid, coalesce(j.org_id, '') as org_key, j.available_at, j.priority, 1::bigint as org_rank from jobs j
         where j.stage = ${stage} and j.status = 'queued' and j.available_at <= now()
         order by j.priority, j.available_at, j.id
         limit ${limit}
@@ -268,13 +276,13 @@ export const claimShares = (
                    ${s.maxRunning === null ? sql`${limit}::int` : sql`greatest(0, ${s.maxRunning}::int - (select coalesce(sum(n), 0) from running))::int`},
                    ${limited && !rate.perOrg ? sql`floor((select tokens from stage_bucket))::int` : sql`${limit}::int`}) as n
     ), ${candidates}, picked as (
-      select id, org_key, row_number() over (order by priority, ${s.fair ? sql`org_rank,` : sql``} available_at, id) as ord
+      select id, tid, org_key, row_number() over (order by priority, ${s.fair ? sql`org_rank,` : sql``} available_at, id) as ord
       from candidates
       order by priority, ${s.fair ? sql`org_rank,` : sql``} available_at, id
       limit (select n from room)
     ), locked as (
-      select j.id from jobs j
-      where j.id in (select id from picked) and j.status = 'queued'
+      select j.id, j.ctid as tid from jobs j
+      where j.ctid = any(array(select tid from picked)) and j.status = 'queued'
         and (select set_config('synchronous_commit', 'off', true)) = 'off'
         and not exists (select 1 from stage_controls c where c.stage = ${stage} and c.paused)
       for update skip locked
@@ -282,7 +290,7 @@ export const claimShares = (
       update jobs j
       set status = 'running', locked_by = ${workerId}, locked_until = now() + ${leaseMs} * interval '1 millisecond',
           lease = j.lease + 1, updated_at = statement_timestamp(), started_at = coalesce(j.started_at, statement_timestamp())
-      from locked where j.id = locked.id
+      where j.ctid = any(array(select tid from locked))
       returning j.*
     ), spent as (
       select ${rate.perOrg ? sql`p.org_key` : sql`''`} as org_key, count(*)::int as n

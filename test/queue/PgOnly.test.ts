@@ -120,6 +120,49 @@ describe("PgQueue (Postgres only)", () => {
         const [job] = yield* q.claim("plain_sql", 1, worker)
         expect(job!.payload).toEqual({ from: "psql" })
       }))
+
+    it.effect("fair claims take orgs in turn across the cursor's wrap, as one cached plan per statement", () =>
+      Effect.gen(function*() {
+        const q = yield* Queue.Queue
+        const stage = "fair_wrap"
+        for (const org of ["a", "b", "c"]) yield* q.enqueue(Array.from({ length: 3 }, () => ({ stage, orgId: org })))
+        const turns: Array<Array<string | null>> = []
+        while (true) {
+          const jobs = yield* q.claim(stage, 2, worker)
+          if (jobs.length === 0) break
+          turns.push(jobs.map((j) => j.orgId).sort())
+        }
+        // the first claim has no cursor; each later one starts after the last org the one before visited
+        expect(turns).toEqual([["a", "b"], ["a", "c"], ["b", "c"], ["a", "b"], ["c"]])
+      }))
+
+    it.effect("the fair claim skips a job another transaction holds, and claims a job rewritten since it was queued", () =>
+      Effect.gen(function*() {
+        const q = yield* Queue.Queue
+        const db = yield* Db.Db
+        const stage = "fair_locked"
+        const [held, other] = yield* q.enqueue([{ stage, orgId: "a" }, { stage, orgId: "b" }])
+        // rewritten while queued (a new row version): the claim takes the row as it is now
+        yield* q.enqueue([{ stage, orgId: "b", payload: { v: 1 }, dedupeKey: "k" }])
+        yield* q.enqueue([{ stage, orgId: "b", payload: { v: 2 }, dedupeKey: "k", dedupeMode: "replace" }])
+        const sql = rawSql(db.schema)
+        const claimedWhileHeld = yield* Effect.acquireUseRelease(
+          Effect.succeed(sql),
+          (sql) =>
+            Effect.promise(() =>
+              sql.begin(async (tx) => {
+                await tx`select id from jobs where id = ${held!.id} for update`
+                // on another connection, while this transaction holds the row
+                return await Effect.runPromise(q.claim(stage, 10, worker))
+              })
+            ),
+          (sql) => Effect.promise(() => sql.end())
+        )
+        expect(claimedWhileHeld.map((j) => j.id)).not.toContain(held!.id)
+        expect(claimedWhileHeld.map((j) => j.id)).toContain(other!.id)
+        expect(claimedWhileHeld.find((j) => j.dedupeKey === "k")?.payload).toEqual({ v: 2 })
+        expect((yield* q.claim(stage, 10, worker)).map((j) => j.id)).toEqual([held!.id])
+      }))
   })
 
   it.live("migrations run once under concurrency and refuse a database that is ahead", () =>
