@@ -310,7 +310,7 @@ export const idleScheduled = async (
 
 const pgfiberSchema = "pgfiber"
 
-const migratePgfiber = (url: string) =>
+export const migratePgfiber = (url: string) =>
   Effect.runPromise(
     Effect.scoped(
       Effect.flatMap(Db.make({ url: Redacted.make(url), schema: pgfiberSchema, poolMax: 2 }), (db) =>
