@@ -34,7 +34,7 @@ const layouts: Record<string, ReadonlyArray<string>> = {
   pkonly: [],
   // migration 0015
   v0015: [
-    "create index if not exists jobs_archive_stage on jobs_archive (stage, id)",
+    "create index if not exists jobs_archive_stage on jobs_archive (stage, keep_until)",
     "create index if not exists jobs_archive_org on jobs_archive (org_id) where org_id is not null"
   ],
   keep: ["create index if not exists jobs_archive_prune on jobs_archive (keep_until)"],
@@ -71,6 +71,8 @@ const drains = async () => {
           for (const i of idx) await sql.unsafe(`drop index pgfiber.${i.indexname}`)
           for (const s of layouts[v]!) await sql.unsafe(s)
         }
+        // --checkpoint: each run starts from a clean checkpoint, not paying for the previous one's dirty pages
+        if (args.includes("--checkpoint")) await sql`checkpoint`
         const load = Os.loadavg()[0]!
         const r = await W.backlog(cluster, v === "off" ? Pgfiber.noRetention : Pgfiber.subject, dbs.large, queued, 10_000)
         const [t] = await sql<Array<Record<string, unknown>>>`

@@ -64,7 +64,7 @@ declare
   n integer;
 begin
   loop
-    -- each stage's oldest ids first, on the (stage, id) index (as JobsSql.pruneArchive)
+    -- each stage's oldest keep_until first, on the (stage, keep_until) index (as JobsSql.pruneArchive)
     with recursive stages as (
       (select stage from pgfiber.jobs_archive order by stage limit 1)
       union all
@@ -74,7 +74,7 @@ begin
     delete from pgfiber.jobs_archive where id = any(array(
       select due.id from stages s cross join lateral (
         select a.id from pgfiber.jobs_archive a where a.stage = s.stage and a.keep_until <= now()
-        order by a.id limit 5000 for update skip locked) due
+        order by a.keep_until limit 5000 for update skip locked) due
       where s.stage is not null
       limit 5000));
     get diagnostics n = row_count;
