@@ -1,10 +1,16 @@
 /**
- * What handing finished jobs to jobs_archive costs the settle statement, at a large backlog, with no worker
- * runtime: pgfiber's own claim (batches of 10) and settle statements on `connections` connections, segments of
- * `segment` jobs alternating between variants in one database: retention off, and retention on with each
- * archive index layout given. Per variant: jobs/s, the settle's mean time, WAL bytes per job.
+ * What handing finished jobs to jobs_archive costs, per archive index layout, at a large backlog.
  *
- *   node --import tsx bench/archiveCost.ts [--queued 1000000] [--segment 5000] [--rounds 4] [--layouts current,lean]
+ * Default: no worker runtime, pgfiber's own claim (batches of `batch`) and settle statements on `connections`
+ * connections, segments of `segment` jobs alternating between variants in one database: retention off, and
+ * retention on with each layout. Per variant: jobs/s, the settle's mean time, WAL bytes per job.
+ *
+ * `--drains`: the bench's own 1M-backlog row (W.backlog: the compiled worker drains for 10 s), alternating
+ * retention off and on with each layout (order reversed every other round), in one database; `--checkpoint`
+ * starts each drain from a CHECKPOINT.
+ *
+ *   node --import tsx bench/archiveCost.ts [--queued 1000000] [--segment 5000] [--rounds 4] [--layouts v0010,v0015]
+ *   node --import tsx bench/archiveCost.ts --drains --rounds 5 [--checkpoint]
  */
 import * as Os from "node:os"
 import * as JobsSql from "../src/queue/JobsSql.js"
