@@ -12,8 +12,8 @@
 -- sorts them, a common stage's by walking the primary key backwards, as `(stage, finished_at)` served it. Reads
 -- by id use the primary key, a tenant's reads the org index (row-level security), both unchanged.
 --
--- Building the index locks the archive against inserts (settles wait) for as long as it takes: about a second
--- per million archived rows.
+-- Building the index locks the archive against inserts (settles wait) for as long as it takes: 0.76 s for
+-- 294,000 archived rows on PostgreSQL 15 at load average ~20 on 2 cores, so a few seconds per million.
 
 drop index if exists {{schema}}.jobs_archive_prune;
 drop index if exists {{schema}}.jobs_archive_stage;
