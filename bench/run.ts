@@ -196,9 +196,12 @@ const main = async () => {
       log(`== history: the ${sizes.backlogLarge}-backlog drain with retention on vs off; pruning ${sizes.archivedToPrune} expired rows while draining`)
       const dbs = await W.prepareBacklog(cluster, sizes.backlogLarge)
       for (let run = 1; run <= runs; run++) {
-        for (const [label, subject, into] of [["on", Pgfiber.subject, history.largeOn], ["off", Pgfiber.noRetention, history.largeOff]] as const) {
+        const pair = [["on", Pgfiber.subject, history.largeOn], ["off", Pgfiber.noRetention, history.largeOff]] as const
+        // each goes first in every other run, each from a fresh checkpoint: the first drain after the backlog's fill
+        // (or the last run's pruning) otherwise pays that write burst's checkpoint and full-page writes alone
+        for (const [label, subject, into] of run % 2 === 1 ? pair : [...pair].reverse()) {
           const r = await attempt(`backlog ${sizes.backlogLarge}, retention ${label}, run ${run}`, () =>
-            W.backlog(cluster, subject, dbs.large, sizes.backlogLarge, sizes.backlogWindowMs))
+            W.backlog(cluster, subject, dbs.large, sizes.backlogLarge, sizes.backlogWindowMs, { checkpoint: true }))
           if (!("error" in r)) log(`    retention ${label}: ${Math.round(r.perSec)} jobs/s (${r.completed} in ${(r.windowMs / 1000).toFixed(1)} s)`)
           into.push(r)
         }

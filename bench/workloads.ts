@@ -310,7 +310,7 @@ export const idleScheduled = async (
 
 const pgfiberSchema = "pgfiber"
 
-const migratePgfiber = (url: string) =>
+export const migratePgfiber = (url: string) =>
   Effect.runPromise(
     Effect.scoped(
       Effect.flatMap(Db.make({ url: Redacted.make(url), schema: pgfiberSchema, poolMax: 2 }), (db) =>
@@ -372,12 +372,16 @@ const countJobs = async (url: string) => {
 /**
  * Drain rate with `queued` jobs waiting. Small: the whole backlog, from worker start to the last completion.
  * Large: the jobs completed in `windowMs` from worker start (the table is topped up to `queued` first).
+ * With `checkpoint`, a CHECKPOINT first.
  */
 export const backlog = async (
-  cluster: Cluster, subject: Subject, db: { name: string; url: string }, queued: number, windowMs: number | null
+  cluster: Cluster, subject: Subject, db: { name: string; url: string }, queued: number, windowMs: number | null,
+  options: { readonly checkpoint?: boolean } = {}
 ): Promise<BacklogResult> => {
   const present = await countJobs(db.url)
   if (present < queued) await fillJobs(db.url, queued - present)
+  // the whole cluster's dirty pages written now, not during the window
+  if (options.checkpoint) await cluster.admin`checkpoint`
   await resetStatements(cluster.admin)
   const sql = connect(db.url, { max: 1, schema: pgfiberSchema })
   const worker = startWorker(subject, db.url, "bulk", windowMs === null ? queued : Number.MAX_SAFE_INTEGER)

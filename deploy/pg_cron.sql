@@ -64,8 +64,19 @@ declare
   n integer;
 begin
   loop
-    delete from pgfiber.jobs_archive where id in (
-      select id from pgfiber.jobs_archive where keep_until <= now() order by keep_until limit 5000 for update skip locked);
+    -- each stage's oldest keep_until first, on the (stage, keep_until) index (as JobsSql.pruneArchive)
+    with recursive stages as (
+      (select stage from pgfiber.jobs_archive order by stage limit 1)
+      union all
+      select (select a.stage from pgfiber.jobs_archive a where a.stage > s.stage order by a.stage limit 1)
+      from stages s where s.stage is not null
+    )
+    delete from pgfiber.jobs_archive where id = any(array(
+      select due.id from stages s cross join lateral (
+        select a.id from pgfiber.jobs_archive a where a.stage = s.stage and a.keep_until <= now()
+        order by a.keep_until limit 5000 for update skip locked) due
+      where s.stage is not null
+      limit 5000));
     get diagnostics n = row_count;
     commit;  -- pg_cron runs a DO block as a procedure call: each batch commits on its own
     exit when n < 5000;

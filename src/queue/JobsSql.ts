@@ -571,7 +571,7 @@ export const selectJob = (sql: Sql, id: string) => sql<Array<Record<string, unkn
 export const selectArchivedJob = (sql: Sql, id: string) =>
   sql<Array<Record<string, unknown>>>`select * from jobs_archive where id = ${id}`
 
-/** Finished jobs, newest first: a stage's history page. Locking: none; the (stage, finished_at) index. */
+/** Finished jobs, newest first: a stage's history page. Locking: none; the primary key backwards, or a rare stage's rows by the (stage, keep_until) index. */
 export const listArchivedJobs = (sql: Sql, stage: string | null, status: string | null, beforeId: string | null, limit: number) =>
   sql<Array<Record<string, unknown>>>`
     select * from jobs_archive
@@ -581,15 +581,26 @@ export const listArchivedJobs = (sql: Sql, stage: string | null, status: string 
     order by id desc limit ${limit}`
 
 /**
- * Deletes up to `limit` history rows whose retention has passed, oldest first. Locking: SKIP LOCKED on the
+ * Deletes up to `limit` history rows whose retention has passed, each stage's oldest `keep_until` first: a
+ * loose scan of the `(stage, keep_until)` index finds the stages (one descent each), then each stage's expired
+ * rows are a range of it (migration 0015: one index for pruning and stage pages). Locking: SKIP LOCKED on the
  * rows it takes, so two pruners (a worker's housekeeping, pg_cron) share the work; a batch per statement
  * keeps each transaction short, so pruning a large history never holds the settle's inserts.
  */
 export const pruneArchive = (sql: Sql, limit: number) =>
   sql<Array<{ n: number }>>`
-    with gone as (
-      delete from jobs_archive where id in (
-        select id from jobs_archive where keep_until <= now() order by keep_until limit ${limit} for update skip locked)
+    with recursive stages as (
+      (select stage from jobs_archive order by stage limit 1)
+      union all
+      select (select a.stage from jobs_archive a where a.stage > s.stage order by a.stage limit 1)
+      from stages s where s.stage is not null
+    ), gone as (
+      delete from jobs_archive where id = any(array(
+        select due.id from stages s cross join lateral (
+          select a.id from jobs_archive a where a.stage = s.stage and a.keep_until <= now()
+          order by a.keep_until limit ${limit} for update skip locked) due
+        where s.stage is not null
+        limit ${limit}))
       returning 1
     )
     select count(*)::int as n from gone`

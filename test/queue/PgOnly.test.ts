@@ -53,6 +53,25 @@ describe("PgQueue (Postgres only)", () => {
         expect(Either.isLeft(paused) && paused.left.message).toContain("permission denied")
       }))
 
+    it.effect("pruning takes every stage's expired history, in batches, and leaves what is still kept (mixed retentions)", () =>
+      Effect.gen(function*() {
+        const q = yield* Queue.Queue
+        const db = yield* Db.Db
+        // two stages, each with expired rows and kept ones; the kept ones have the smaller ids (a retention
+        // shortened after they finished), so a walk in id order would have to step over them
+        yield* db.run((sql) => sql`
+          insert into jobs_archive (id, stage, payload, priority, status, attempts, max_attempts, created_at, keep_until)
+          select -1000 - g, case when g % 2 = 0 then 'prune_a' else 'prune_b' end, '{}', 50, 'completed', 0, 5, now(),
+                 case when g >= 22 then now() + interval '1 day' else now() - interval '1 minute' end
+          from generate_series(1, 25) g`)
+        expect(yield* q.history.prune({ batch: 4 })).toBe(21)
+        const left = yield* db.run((sql) => sql<Array<{ id: string }>>`
+          select id::text from jobs_archive where stage in ('prune_a', 'prune_b') order by jobs_archive.id desc`)
+        expect(left.map((r) => r.id)).toEqual(["-1022", "-1023", "-1024", "-1025"])
+        expect((yield* q.history.list({ stage: "prune_a" })).map((j) => j.id)).toEqual(["-1022", "-1024"])
+        expect(yield* q.history.prune({ batch: 4 })).toBe(0)
+      }))
+
     it.effect("a tenant's session touches only the stage's shared token bucket and its own org's (RLS)", () =>
       Effect.gen(function*() {
         const db = yield* Db.Db
