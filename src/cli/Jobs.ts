@@ -108,9 +108,10 @@ const jobsList = Command.make(
           limit: o.limit,
           afterId: Option.getOrUndefined(o.after)
         })
-        if (o.json) return yield* Output.json(jobs)
         const now = Date.now()
-        yield* Output.line(Output.table(
+        yield* Output.items(
+          o.json,
+          jobs,
           [
             { header: "ID", align: "right" },
             { header: "STAGE" },
@@ -121,7 +122,7 @@ const jobsList = Command.make(
             { header: "ORG" },
             { header: "LAST ERROR" }
           ],
-          jobs.map((j) => [
+          (j) => [
             j.id,
             j.stage,
             j.status,
@@ -130,8 +131,8 @@ const jobsList = Command.make(
             progressText(j),
             j.orgId ?? "",
             Output.truncate(j.lastError)
-          ])
-        ))
+          ]
+        )
       })
     )
 ).pipe(Command.withDescription("List live jobs (finished ones: jobs history)"))
@@ -158,8 +159,9 @@ const jobsHistory = Command.make(
           limit: o.limit,
           beforeId: Option.getOrUndefined(o.before)
         })
-        if (o.json) return yield* Output.json(jobs)
-        yield* Output.line(Output.table(
+        yield* Output.items(
+          o.json,
+          jobs,
           [
             { header: "ID", align: "right" },
             { header: "STAGE" },
@@ -170,7 +172,7 @@ const jobsHistory = Command.make(
             { header: "ORG" },
             { header: "LAST ERROR" }
           ],
-          jobs.map((j) => [
+          (j) => [
             j.id,
             j.stage,
             j.status,
@@ -179,8 +181,8 @@ const jobsHistory = Command.make(
             j.lastRunMs === null ? "" : `${Math.round(j.lastRunMs)} ms`,
             j.orgId ?? "",
             Output.truncate(j.lastError)
-          ])
-        ))
+          ]
+        )
       })
     )
 ).pipe(Command.withDescription("List finished jobs kept for their stage's retention (PGFIBER_RETAIN_COMPLETED), newest first"))
@@ -235,8 +237,9 @@ const dlqList = Command.make(
           limit: o.limit,
           afterId: Option.getOrUndefined(o.after)
         })
-        if (o.json) return yield* Output.json(list)
-        yield* Output.line(Output.table(
+        yield* Output.items(
+          o.json,
+          list,
           [
             { header: "ID", align: "right" },
             { header: "JOB", align: "right" },
@@ -247,7 +250,7 @@ const dlqList = Command.make(
             { header: "RESOLUTION" },
             { header: "REASON" }
           ],
-          list.map((d) => [
+          (d) => [
             d.id,
             d.jobId,
             d.stage,
@@ -256,8 +259,8 @@ const dlqList = Command.make(
             String(d.attempts),
             d.resolutionStatus === "retried" ? `retried → ${d.retriedJobId}` : d.resolutionStatus ?? "",
             Output.truncate(d.reason)
-          ])
-        ))
+          ]
+        )
       })
     )
 ).pipe(Command.withDescription("List dead letters (unresolved ones unless --all)"))
@@ -403,11 +406,12 @@ const stagesList = Command.make("list", { json: jsonFlag }, ({ json }) =>
         const c = controls.find((x) => x.stage === stage)
         return { stage, paused: c?.paused ?? false, changedBy: c?.changedBy ?? null, changedAt: c?.changedAt ?? null }
       })
-      if (json) return yield* Output.json(rows)
-      yield* Output.line(Output.table(
+      yield* Output.items(
+        json,
+        rows,
         [{ header: "STAGE" }, { header: "STATE" }, { header: "CHANGED" }, { header: "BY" }],
-        rows.map((r) => [r.stage, r.paused ? "paused" : "running", r.changedAt?.toISOString() ?? "", r.changedBy ?? ""])
-      ))
+        (r) => [r.stage, r.paused ? "paused" : "running", r.changedAt?.toISOString() ?? "", r.changedBy ?? ""]
+      )
     })
   )).pipe(Command.withDescription("Each stage's state: running or paused"))
 

@@ -42,6 +42,14 @@ export const table = (columns: ReadonlyArray<Column>, rows: ReadonlyArray<Readon
   return [render(columns.map((c) => c.header)), ...rows.map(render)].join("\n")
 }
 
+/** A list command's result: `list` as JSON (`--json`), else as a table of `cells` per item. */
+export const items = <A>(
+  asJson: boolean,
+  list: ReadonlyArray<A>,
+  columns: ReadonlyArray<Column>,
+  cells: (item: A) => ReadonlyArray<string>
+) => (asJson ? json(list) : line(table(columns, list.map(cells))))
+
 /** 0s, 850ms, 12.3s, 5m12s, 3h4m, 2d3h: short enough for a table column. */
 export const age = (ms: number): string => {
   if (ms <= 0) return "-"

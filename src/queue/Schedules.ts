@@ -44,7 +44,8 @@ export interface ScheduleSpec {
   readonly startAfter?: Date | undefined
 }
 
-export interface Schedule {
+/** A schedule's definition with every default resolved, and its cursor: what a stored and a validated one share. */
+export interface ResolvedSchedule {
   readonly name: string
   readonly orgId: string | null
   readonly stage: string
@@ -58,6 +59,9 @@ export interface Schedule {
   readonly catchUp: CatchUp
   readonly backfillLimit: number
   readonly nextTickAt: Date
+}
+
+export interface Schedule extends ResolvedSchedule {
   readonly lastTickAt: Date | null
   readonly source: "code" | "runtime"
   readonly createdAt: Date
@@ -65,20 +69,8 @@ export interface Schedule {
 }
 
 /** A schedule as a store writes it: validated, its first tick computed. */
-export interface ValidSchedule {
-  readonly name: string
-  readonly orgId: string | null
-  readonly stage: string
-  readonly payload: unknown
+export interface ValidSchedule extends ResolvedSchedule {
   readonly payloadJson: string
-  readonly priority: number
-  readonly maxAttempts: number
-  readonly cron: string | null
-  readonly everyMs: number | null
-  readonly timeZone: string
-  readonly enabled: boolean
-  readonly catchUp: CatchUp
-  readonly backfillLimit: number
   /** The first tick after the moment it was validated. */
   readonly nextTickAt: Date
   /** The definition as JSON, for code-declared schedules: compared at the next start-up. */

@@ -8,15 +8,13 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Cause, Duration, Effect, Exit, Redacted, Schedule } from "effect"
-import { spawn } from "node:child_process"
-import * as Path from "node:path"
 import * as Db from "../../src/layers/Db.js"
 import * as Migrations from "../../src/queue/Migrations.js"
 import * as PgQueue from "../../src/queue/PgQueue.js"
 import { waitFor } from "../support/waitFor.js"
 import { databaseUrl, dropSchema, freshSchemaName, rawSql } from "../support/pg.js"
+import { fixture, spawnWorkerProcess } from "../support/workerProcess.js"
 
-const fixture = Path.resolve(import.meta.dirname, "../fixtures/recordingWorker.ts")
 const killFor = Duration.seconds(30)
 const killEvery = Duration.millis(500)
 
@@ -69,19 +67,11 @@ describe("backend kills", () => {
       )
       const queue = yield* PgQueue.make().pipe(Effect.provideService(Db.Db, db))
 
-      const child = yield* Effect.acquireRelease(
-        Effect.sync(() => {
-          const child = spawn(process.execPath, ["--import", "tsx", fixture], {
-            env: { ...process.env, DATABASE_URL: databaseUrl(), PGFIBER_SCHEMA: schema, WORKER_ID: `${tag}-w`, LOG_LEVEL: "warn" },
-            stdio: ["ignore", "pipe", "pipe"]
-          })
-          let output = ""
-          child.stdout!.on("data", (d) => (output += d))
-          child.stderr!.on("data", (d) => (output += d))
-          return { child, output: () => output }
-        }),
-        ({ child }) => Effect.sync(() => child.exitCode === null && child.kill("SIGKILL"))
-      )
+      const child = yield* spawnWorkerProcess(fixture("recordingWorker.ts"), {
+        PGFIBER_SCHEMA: schema,
+        WORKER_ID: `${tag}-w`,
+        LOG_LEVEL: "warn"
+      })
       const executed = (ids: ReadonlyArray<string>) =>
         Effect.promise(() => sql<Array<{ n: number }>>`select count(distinct job_id)::int as n from executions where job_id = any(${ids}::bigint[])`).pipe(
           Effect.map((r) => r[0]!.n)

@@ -6,61 +6,30 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Context, Duration, Effect, Layer, Redacted } from "effect"
-import { spawn } from "node:child_process"
-import * as Path from "node:path"
 import * as Db from "../../src/layers/Db.js"
-import * as Migrations from "../../src/queue/Migrations.js"
 import * as PgQueue from "../../src/queue/PgQueue.js"
 import * as Queue from "../../src/queue/Queue.js"
-import { databaseUrl, dropSchema, freshSchemaName, rawSql } from "../support/pg.js"
-
-const fixture = Path.resolve(import.meta.dirname, "../fixtures/pauseWorker.ts")
-
-const waitFor = <A>(what: string, probe: Effect.Effect<A | undefined | null | false>, timeout = Duration.seconds(60)) =>
-  Effect.gen(function*() {
-    const deadline = Date.now() + Duration.toMillis(timeout)
-    while (Date.now() < deadline) {
-      const value = yield* probe
-      if (value !== undefined && value !== null && value !== false) return value as A
-      yield* Effect.sleep("50 millis")
-    }
-    return yield* Effect.dieMessage(`timed out waiting for ${what}`)
-  })
+import { databaseUrl } from "../support/pg.js"
+import { waitFor } from "../support/waitFor.js"
+import { fixture, freshSchema, spawnWorkerProcess } from "../support/workerProcess.js"
 
 const spawnWorker = (schema: string, workerId: string) =>
-  Effect.acquireRelease(
-    Effect.sync(() => {
-      const child = spawn(process.execPath, ["--import", "tsx", fixture], {
-        env: {
-          ...process.env,
-          DATABASE_URL: databaseUrl(),
-          PGFIBER_SCHEMA: schema,
-          WORKER_ID: workerId,
-          LOG_LEVEL: "info",
-          SWEEP_INTERVAL_MS: "600000",
-          POLL_INTERVAL_MS: "600000"
-        },
-        stdio: ["ignore", "pipe", "pipe"]
-      })
-      let output = ""
-      child.stdout!.on("data", (d) => (output += d))
-      child.stderr!.on("data", (d) => (output += d))
-      const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)))
-      return { child, exited, output: () => output }
-    }),
-    ({ child }) => Effect.sync(() => child.exitCode === null && child.kill("SIGKILL"))
-  )
+  spawnWorkerProcess(fixture("pauseWorker.ts"), {
+    PGFIBER_SCHEMA: schema,
+    WORKER_ID: workerId,
+    LOG_LEVEL: "info",
+    SWEEP_INTERVAL_MS: "600000",
+    POLL_INTERVAL_MS: "600000"
+  })
 
 describe("pause across worker processes", () => {
   it.scopedLive("pausing a stage stops its claims in both workers; resuming wakes both by notification", () =>
     Effect.gen(function*() {
-      const schema = freshSchemaName("pause")
-      yield* Effect.addFinalizer(() => dropSchema(schema))
+      const { schema, sql } = yield* freshSchema(
+        "pause",
+        `create table runs (job_id bigint, stage text, worker_id text, at timestamptz default clock_timestamp())`
+      )
       const dbLayer = Layer.scoped(Db.Db, Db.make({ url: Redacted.make(databaseUrl()), schema, poolMax: 4 }))
-      yield* Migrations.migrate().pipe(Effect.provide(dbLayer), Effect.orDie)
-      const sql = rawSql(schema)
-      yield* Effect.addFinalizer(() => Effect.promise(() => sql.end({ timeout: 5 })))
-      yield* Effect.promise(() => sql.unsafe(`create table runs (job_id bigint, stage text, worker_id text, at timestamptz default clock_timestamp())`))
       const q = Context.get(yield* Layer.build(PgQueue.layer().pipe(Layer.provide(dbLayer))), Queue.Queue)
       const runsOf = (stage: string) =>
         Effect.promise(() => sql<Array<{ job_id: string; worker_id: string }>>`select job_id::text, worker_id from runs where stage = ${stage}`)

@@ -5,16 +5,15 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Context, Duration, Effect, Layer, Redacted, Schema } from "effect"
-import { spawn } from "node:child_process"
-import * as Path from "node:path"
 import * as Db from "../../src/layers/Db.js"
-import * as Migrations from "../../src/queue/Migrations.js"
 import * as PgQueue from "../../src/queue/PgQueue.js"
 import * as Queue from "../../src/queue/Queue.js"
 import * as Stage from "../../src/runtime/Stage.js"
 import * as Waker from "../../src/runtime/Waker.js"
 import * as Worker from "../../src/runtime/Worker.js"
-import { databaseUrl, dropSchema, freshSchemaName, rawSql } from "../support/pg.js"
+import { databaseUrl, type rawSql } from "../support/pg.js"
+import { waitFor } from "../support/waitFor.js"
+import { fixture, freshSchema as freshSchemaWith, spawnWorkerProcess } from "../support/workerProcess.js"
 
 const idleOptions = (workerId: string): Worker.WorkerOptions => ({
   workerId,
@@ -24,21 +23,11 @@ const idleOptions = (workerId: string): Worker.WorkerOptions => ({
   concurrency: {}
 })
 
-/** A migrated schema, dropped at the end of the test. */
-const freshSchema = Effect.gen(function*() {
-  const schema = freshSchemaName("rt")
-  yield* Effect.addFinalizer(() => dropSchema(schema))
-  yield* Migrations.migrate().pipe(
-    Effect.provide(Layer.scoped(Db.Db, Db.make({ url: Redacted.make(databaseUrl()), schema, poolMax: 2 }))),
-    Effect.orDie
-  )
-  const sql = rawSql(schema)
-  yield* Effect.addFinalizer(() => Effect.promise(() => sql.end({ timeout: 5 })))
-  yield* Effect.promise(() =>
-    sql`create table executions (job_id bigint, worker_id text, attempt int, at timestamptz default clock_timestamp())`
-  )
-  return { schema, sql }
-})
+/** A migrated schema with the table recordingWorker writes each execution to, dropped at the end of the test. */
+const freshSchema = freshSchemaWith(
+  "rt",
+  `create table executions (job_id bigint, worker_id text, attempt int, at timestamptz default clock_timestamp())`
+)
 
 const startInProcess = (
   schema: string,
@@ -59,42 +48,14 @@ const startInProcess = (
     return { context }
   })
 
-const waitFor = <A>(what: string, probe: Effect.Effect<A | undefined | null | false>, timeout = Duration.seconds(60)) =>
-  Effect.gen(function*() {
-    const deadline = Date.now() + Duration.toMillis(timeout)
-    while (Date.now() < deadline) {
-      const value = yield* probe
-      if (value !== undefined && value !== null && value !== false) return value as A
-      yield* Effect.sleep("25 millis")
-    }
-    return yield* Effect.dieMessage(`timed out waiting for ${what}`)
-  })
-
-const fixture = Path.resolve(import.meta.dirname, "../fixtures/recordingWorker.ts")
-
 const spawnWorker = (schema: string, workerId: string, env: Record<string, string> = {}) =>
-  Effect.acquireRelease(
-    Effect.sync(() => {
-      const child = spawn(process.execPath, ["--import", "tsx", fixture], {
-        env: {
-          ...process.env,
-          DATABASE_URL: databaseUrl(),
-          PGFIBER_SCHEMA: schema,
-          WORKER_ID: workerId,
-          SWEEP_INTERVAL_MS: String(3_600_000),
-          LOG_LEVEL: "warn",
-          ...env
-        },
-        stdio: ["ignore", "pipe", "pipe"]
-      })
-      let output = ""
-      child.stdout!.on("data", (d) => (output += d))
-      child.stderr!.on("data", (d) => (output += d))
-      const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)))
-      return { child, exited, output: () => output }
-    }),
-    ({ child }) => Effect.sync(() => child.exitCode === null && child.kill("SIGKILL"))
-  )
+  spawnWorkerProcess(fixture("recordingWorker.ts"), {
+    PGFIBER_SCHEMA: schema,
+    WORKER_ID: workerId,
+    SWEEP_INTERVAL_MS: String(3_600_000),
+    LOG_LEVEL: "warn",
+    ...env
+  })
 
 const executions = (sql: ReturnType<typeof rawSql>) =>
   Effect.promise(() => sql<Array<{ job_id: string; worker_id: string; attempt: number }>>`select job_id, worker_id, attempt from executions order by at`)

@@ -5,25 +5,12 @@
  * no gap, no double. Every job the trigger below saw is counted, not only those that ran.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Duration, Effect, Layer, Redacted } from "effect"
-import { spawn } from "node:child_process"
-import * as Path from "node:path"
-import * as Db from "../../src/layers/Db.js"
-import * as Migrations from "../../src/queue/Migrations.js"
-import { databaseUrl, dropSchema, freshSchemaName, rawSql } from "../support/pg.js"
+import { Effect } from "effect"
+import { waitFor } from "../support/waitFor.js"
+import { fixture, freshSchema as freshSchemaWith, spawnWorkerProcess } from "../support/workerProcess.js"
 
-const fixture = Path.resolve(import.meta.dirname, "../fixtures/scheduleWorker.ts")
-
-const freshSchema = Effect.gen(function*() {
-  const schema = freshSchemaName("sched")
-  yield* Effect.addFinalizer(() => dropSchema(schema))
-  yield* Migrations.migrate().pipe(
-    Effect.provide(Layer.scoped(Db.Db, Db.make({ url: Redacted.make(databaseUrl()), schema, poolMax: 2 }))),
-    Effect.orDie
-  )
-  const sql = rawSql(schema)
-  yield* Effect.addFinalizer(() => Effect.promise(() => sql.end({ timeout: 5 })))
-  yield* Effect.promise(() => sql.unsafe(`
+/** A migrated schema with the tables below, dropped at the end of the test. */
+const freshSchema = freshSchemaWith("sched", `
     create table tick_runs (job_id bigint, worker_id text, dedupe_key text, at timestamptz default clock_timestamp());
     -- every job written, whoever wrote it: a double would show here even if it never ran
     create table job_log (job_id bigint, stage text, dedupe_key text, at timestamptz default clock_timestamp());
@@ -33,36 +20,10 @@ const freshSchema = Effect.gen(function*() {
       return null;
     end $$;
     create trigger log_job after insert on jobs for each row execute function log_job();
-  `))
-  return { schema, sql }
-})
-
-const waitFor = <A>(what: string, probe: Effect.Effect<A | undefined | null | false>, timeout = Duration.seconds(60)) =>
-  Effect.gen(function*() {
-    const deadline = Date.now() + Duration.toMillis(timeout)
-    while (Date.now() < deadline) {
-      const value = yield* probe
-      if (value !== undefined && value !== null && value !== false) return value as A
-      yield* Effect.sleep("100 millis")
-    }
-    return yield* Effect.dieMessage(`timed out waiting for ${what}`)
-  })
+  `)
 
 const spawnWorker = (schema: string, workerId: string) =>
-  Effect.acquireRelease(
-    Effect.sync(() => {
-      const child = spawn(process.execPath, ["--import", "tsx", fixture], {
-        env: { ...process.env, DATABASE_URL: databaseUrl(), PGFIBER_SCHEMA: schema, WORKER_ID: workerId, LOG_LEVEL: "warn" },
-        stdio: ["ignore", "pipe", "pipe"]
-      })
-      let output = ""
-      child.stdout!.on("data", (d) => (output += d))
-      child.stderr!.on("data", (d) => (output += d))
-      const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)))
-      return { child, exited, output: () => output }
-    }),
-    ({ child }) => Effect.sync(() => child.exitCode === null && child.kill("SIGKILL"))
-  )
+  spawnWorkerProcess(fixture("scheduleWorker.ts"), { PGFIBER_SCHEMA: schema, WORKER_ID: workerId, LOG_LEVEL: "warn" })
 
 /** The tick a job's key names: `schedule:<org>:<name>:<ISO instant>`. */
 const tickOf = (key: string) => new Date(/:(\d{4}-\d\d-\d\dT[\d:.]+Z)$/.exec(key)![1]!).getTime()

@@ -20,29 +20,17 @@ export const maxAttempts = 5
 
 export const job = CallStore.jobBuilder(name, Payload, maxAttempts)
 
-export const policy = (options: Settings.CallStageOptions) =>
-  RetryPolicy.make({
-    Transient: options.backoff ?? RetryPolicy.defaultBackoff,
-    // an analyzer backed by a rate-limited model says when to come back
-    RateLimited: (e) => e.retryAfter,
-    NotReady: RetryPolicy.deadLetter,
-    Permanent: RetryPolicy.deadLetter
-  })
+/** An analyzer backed by a rate-limited model says when to come back (RateLimited); it never polls. */
+export const policy = (options: Settings.CallStageOptions) => CallStore.retryPolicy(options, RetryPolicy.defaultBackoff)
 
 const decodeSegments = Schema.decodeUnknown(Schema.Array(Analyzer.Segment))
 
 export const make = (options: Settings.CallStageOptions = {}) =>
   Stage.make({
-    name,
-    // a pipeline step: only the pipeline (and operators) enqueue it
-    visibility: "internal",
+    ...CallStore.stageFields(name, options, { concurrency: 4, timeout: "5 minutes" }),
     payload: Payload,
-    concurrency: options.concurrency?.analyze ?? 4,
-    timeout: options.timeout?.analyze ?? "5 minutes",
-    ...(options.leaseFor?.analyze === undefined ? {} : { leaseFor: options.leaseFor.analyze }),
     maxAttempts,
     policy: policy(options),
-    onDeadLetter: CallStore.markFailedOnDeath(name),
     handler: ({ callId }, info) =>
       Effect.gen(function*() {
         const analyzer = yield* Analyzer.Analyzer

@@ -3,12 +3,15 @@
  * building the hand-off jobs. Everything here fails in the JobError vocabulary, so a stage's retry policy
  * decides: a database blip is Transient, a call that does not exist is Permanent.
  */
+import type { Duration } from "effect"
 import { Effect, ParseResult, Schema } from "effect"
 import * as JobError from "../../JobError.js"
 import * as Db from "../../layers/Db.js"
 import type * as Job from "../../queue/Job.js"
+import * as RetryPolicy from "../../runtime/RetryPolicy.js"
 import type * as Stage from "../../runtime/Stage.js"
 import * as CallsSql from "./CallsSql.js"
+import type * as Settings from "./Settings.js"
 
 /** Org ids become a storage path segment, so they are held to a plain name. */
 export const orgIdPattern = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/
@@ -71,6 +74,45 @@ export const markFailedOnDeath = (stage: string) => (dead: Stage.DeadLettered) =
     const db = yield* Db.Db
     const [marked] = yield* db.run((sql) => CallsSql.markFailed(sql, callId, dead.job.orgId, `${stage}: ${dead.reason}`))
     if (marked) yield* Effect.logWarning(`call failed (${dead.kind}): ${dead.reason}`).pipe(Effect.annotateLogs({ callId }))
+  })
+
+/**
+ * The Stage.make fields the call stages set alike: internal (only the pipeline and operators enqueue them), the
+ * concurrency, timeout and lease from `options` over the stage's own defaults (no lease default: the runtime's),
+ * and the call marked failed on a dead letter.
+ */
+export const stageFields = (
+  name: Settings.CallStageName,
+  options: Settings.CallStageOptions,
+  defaults: {
+    readonly concurrency: number
+    readonly timeout: Duration.DurationInput
+    readonly leaseFor?: Duration.DurationInput
+  }
+) => {
+  const leaseFor = options.leaseFor?.[name] ?? defaults.leaseFor
+  return {
+    name,
+    // a pipeline step: only the pipeline (and operators) enqueue it
+    visibility: "internal" as const,
+    concurrency: options.concurrency?.[name] ?? defaults.concurrency,
+    timeout: options.timeout?.[name] ?? defaults.timeout,
+    ...(leaseFor === undefined ? {} : { leaseFor }),
+    onDeadLetter: markFailedOnDeath(name)
+  }
+}
+
+/**
+ * The retry policy of a call stage that never polls: Transient backs off (`options.backoff`, else the stage's
+ * curve), RateLimited waits what the service said, and NotReady (a bug in such a stage, not a reason to wait) or
+ * Permanent dead-letters.
+ */
+export const retryPolicy = (options: Settings.CallStageOptions, defaultBackoff: RetryPolicy.Backoff) =>
+  RetryPolicy.make({
+    Transient: options.backoff ?? defaultBackoff,
+    RateLimited: (e) => e.retryAfter,
+    NotReady: RetryPolicy.deadLetter,
+    Permanent: RetryPolicy.deadLetter
   })
 
 export interface HandOff {

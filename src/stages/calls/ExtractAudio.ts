@@ -25,14 +25,8 @@ export const maxAttempts = 5
 
 export const job = CallStore.jobBuilder(name, Payload, maxAttempts)
 
-export const policy = (options: Settings.CallStageOptions) =>
-  RetryPolicy.make({
-    Transient: options.backoff ?? RetryPolicy.defaultBackoff,
-    RateLimited: (e) => e.retryAfter,
-    // this stage never polls: a NotReady here is a bug, not a reason to wait
-    NotReady: RetryPolicy.deadLetter,
-    Permanent: RetryPolicy.deadLetter
-  })
+/** This stage never polls: a NotReady here is a bug, not a reason to wait. */
+export const policy = (options: Settings.CallStageOptions) => CallStore.retryPolicy(options, RetryPolicy.defaultBackoff)
 
 /** A private directory for one run's temporaries, removed when the run's scope closes. */
 const temporaryDirectory = (root: string, callId: string) =>
@@ -52,16 +46,10 @@ const extensionOf = (key: string) => {
 
 export const make = (options: Settings.CallStageOptions = {}) =>
   Stage.make({
-    name,
-    // a pipeline step: only the pipeline (and operators) enqueue it
-    visibility: "internal",
+    ...CallStore.stageFields(name, options, { concurrency: 2, timeout: "30 minutes", leaseFor: "30 seconds" }),
     payload: Payload,
-    concurrency: options.concurrency?.extract_audio ?? 2,
-    leaseFor: options.leaseFor?.extract_audio ?? "30 seconds",
-    timeout: options.timeout?.extract_audio ?? "30 minutes",
     maxAttempts,
     policy: policy(options),
-    onDeadLetter: CallStore.markFailedOnDeath(name),
     handler: ({ callId }, info) =>
       Effect.gen(function*() {
         const storage = yield* Storage.Storage

@@ -48,17 +48,11 @@ export const policy = (options: Settings.CallStageOptions) =>
 
 export const make = (options: Settings.CallStageOptions = {}) =>
   Stage.make({
-    name,
-    // a pipeline step: only the pipeline (and operators) enqueue it
-    visibility: "internal",
+    ...CallStore.stageFields(name, options, { concurrency: 16, timeout: "2 minutes", leaseFor: "30 seconds" }),
     payload: Payload,
     limits: options.limits?.transcribe_poll ?? Settings.speechKitQuotas.transcribe_poll,
-    concurrency: options.concurrency?.transcribe_poll ?? 16,
-    leaseFor: options.leaseFor?.transcribe_poll ?? "30 seconds",
-    timeout: options.timeout?.transcribe_poll ?? "2 minutes",
     maxAttempts,
     policy: policy(options),
-    onDeadLetter: CallStore.markFailedOnDeath(name),
     handler: ({ audioDurationMs, callId, operationId, resubmits = 0, startedAt }, info) =>
       Effect.gen(function*() {
         const speechKit = yield* SpeechKit.SpeechKit

@@ -25,13 +25,7 @@ export type { Payload as PayloadType } from "./TranscribeStartJob.js"
  */
 export const defaultBackoff = RetryPolicy.slowBackoff
 
-export const policy = (options: Settings.CallStageOptions) =>
-  RetryPolicy.make({
-    Transient: options.backoff ?? defaultBackoff,
-    RateLimited: (e) => e.retryAfter,
-    NotReady: RetryPolicy.deadLetter,
-    Permanent: RetryPolicy.deadLetter
-  })
+export const policy = (options: Settings.CallStageOptions) => CallStore.retryPolicy(options, defaultBackoff)
 
 /**
  * SpeechKit downloads its input itself, so the audio must sit where it can reach: an S3-compatible bucket's
@@ -75,17 +69,11 @@ const withinLimits = (audio: CallsSql.ArtifactRow, settings: Settings.Settings):
 
 export const make = (options: Settings.CallStageOptions = {}) =>
   Stage.make({
-    name,
-    // a pipeline step: only the pipeline (and operators) enqueue it
-    visibility: "internal",
+    ...CallStore.stageFields(name, options, { concurrency: 4, timeout: "2 minutes", leaseFor: "30 seconds" }),
     payload: Payload,
     limits: options.limits?.transcribe_start ?? Settings.speechKitQuotas.transcribe_start,
-    concurrency: options.concurrency?.transcribe_start ?? 4,
-    leaseFor: options.leaseFor?.transcribe_start ?? "30 seconds",
-    timeout: options.timeout?.transcribe_start ?? "2 minutes",
     maxAttempts,
     policy: policy(options),
-    onDeadLetter: CallStore.markFailedOnDeath(name),
     handler: ({ callId, resubmits = 0 }, info) =>
       Effect.gen(function*() {
         const storage = yield* Storage.Storage
