@@ -2,8 +2,9 @@
  * Polling while only LISTEN is down: the database answers, but the worker's LISTEN connection is terminated and
  * kept from coming back (its `listenUrl` goes through a TCP relay in this file that refuses connections while
  * "down"). The sweep is set to an hour, so nothing but the Waker's polling at `pollInterval` can find a job
- * enqueued meanwhile: it must still run, more than once, while the listener reports `down`; and when the relay
- * lets it through again the listener reports `listening` and NOTIFY wakes the pool again.
+ * enqueued meanwhile: polls must come round while the listener reports `down`, and jobs still run, round after
+ * round; when the relay lets it through again the listener reports `listening`, polling stops and NOTIFY wakes
+ * the pool again.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Context, Duration, Effect, Layer, Redacted, Schema } from "effect"
@@ -132,8 +133,16 @@ describe("LISTEN down, the database up", () => {
       // it tries to come back and is refused: kept down, not merely slow
       yield* waitFor("a reconnect refused by the relay", Effect.sync(() => proxy.refused() > 0))
 
-      // jobs enqueued now have no NOTIFY that reaches the worker: the poll finds them, round after round
+      // while down the Waker polls: its sweep comes round every pollInterval (an hour apart otherwise), and jobs
+      // enqueued now, whose NOTIFY reaches no one, are found. Each round waits for a poll, then enqueues.
       for (const round of [1, 2, 3]) {
+        const seen = (yield* health).lastSweepAt?.getTime() ?? 0
+        yield* waitFor(
+          `a poll while LISTEN is down (round ${round})`,
+          Effect.map(health, (h) => (h.lastSweepAt?.getTime() ?? 0) > seen),
+          // generous for a loaded machine; the poll runs every second
+          Duration.seconds(30)
+        )
         const enqueuedAt = Date.now()
         yield* queue.enqueue([1, 2].map((n) => ({ stage: "polled", payload: { tag: `down-${round}-${n}` } })))
         yield* waitFor(
