@@ -9,9 +9,9 @@
  *
  * A steady producer's rate comes back after any fault the workers can outrun, so the steady rounds cannot show a
  * crawl. The saturated scenario then keeps a backlog the workers cannot keep up with (bulk-inserted, topped up)
- * and measures the drain itself: completions/s in a 5 s window before the fault, against a 5 s window that
- * opens 1 s after the first completion past the fault, for a kill of every backend and for a PostgreSQL restart
- * with a long outage (15 s; 8 s at CI size). It fails below 85 %, or when that first completion comes later than
+ * and measures the drain itself: completions/s in a 10 s window (5 s at CI size) before the fault, against one as
+ * long that opens 1 s after the first completion past the fault, for a kill of every backend and for a PostgreSQL
+ * restart with a long outage (15 s; 8 s at CI size). It fails below 80 %, or when that first completion comes later than
  * 10 s after the fault (the server's return), or when the backlog ran out (not measured). Then the books:
  *
  * - lost: every job the producer was told was enqueued was completed (a row in chaos_completions, written by a
@@ -54,8 +54,8 @@ const ci = args.includes("--ci")
 const jsonPath = option("json")
 
 const settings = ci
-  ? { rate: 60, rounds: 1, workers: 3, concurrency: 10, sleepMinMs: 50, sleepMaxMs: 250, downMs: 3_000, saturatedDownMs: 8_000, drainDeadlineMs: 60_000, steadyFaults: 2 }
-  : { rate: 120, rounds: 2, workers: 3, concurrency: 10, sleepMinMs: 20, sleepMaxMs: 220, downMs: 5_000, saturatedDownMs: 15_000, drainDeadlineMs: 120_000, steadyFaults: 4 }
+  ? { rate: 60, rounds: 1, workers: 3, concurrency: 10, sleepMinMs: 50, sleepMaxMs: 250, downMs: 3_000, saturatedDownMs: 8_000, drainWindowMs: 5_000, drainDeadlineMs: 60_000, steadyFaults: 2 }
+  : { rate: 120, rounds: 2, workers: 3, concurrency: 10, sleepMinMs: 20, sleepMaxMs: 220, downMs: 5_000, saturatedDownMs: 15_000, drainWindowMs: 10_000, drainDeadlineMs: 120_000, steadyFaults: 4 }
 const rate = Number(option("rate") ?? settings.rate)
 const rounds = Number(option("rounds") ?? settings.rounds)
 /**
@@ -68,10 +68,12 @@ const steadyFaults = Number(option("steady-faults") ?? settings.steadyFaults)
 const recoveredShare = 0.9
 /**
  * Under a backlog the workers cannot keep up with, the drain rate after a fault must be back to this share of the
- * drain rate before it, in a window that opens `drainWindowDelayMs` after the first completion past the fault; and
- * that first completion must come within `firstCompletionWithinMs` of the fault (of the server's return).
+ * drain rate before it, in a window (`drainWindowMs`, 10 s; 5 s at CI size) that opens `drainWindowDelayMs` after
+ * the first completion past the fault; and that first completion must come within `firstCompletionWithinMs` of the
+ * fault (of the server's return). 80 %: on a 2-core machine at load 20-28 two undisturbed 5 s windows of the same
+ * drain differed by up to 15 %; the crawl this catches (one claim a second after a fault) measured 42-63 %.
  */
-const drainShare = 0.85
+const drainShare = 0.8
 const drainWindowDelayMs = 1_000
 const firstCompletionWithinMs = 10_000
 /** A SIGKILLed worker's jobs must run again (in another worker) within the lease plus this margin. */
@@ -309,11 +311,12 @@ const main = async () => {
   // The steady rounds below show the producer's rate comes back, which any drain faster than the producer passes.
   // Here the queue is kept full, so completions/s is the workers' drain speed: after the fault it must be back to
   // `drainShare` of what it was before, measured from `drainWindowDelayMs` after the first completion past the
-  // fault (the server's return, for the restart), over `windowMs`. A crawl (a drain that polls, a claim that sorts
+  // fault (the server's return, for the restart), over `drainWindowMs`. A crawl (a drain that polls, a claim that sorts
   // the whole backlog) fails it. It runs first, so the first "before" is a drain no fault has touched: a fault
   // that leaves a lasting crawl fails its own comparison, and cannot hide in the next one's "before".
   const queuedNow = async () =>
     (await query(monitor, (s) => s<Array<{ n: number }>>`select count(*)::int as n from jobs where status = 'queued'`))[0]!.n
+  const drainWindowMs = settings.drainWindowMs
   const preload = async (count: number) => {
     for (let left = count; left > 0; left -= 5_000) {
       const rows = await query(monitor, (s) => s<Array<{ id: string }>>`
@@ -337,14 +340,14 @@ const main = async () => {
     after: number; queuedAfter: number; share: number; saturated: boolean
   }> = []
   const saturatedFaults = [faults[2]!, restartFault(settings.saturatedDownMs)]
-  await ensureBacklog(ceiling, 3 + windowMs / 1000)
+  await ensureBacklog(ceiling, 3 + drainWindowMs / 1000)
   note(`saturated: ${await queuedNow()} jobs queued (the workers' ceiling is ${ceiling.toFixed(0)}/s); measuring the drain`)
   await sleep(3_000) // the pools take to the backlog (claims ahead grow)
   for (const fault of saturatedFaults) {
-    await ensureBacklog(ceiling, windowMs / 1000)
+    await ensureBacklog(ceiling, drainWindowMs / 1000)
     const beforeFrom = Date.now()
-    await until(beforeFrom + windowMs)
-    const before = await completionRate(beforeFrom, beforeFrom + windowMs)
+    await until(beforeFrom + drainWindowMs)
+    const before = await completionRate(beforeFrom, beforeFrom + drainWindowMs)
     const queuedAfterBefore = await queuedNow()
     const downMs = fault.name === "PostgreSQL restart" ? settings.saturatedDownMs : 0
     // enough to drain until the first completion after the fault (topped up again once it is seen)
@@ -366,16 +369,16 @@ const main = async () => {
     let after = 0
     if (firstAt !== null) {
       // enough for the window after (the insert is one statement, done before the window opens)
-      await ensureBacklog(before, (drainWindowDelayMs + windowMs) / 1000 + 1)
+      await ensureBacklog(before, (drainWindowDelayMs + drainWindowMs) / 1000 + 1)
       const from = firstAt + drainWindowDelayMs
-      await until(from + windowMs)
-      after = await completionRate(from, from + windowMs)
+      await until(from + drainWindowMs)
+      after = await completionRate(from, from + drainWindowMs)
     }
     const queuedAfter = await queuedNow()
     const share = before > 0 ? after / before : 0
     const firstCompletionMs = firstAt === null ? null : Math.round(Math.max(0, firstAt - faultEnd))
     drains.push({ fault: fault.name, downMs, before, queuedAfterBefore, firstCompletionMs, after, queuedAfter, share, saturated: queuedAfterBefore > 0 && queuedAfter > 0 })
-    note(`saturated ${fault.name}${downMs > 0 ? ` (${downMs / 1000} s down)` : ""}: drain ${before.toFixed(0)}/s before; first completion ${firstCompletionMs === null ? "never" : `${firstCompletionMs} ms`} after; ${after.toFixed(0)}/s from +${drainWindowDelayMs / 1000} s for ${windowMs / 1000} s (${(share * 100).toFixed(0)} %); ${queuedAfter} still queued`)
+    note(`saturated ${fault.name}${downMs > 0 ? ` (${downMs / 1000} s down)` : ""}: drain ${before.toFixed(0)}/s before; first completion ${firstCompletionMs === null ? "never" : `${firstCompletionMs} ms`} after; ${after.toFixed(0)}/s from +${drainWindowDelayMs / 1000} s for ${drainWindowMs / 1000} s (${(share * 100).toFixed(0)} %); ${queuedAfter} still queued`)
   }
 
   for (let round = 1; round <= rounds; round++) {
@@ -483,7 +486,7 @@ const main = async () => {
     { name: "no job stuck: nothing queued, running or leased", ok: Number(left.total) === 0, detail: `${left.queued} queued, ${left.running} running, ${left.leased} leased` },
     { name: "each job completed exactly once", ok: completions === completedJobs, detail: `${completions} completions of ${completedJobs} jobs` },
     { name: `completions back to ≥ ${recoveredShare * 100} % of the rate before each fault within ${settleAfterMs / 1000} s`, ok: recoveries.length === rounds * steadyFaults && slow.length === 0, detail: recoveries.map((r) => `${r.fault} ${(r.share * 100).toFixed(0)} %`).join(", ") },
-    { name: `under a backlog: the drain back to ≥ ${drainShare * 100} % of its speed before each fault (from ${drainWindowDelayMs / 1000} s after the first completion, for ${windowMs / 1000} s), that first completion within ${firstCompletionWithinMs / 1000} s`, ok: drains.length === 2 && slowDrains.length === 0, detail: drains.map((d) => `${d.fault}${d.downMs > 0 ? ` (${d.downMs / 1000} s down)` : ""} ${d.before.toFixed(0)} → ${d.after.toFixed(0)}/s ${(d.share * 100).toFixed(0)} %, first completion after ${fmtMs(d.firstCompletionMs)}${d.saturated ? "" : " (the backlog ran out: not measured)"}`).join(", ") },
+    { name: `under a backlog: the drain back to ≥ ${drainShare * 100} % of its speed before each fault (from ${drainWindowDelayMs / 1000} s after the first completion, for ${settings.drainWindowMs / 1000} s), that first completion within ${firstCompletionWithinMs / 1000} s`, ok: drains.length === 2 && slowDrains.length === 0, detail: drains.map((d) => `${d.fault}${d.downMs > 0 ? ` (${d.downMs / 1000} s down)` : ""} ${d.before.toFixed(0)} → ${d.after.toFixed(0)}/s ${(d.share * 100).toFixed(0)} %, first completion after ${fmtMs(d.firstCompletionMs)}${d.saturated ? "" : " (the backlog ran out: not measured)"}`).join(", ") },
     { name: `a SIGKILLed worker's jobs run again elsewhere within the lease + ${rerunMarginMs / 1000} s (${rerunBound / 1000} s)`, ok: rerunsMeasured.length > 0 && rerunsLate.length === 0, detail: reruns.map((r) => `${r.victim}: ${r.jobs} job(s), first ${fmtMs(r.firstMs)}, median ${fmtMs(r.medianMs)}, last ${fmtMs(r.lastMs)}`).join("; ") || "no kill" },
     { name: "no worker crashed (only the SIGKILLed ones exited)", ok: crashes.length === 0, detail: crashes.length === 0 ? "0 crashes" : crashes.join("; ") },
     { name: `duplicate executions within the budget (${duplicateBudget})`, ok: duplicates <= duplicateBudget, detail: `${duplicates} duplicate(s), at most ${maxExecutions} runs of one job` },
@@ -525,7 +528,7 @@ const main = async () => {
     producer: { rate, acknowledged: jobs - preloaded, refused: enqueueFailures },
     preloaded,
     recoveries,
-    saturated: { drainShare, drainWindowDelayMs, windowMs, firstCompletionWithinMs, ceilingPerSecond: Math.round(ceiling), drains },
+    saturated: { drainShare, drainWindowDelayMs, drainWindowMs: settings.drainWindowMs, firstCompletionWithinMs, ceilingPerSecond: Math.round(ceiling), drains },
     sigkillReruns: { leaseMs, boundMs: rerunBound, reruns },
     crashes,
     perWorker: workers.map((w) => ({ id: w.id, killed: w.killed, ...w.metrics })),
@@ -540,7 +543,7 @@ const main = async () => {
     `chaos ${summary.success ? "PASSED" : "FAILED"}${ci ? " (CI size)" : ""}: ${jobs} jobs, ${events.kills} SIGKILLs, ${events.listenerTerminations} listener terminations, ${events.backendsTerminated} backends terminated, ${events.restarts} PostgreSQL restart(s), ${summary.elapsedSeconds} s`,
     "  completions/s: before → first 5 s after → +5…+10 s (share)",
     ...recoveries.map((r) => `    ${r.fault.padEnd(22)} ${r.before.toFixed(0).padStart(4)} → ${r.first5s.toFixed(0).padStart(4)} → ${r.after.toFixed(0).padStart(4)} (${(r.share * 100).toFixed(0)} %)`),
-    `  under a backlog (drain completions/s): before → from +${drainWindowDelayMs / 1000} s after the first completion past the fault, for ${windowMs / 1000} s (share); first completion`,
+    `  under a backlog (drain completions/s): before → from +${drainWindowDelayMs / 1000} s after the first completion past the fault, for ${settings.drainWindowMs / 1000} s (share); first completion`,
     ...drains.map((d) => `    ${`${d.fault}${d.downMs > 0 ? ` (${d.downMs / 1000} s down)` : ""}`.padEnd(30)} ${d.before.toFixed(0).padStart(4)} → ${d.after.toFixed(0).padStart(4)} (${(d.share * 100).toFixed(0)} %); first completion after ${fmtMs(d.firstCompletionMs)}; ${d.queuedAfter} left queued`),
     `  SIGKILL → the victim's jobs running again in another worker (lease ${leaseMs} ms):`,
     ...reruns.map((r) => `    ${r.victim}: ${r.jobs} job(s); first ${fmtMs(r.firstMs)}, median ${fmtMs(r.medianMs)}, last ${fmtMs(r.lastMs)}`),
