@@ -335,9 +335,16 @@ const main = async () => {
   }
   // the most the workers could drain if claims cost nothing: every slot busy with the average handler
   const ceiling = (settings.workers * settings.concurrency) / ((settings.sleepMinMs + settings.sleepMaxMs) / 2000)
+  /** Completions per worker between two instants: whether a slower drain is one worker's or everyone's. */
+  const byWorkerIn = async (fromMs: number, toMs: number) =>
+    Object.fromEntries((await query(monitor, (s) => s<Array<{ worker: string; n: number }>>`
+      select deleted_by as worker, count(*)::int as n from chaos_completions
+      where at >= to_timestamp(${fromMs / 1000}::float8) and at < to_timestamp(${toMs / 1000}::float8)
+      group by deleted_by order by deleted_by`)).map((r) => [r.worker, r.n]))
   const drains: Array<{
     fault: string; downMs: number; before: number; queuedAfterBefore: number; firstCompletionMs: number | null
     after: number; queuedAfter: number; share: number; saturated: boolean
+    perWorkerBefore: Record<string, number>; perWorkerAfter: Record<string, number>
   }> = []
   const saturatedFaults = [faults[2]!, restartFault(settings.saturatedDownMs)]
   await ensureBacklog(ceiling, 3 + drainWindowMs / 1000)
@@ -348,6 +355,7 @@ const main = async () => {
     const beforeFrom = Date.now()
     await until(beforeFrom + drainWindowMs)
     const before = await completionRate(beforeFrom, beforeFrom + drainWindowMs)
+    const perWorkerBefore = await byWorkerIn(beforeFrom, beforeFrom + drainWindowMs)
     const queuedAfterBefore = await queuedNow()
     const downMs = fault.name === "PostgreSQL restart" ? settings.saturatedDownMs : 0
     // enough to drain until the first completion after the fault (topped up again once it is seen)
@@ -367,18 +375,20 @@ const main = async () => {
       if (firstAt === null) await sleep(50)
     }
     let after = 0
+    let perWorkerAfter: Record<string, number> = {}
     if (firstAt !== null) {
       // enough for the window after (the insert is one statement, done before the window opens)
       await ensureBacklog(before, (drainWindowDelayMs + drainWindowMs) / 1000 + 1)
       const from = firstAt + drainWindowDelayMs
       await until(from + drainWindowMs)
       after = await completionRate(from, from + drainWindowMs)
+      perWorkerAfter = await byWorkerIn(from, from + drainWindowMs)
     }
     const queuedAfter = await queuedNow()
     const share = before > 0 ? after / before : 0
     const firstCompletionMs = firstAt === null ? null : Math.round(Math.max(0, firstAt - faultEnd))
-    drains.push({ fault: fault.name, downMs, before, queuedAfterBefore, firstCompletionMs, after, queuedAfter, share, saturated: queuedAfterBefore > 0 && queuedAfter > 0 })
-    note(`saturated ${fault.name}${downMs > 0 ? ` (${downMs / 1000} s down)` : ""}: drain ${before.toFixed(0)}/s before; first completion ${firstCompletionMs === null ? "never" : `${firstCompletionMs} ms`} after; ${after.toFixed(0)}/s from +${drainWindowDelayMs / 1000} s for ${drainWindowMs / 1000} s (${(share * 100).toFixed(0)} %); ${queuedAfter} still queued`)
+    drains.push({ fault: fault.name, downMs, before, queuedAfterBefore, firstCompletionMs, after, queuedAfter, share, saturated: queuedAfterBefore > 0 && queuedAfter > 0, perWorkerBefore, perWorkerAfter })
+    note(`saturated ${fault.name}${downMs > 0 ? ` (${downMs / 1000} s down)` : ""}: drain ${before.toFixed(0)}/s before; first completion ${firstCompletionMs === null ? "never" : `${firstCompletionMs} ms`} after; ${after.toFixed(0)}/s from +${drainWindowDelayMs / 1000} s for ${drainWindowMs / 1000} s (${(share * 100).toFixed(0)} %); ${queuedAfter} still queued; per worker before ${JSON.stringify(perWorkerBefore)}, after ${JSON.stringify(perWorkerAfter)}`)
   }
 
   for (let round = 1; round <= rounds; round++) {
