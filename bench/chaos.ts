@@ -70,10 +70,11 @@ const recoveredShare = 0.9
  * Under a backlog the workers cannot keep up with, the drain rate after a fault must be back to this share of the
  * drain rate before it, in a window (`drainWindowMs`, 10 s; 5 s at CI size) that opens `drainWindowDelayMs` after
  * the first completion past the fault; and that first completion must come within `firstCompletionWithinMs` of the
- * fault (of the server's return). 80 %: on a 2-core machine at load 20-28 two undisturbed 5 s windows of the same
- * drain differed by up to 15 %; the crawl this catches (one claim a second after a fault) measured 42-63 %.
+ * fault (of the server's return). 70 %: on a 2-core machine at load 20-28 two undisturbed 5 s windows of the same
+ * drain differed by up to 15 %, and a quiet CI-size run read 85 % after an 8 s restart (cold caches); the crawl this
+ * catches (one claim a second after a fault) measured 42-63 %.
  */
-const drainShare = 0.8
+const drainShare = 0.7
 /**
  * And every worker that drained before the fault must drain at least this share of its own count after it: the
  * others' spare capacity can hide one stalled worker in the sum (seen: 386 → 16 completions in 10 s for one
