@@ -183,6 +183,13 @@ export const runQuery = <A>(thunk: () => PromiseLike<A>): Effect.Effect<A, DbErr
       (cause) => resume(Effect.fail(toDbError(cause)))
     )
     return Effect.sync(() => {
+      // porsager: cancelling a query that no connection has sent yet (`state` null) leaks the connection that was
+      // opening for it: that connection runs the query as its first, sees it cancelled, and is never handed to the
+      // pool. Enough of those (a probe cut at its deadline while the database restarts, again and again) and the
+      // pool has no connection left: every later query waits for ever. So an unsent query is left to run, its
+      // answer ignored (delivery is at least once); a sent one is cancelled on the server (a CancelRequest).
+      const state = (query as { state?: unknown }).state
+      if (state === null || state === undefined) return
       const cancel = (query as { cancel?: () => unknown }).cancel
       if (typeof cancel === "function") {
         try {
