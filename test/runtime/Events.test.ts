@@ -3,7 +3,7 @@
  * lags loses events (counted) and never slows the publisher; with nobody subscribed nothing is built.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Chunk, Context, Duration, Effect, Exit, Fiber, Layer, Queue as Q, Schema, Scope, Stream, TestClock } from "effect"
+import { Chunk, Context, Effect, Exit, Fiber, Layer, Queue as Q, Schema, Scope, Stream, TestClock } from "effect"
 import { Permanent, Transient } from "../../src/JobError.js"
 import * as MemoryQueue from "../../src/queue/MemoryQueue.js"
 import * as Queue from "../../src/queue/Queue.js"
@@ -11,18 +11,9 @@ import * as Events from "../../src/runtime/Events.js"
 import * as RetryPolicy from "../../src/runtime/RetryPolicy.js"
 import * as Stage from "../../src/runtime/Stage.js"
 import * as Worker from "../../src/runtime/Worker.js"
+import { settle, workerOptions } from "../support/memoryRuntime.js"
 
-const options: Worker.WorkerOptions = {
-  workerId: "events-worker",
-  shutdownGrace: Duration.seconds(10),
-  sweepInterval: Duration.hours(1),
-  pollInterval: Duration.seconds(1),
-  concurrency: {}
-}
-
-const settle = Effect.gen(function*() {
-  for (let i = 0; i < 50; i++) yield* Effect.yieldNow()
-})
+const options = workerOptions("events-worker")
 
 describe("JobEvents", () => {
   it.effect("a worker publishes enqueued, started, retried, completed, dead-lettered and cancelled", () =>

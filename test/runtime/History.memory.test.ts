@@ -10,18 +10,9 @@ import * as Queue from "../../src/queue/Queue.js"
 import * as Events from "../../src/runtime/Events.js"
 import * as Stage from "../../src/runtime/Stage.js"
 import * as Worker from "../../src/runtime/Worker.js"
+import { settle, workerOptions } from "../support/memoryRuntime.js"
 
-const options: Worker.WorkerOptions = {
-  workerId: "history-worker",
-  shutdownGrace: Duration.seconds(10),
-  sweepInterval: Duration.hours(1),
-  pollInterval: Duration.seconds(1),
-  concurrency: {}
-}
-
-const settle = Effect.gen(function*() {
-  for (let i = 0; i < 50; i++) yield* Effect.yieldNow()
-})
+const options = workerOptions("history-worker")
 
 const start = (stages: ReadonlyArray<Stage.Any>) =>
   Effect.gen(function*() {

@@ -3,20 +3,15 @@
  * each stage's own services are provided to its layer alone.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Context, Duration, Effect, Exit, Layer, Schema, Scope } from "effect"
+import { Context, Effect, Exit, Layer, Schema, Scope } from "effect"
 import * as MemoryQueue from "../../src/queue/MemoryQueue.js"
 import * as Queue from "../../src/queue/Queue.js"
 import * as Stage from "../../src/runtime/Stage.js"
 import * as Waker from "../../src/runtime/Waker.js"
 import * as Worker from "../../src/runtime/Worker.js"
+import { workerOptions } from "../support/memoryRuntime.js"
 
-const options: Worker.WorkerOptions = {
-  workerId: "layers",
-  shutdownGrace: Duration.seconds(10),
-  sweepInterval: Duration.hours(1),
-  pollInterval: Duration.seconds(1),
-  concurrency: { shout: 3 }
-}
+const options = workerOptions("layers", { concurrency: { shout: 3 } })
 
 /** A service only the `greet` stage needs, and one only `shout` needs. */
 class Greeting extends Context.Tag("test/Greeting")<Greeting, { readonly hello: (name: string) => string }>() {}

@@ -10,19 +10,9 @@ import * as Queue from "../../src/queue/Queue.js"
 import * as RetryPolicy from "../../src/runtime/RetryPolicy.js"
 import * as Stage from "../../src/runtime/Stage.js"
 import * as Worker from "../../src/runtime/Worker.js"
+import { settle, workerOptions } from "../support/memoryRuntime.js"
 
-const options: Worker.WorkerOptions = {
-  workerId: "test-worker",
-  shutdownGrace: Duration.seconds(10),
-  sweepInterval: Duration.hours(1),
-  pollInterval: Duration.seconds(1),
-  concurrency: {}
-}
-
-/** Lets forked fibers run without moving the clock. */
-const settle = Effect.gen(function*() {
-  for (let i = 0; i < 50; i++) yield* Effect.yieldNow()
-})
+const options = workerOptions("test-worker")
 
 const Payload = Schema.Struct({ mode: Schema.String })
 

@@ -14,6 +14,7 @@ import * as Schedules from "../../src/queue/Schedules.js"
 import * as Scheduler from "../../src/runtime/Scheduler.js"
 import * as Worker from "../../src/runtime/Worker.js"
 import { layerDb } from "../support/pg.js"
+import { settle } from "../support/memoryRuntime.js"
 
 const iso = (d: Date | null | undefined) => d?.toISOString() ?? null
 const at = (text: string) => new Date(text)
@@ -174,9 +175,6 @@ scenario("Postgres", PgSchedules.layer.pipe(Layer.provideMerge(PgQueue.layer()),
 // ---------------------------------------------------------------------------------------------------------
 // the runtime under TestClock
 
-const settle = Effect.gen(function*() {
-  for (let i = 0; i < 50; i++) yield* Effect.yieldNow()
-})
 
 describe("the Scheduler in a worker, on the in-memory queue and TestClock", () => {
   // no stage pools run here (their heartbeat and watchdog loops would make days of TestClock slow): the jobs
