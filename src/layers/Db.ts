@@ -141,11 +141,21 @@ export class Db extends Context.Tag("pgfiber/Db")<Db, {
   /** True when the caller is inside `transaction`. */
   readonly inTransaction: Effect.Effect<boolean>
   /**
-   * Runs one statement with these settings local to it (planner settings for its plan): in a transaction of its
-   * own (porsager's `begin`: no Effect runs inside it, and unlike a reservation it cannot lose a connection when
-   * the connect fails), or, inside a transaction already, for the rest of that one.
+   * Runs a query with these settings in force for its plans (the claim's planner pins).
+   * - Outside a transaction and any org, on a direct connection: on a small pool of its own (at most
+   *   `settingsPoolMax` connections per distinct settings) whose sessions start with them, so a one-statement
+   *   query is one round trip, with no BEGIN, SET or COMMIT around it. `atomic`: the query's statements run in one
+   *   transaction there (porsager's `begin`).
+   * - Otherwise (behind a transaction-pooling PgBouncer, i.e. with a separate listen URL; a server that did not
+   *   take the settings at connect; under an org; inside a transaction already): in a transaction with the
+   *   settings local to it (porsager's `begin`: no Effect runs inside it, and unlike a reservation it cannot lose
+   *   a connection when the connect fails), or for the rest of the caller's transaction.
    */
-  readonly runWithSettings: <A>(settings: Readonly<Record<string, string>>, query: (sql: Sql) => PromiseLike<A>) => Effect.Effect<A, DbError>
+  readonly runWithSettings: <A>(
+    settings: Readonly<Record<string, string>>,
+    query: (sql: Sql) => PromiseLike<A>,
+    options?: { readonly atomic?: boolean }
+  ) => Effect.Effect<A, DbError>
   /**
    * LISTENs on `channel` on a connection of its own for the life of the scope, re-LISTENing with backoff whenever
    * it drops: `onDown` the moment the connection is lost (or cannot be made), `onListening` each time LISTEN is
@@ -203,6 +213,15 @@ export const runQuery = <A>(thunk: () => PromiseLike<A>): Effect.Effect<A, DbErr
 
 export const tenantRole = "pgfiber_tenant"
 
+/** Most connections of each settings pool (`runWithSettings`): claims are one at a time per stage. */
+export const settingsPoolMax = 2
+
+interface SettingsPool {
+  /** unknown: not checked (or the check found the database down); checking; ready: in use; refused: never used. */
+  state: "unknown" | "checking" | "ready" | "refused"
+  readonly sql: Sql | undefined
+}
+
 export const make = (options: DbOptions) =>
   Effect.gen(function*() {
     if (!validSchemaName(options.schema)) {
@@ -210,25 +229,23 @@ export const make = (options: DbOptions) =>
     }
     yield* ConnectionFaultGuard.install
     const applicationName = options.applicationName ?? "pgfiber"
-    const connectOptions = (max: number) => ({
+    const connectOptions = (max: number, settings: Readonly<Record<string, string>> = {}) => ({
       max,
       prepare: options.prepare ?? true,
       onnotice: () => undefined,
       idle_timeout: 0,
       connect_timeout: 5,
       backoff: reconnectBackoff,
-      connection: { search_path: `${options.schema}`, application_name: applicationName }
+      connection: { ...settings, search_path: `${options.schema}`, application_name: applicationName }
     })
+    const open = (url: Redacted.Redacted<string>, max: number, statements: boolean, settings?: Readonly<Record<string, string>>) =>
+      postgres(Redacted.value(url), {
+        ...connectOptions(max, settings),
+        ...(statements && options.onStatement ? { debug: (_conn: number, query: string) => options.onStatement!(query) } : {})
+      })
+    const close = (sql: Sql) => Effect.promise(() => sql.end({ timeout: 5 }).catch(() => undefined))
     const connect = (url: Redacted.Redacted<string>, max: number, statements: boolean) =>
-      Effect.acquireRelease(
-        Effect.sync(() =>
-          postgres(Redacted.value(url), {
-            ...connectOptions(max),
-            ...(statements && options.onStatement ? { debug: (_conn: number, query: string) => options.onStatement!(query) } : {})
-          })
-        ),
-        (sql) => Effect.promise(() => sql.end({ timeout: 5 }).catch(() => undefined))
-      )
+      Effect.acquireRelease(Effect.sync(() => open(url, max, statements)), close)
     const pool: Sql = yield* connect(options.url, options.poolMax, true)
     // the migrations' session-level advisory lock; a separate instance points it past the pooler
     const session: Sql = options.listenUrl === undefined ? pool : yield* connect(options.listenUrl, 1, false)
@@ -399,21 +416,77 @@ export const make = (options: DbOptions) =>
 
     const withOrg = <A, E, R>(orgId: string, effect: Effect.Effect<A, E, R>) => begin(effect, orgId)
 
-    const runWithSettings = <A>(settings: Readonly<Record<string, string>>, query: (sql: Sql) => PromiseLike<A>): Effect.Effect<A, DbError> =>
+    // ---- pools whose sessions start with given settings (the claim's planner pins): one per distinct settings ----
+    const settingsPools = new Map<string, SettingsPool>()
+    yield* Effect.addFinalizer(() => Effect.forEach([...settingsPools.values()], (p) => (p.sql ? close(p.sql) : Effect.void), { discard: true }))
+    /**
+     * The pool for these settings, once its first session showed them in force; null while that is not known, or
+     * when the server (or a pooler in between) does not keep them. Behind a transaction-pooling PgBouncer (a
+     * separate listen URL) session settings do not follow the client, so it is never tried there.
+     */
+    const settingsPool = (settings: Readonly<Record<string, string>>): Effect.Effect<Sql | null> =>
+      Effect.suspend(() => {
+        if (options.listenUrl !== undefined) return Effect.succeed(null)
+        const key = JSON.stringify(Object.entries(settings).sort())
+        const known = settingsPools.get(key)
+        if (known?.state === "ready") return Effect.succeed(known.sql!)
+        if (known?.state === "refused" || known?.state === "checking") return Effect.succeed(null)
+        const entry: SettingsPool = known ?? { state: "checking", sql: open(options.url, settingsPoolMax, true, settings) }
+        entry.state = "checking"
+        settingsPools.set(key, entry)
+        const sql = entry.sql!
+        const names = Object.keys(settings)
+        const values = Object.values(settings)
+        // checked in the background: until it answers, the caller takes the transaction path
+        return Effect.forkDaemon(
+          runQuery(() =>
+            sql<Array<{ kept: boolean }>>`select bool_and(current_setting(name) = value) as kept from unnest(${names}::text[], ${values}::text[]) as s(name, value)`
+          ).pipe(
+            Effect.timeout(Duration.seconds(30)),
+            Effect.matchEffect({
+              onSuccess: ([row]) =>
+                row?.kept === true
+                  ? Effect.sync(() => (entry.state = "ready"))
+                  : Effect.zipRight(
+                    Effect.zipRight(Effect.sync(() => (entry.state = "refused")), close(sql)),
+                    Effect.logInfo("the database does not keep settings given at connect; claims set theirs in a transaction")
+                  ),
+              // the database down or slow: ask again at the next use; any other refusal (a pooler that rejects the
+              // parameters, a server that does not know one): never
+              onFailure: (e) => {
+                entry.state = e._tag === "TimeoutException" || (e.unavailable && e.code !== "08P01") ? "unknown" : "refused"
+                return entry.state === "refused" ? close(sql) : Effect.void
+              }
+            })
+          )
+        ).pipe(Effect.as(null))
+      })
+
+    const runWithSettings = <A>(
+      settings: Readonly<Record<string, string>>,
+      query: (sql: Sql) => PromiseLike<A>,
+      runOptions: { readonly atomic?: boolean } = {}
+    ): Effect.Effect<A, DbError> =>
       Effect.flatMap(current, (tx) =>
         Option.isSome(tx)
           ? Effect.zipRight(onPinned(tx.value.sql, tx.value.pin, (s) => localSettings(s, settings)), onPinned(tx.value.sql, tx.value.pin, query))
           : Effect.flatMap(FiberRef.get(currentOrg), (org) =>
             Option.isSome(org)
               ? begin(Effect.zipRight(run((s) => localSettings(s, settings)), run(query)), org.value)
-              // plain SQL in porsager's own transaction: a killed backend rejects it, and the connection goes
-              // back among the closed ones by porsager's own bookkeeping
-              : outside(observe(runQuery(() =>
-                pool.begin(async (sql) => {
-                  await localSettings(sql as unknown as Sql, settings)
-                  return await query(sql as unknown as Sql)
-                }) as PromiseLike<A>
-              )))))
+              : Effect.flatMap(settingsPool(settings), (ready) =>
+                ready !== null
+                  // one round trip: the session already has the settings
+                  ? outside(observe(runQuery(() =>
+                    runOptions.atomic ? ready.begin(async (sql) => await query(sql as unknown as Sql)) as PromiseLike<A> : query(ready)
+                  )))
+                  // plain SQL in porsager's own transaction: a killed backend rejects it, and the connection goes
+                  // back among the closed ones by porsager's own bookkeeping
+                  : outside(observe(runQuery(() =>
+                    pool.begin(async (sql) => {
+                      await localSettings(sql as unknown as Sql, settings)
+                      return await query(sql as unknown as Sql)
+                    }) as PromiseLike<A>
+                  ))))))
 
     const run = <A>(query: (sql: Sql) => PromiseLike<A>): Effect.Effect<A, DbError> =>
       Effect.flatMap(current, (tx) =>

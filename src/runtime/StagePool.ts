@@ -97,12 +97,18 @@ const nativeTracer = Effect.runSync(Effect.tracer)
 
 // ---- the core: executor, settler, heartbeat and watchdog over one table of held leases --------------------
 
+/** Most jobs claimed ahead of the slots under a backlog: 500 (graphile-worker's documented local queue) for fast jobs. */
+export const maxAheadFor = (concurrency: number) => Math.max(concurrency, Math.min(50 * concurrency, 500))
+
 /**
- * Most finished jobs a pool holds with their outcomes not yet written. In normal running the settle window
- * keeps it far lower (what finishes during one or two settle statements); it binds only when the database is
- * slow or away, and it is the hard cap on what a crash repeats beyond the running jobs.
+ * Most finished jobs a pool holds with their outcomes not yet written: two full claims' worth. In normal running
+ * the settle window keeps it far lower for any job that takes a few ms (what finishes during one or two settle
+ * statements); it binds only when the database is slow or away, and it is the hard cap on what a crash repeats
+ * beyond the running jobs. It must exceed one claim: a pool of very short jobs finishes a whole claim before its
+ * settle commits, and a lower cap made the next claim wait for that commit (100 for concurrency 10 cost a fifth
+ * of the no-op drain; docs/benchmarks.md).
  */
-export const maxUnsettledFor = (concurrency: number) => Math.max(100, 10 * concurrency)
+export const maxUnsettledFor = (concurrency: number) => Math.max(10 * concurrency, 2 * (concurrency + maxAheadFor(concurrency)))
 
 const makeCore = <A, I, R>(
   stage: Stage.Stage<A, I, R>,
@@ -457,8 +463,8 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
     // backlog: the last claim came back full, so claim a batch ahead to keep every slot busy; `ahead` grows
     // while the pool runs dry between claims (fast jobs) and shrinks while jobs wait (slow ones)
     let backlog = false
-    // up to 500 ahead (graphile-worker's documented local queue) for fast jobs; slow ones never grow it
-    const maxAhead = Math.max(concurrency, Math.min(50 * concurrency, 500))
+    // up to 500 ahead for fast jobs; slow ones never grow it
+    const maxAhead = maxAheadFor(concurrency)
     let ahead = concurrency
     const maxSettling = maxUnsettledFor(concurrency)
     const signal = yield* Q.sliding<void>(1)
