@@ -182,7 +182,57 @@ describe("PgQueue (Postgres only)", () => {
         expect(claimedWhileHeld.find((j) => j.dedupeKey === "k")?.payload).toEqual({ v: 2 })
         expect((yield* q.claim(stage, 10, worker)).map((j) => j.id)).toEqual([held!.id])
       }))
+
+    it.effect("a fair stage's claim that ran dry takes every ready job at once when they fit, and takes turns when they do not", () =>
+      Effect.gen(function*() {
+        const q = yield* Queue.Queue
+        const stage = "dry_fair"
+        // the queue ran dry (a short claim), then a few jobs of two orgs: the next claim takes all of them
+        expect(yield* q.claim(stage, 10, worker)).toEqual([])
+        yield* q.enqueue([{ stage, orgId: "a" }, { stage, orgId: "a" }, { stage, orgId: "b" }])
+        expect((yield* q.claim(stage, 10, worker)).map((j) => j.orgId).sort()).toEqual(["a", "a", "b"])
+        // ran dry again; now more are ready than one claim takes: org b's one job is not left behind a's eight
+        yield* q.enqueue(Array.from({ length: 8 }, () => ({ stage, orgId: "a" })))
+        yield* q.enqueue([{ stage, orgId: "b" }])
+        const turn = yield* q.claim(stage, 4, worker)
+        expect(turn.map((j) => j.orgId).sort()).toEqual(["a", "a", "a", "b"])
+      }))
   })
+
+  it.live("a claim on a direct connection is one statement (sessions with the claim's settings); behind a pooler (a listen URL) a transaction that sets them", () =>
+    Effect.gen(function*() {
+      const claimsOf = (pooled: boolean) =>
+        Effect.scoped(Effect.gen(function*() {
+          const schema = freshSchemaName("claim1")
+          yield* Effect.addFinalizer(() => dropSchema(schema))
+          const statements: Array<string> = []
+          const db = yield* Db.make({
+            url: Redacted.make(databaseUrl()),
+            schema,
+            poolMax: 2,
+            onStatement: (q) => statements.push(q.trim().split(/\s+/).slice(0, 2).join(" ").toLowerCase()),
+            ...(pooled ? { listenUrl: Redacted.make(databaseUrl()) } : {})
+          })
+          yield* Migrations.migrate().pipe(Effect.provideService(Db.Db, db), Effect.orDie)
+          const q = yield* PgQueue.make().pipe(Effect.provideService(Db.Db, db))
+          // the first claim checks the settings pool beside it; the claims after it show which path they take
+          const shapes: Array<ReadonlyArray<string>> = []
+          for (let i = 0; i < 6; i++) {
+            yield* q.enqueue([{ stage: "one_trip", payload: { i } }])
+            statements.length = 0
+            const jobs = yield* q.claim("one_trip", 10, worker)
+            expect(jobs.length).toBe(1)
+            shapes.push([...statements])
+            yield* Effect.sleep("20 millis")
+          }
+          return shapes
+        }))
+      const direct = yield* claimsOf(false)
+      expect(direct.at(-1)).toEqual(["with next"])
+      const pooled = yield* claimsOf(true)
+      // (the first claim also reads the run-time limit overrides)
+      for (const shape of pooled.slice(1)) expect(shape).toEqual(["begin", "select set_config(name,", "with next", "commit"])
+    }))
 
   it.live("migrations run once under concurrency and refuse a database that is ahead", () =>
     Effect.gen(function*() {
