@@ -14,7 +14,7 @@ import type { DeadLettered, Settled, SettleOptions } from "./Outcome.js"
 import * as Queue from "./Queue.js"
 import { type OnDead, type QueueOptions, resolveRetention, retentionParams, type Wakeups } from "./Queue.js"
 
-/** Spans for queue operations, without `Effect.fn`'s stack captures per call (0.3 ms of a 1.2 ms wake-up's claim). */
+/** Spans for queue operations, without `Effect.fn`'s two stack captures per call (~0.06 ms on a wake-up's claim). */
 const spanOptions = { captureStackTrace: false } as const
 
 const str = (v: unknown): string | null => (v === null || v === undefined ? null : String(v))

@@ -4,7 +4,9 @@
  */
 import { describe, expect, it, layer } from "@effect/vitest"
 import { Duration, Effect, Either, Layer, Redacted } from "effect"
+import postgres from "postgres"
 import * as Db from "../../src/layers/Db.js"
+import * as JobsSql from "../../src/queue/JobsSql.js"
 import * as Migrations from "../../src/queue/Migrations.js"
 import * as PgQueue from "../../src/queue/PgQueue.js"
 import * as Queue from "../../src/queue/Queue.js"
@@ -233,6 +235,54 @@ describe("PgQueue (Postgres only)", () => {
       // (the first claim also reads the run-time limit overrides)
       for (const shape of pooled.slice(1)) expect(shape).toEqual(["begin", "select set_config(name,", "with next", "commit"])
     }))
+
+  it.live("a claim reads about as many rows as it claims, however many other jobs the table holds (the claim's sessions plan generically)", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const schema = freshSchemaName("claimrows")
+      yield* Effect.addFinalizer(() => dropSchema(schema))
+      yield* Migrations.migrate().pipe(Effect.provide(Layer.scoped(Db.Db, Db.make({ url: Redacted.make(databaseUrl()), schema, poolMax: 2 }))))
+      const admin = rawSql(schema)
+      yield* Effect.addFinalizer(() => Effect.promise(() => admin.end()))
+      // 50,000 jobs of other stages (delayed and ready), 300 ready over 3 orgs in the stage claimed
+      yield* Effect.promise(() => admin.unsafe(`
+        insert into jobs (stage, org_id, payload, available_at)
+        select case when g % 2 = 0 then 'elsewhere' else 'later' end, 'org' || (g % 100), '{}',
+               case when g % 2 = 0 then now() else now() + interval '1 day' end
+        from generate_series(1, 50000) g;
+        insert into jobs (stage, org_id, payload) select 'claimed', 'org' || (g % 3), '{}' from generate_series(1, 300) g;
+        analyze jobs`))
+      const notices: Array<string> = []
+      // a session as the claims get them: the claim's settings given at connect
+      const claimer = postgres(databaseUrl(), {
+        max: 1,
+        onnotice: (n) => notices.push(String(n.message)),
+        connection: { ...JobsSql.claimSettings, search_path: schema } as Record<string, string>
+      })
+      yield* Effect.addFinalizer(() => Effect.promise(() => claimer.end()))
+      const shares = { fair: true, maxRunning: null, maxRunningPerOrg: null, rate: null }
+      const statements = {
+        plain: () => JobsSql.claimReady(claimer as never, "claimed", 10, "w", 30_000),
+        ifAll: () => JobsSql.claimReadyIfAll(claimer as never, "claimed", 10, "w", 30_000),
+        fair: () => JobsSql.claimShares(claimer as never, "claimed", 10, "w", 30_000, shares, null)
+      }
+      // rows each plan node read from `jobs` (an index or table scan), by auto_explain's JSON
+      const rowsRead = (plan: { [k: string]: unknown }): number =>
+        (plan["Relation Name"] === "jobs" ? Number(plan["Actual Rows"]) * Number(plan["Actual Loops"]) : 0) +
+        ((plan.Plans as Array<{ [k: string]: unknown }> | undefined) ?? []).reduce((n, p) => n + rowsRead(p), 0)
+      for (const [name, run] of Object.entries(statements)) {
+        // past the first executions, whatever plan the session caches is the one measured
+        for (let i = 0; i < 6; i++) yield* Effect.promise(() => run())
+        yield* Effect.promise(() => claimer.unsafe("load 'auto_explain'"))
+        yield* Effect.promise(() => claimer.unsafe("set auto_explain.log_min_duration = 0; set auto_explain.log_analyze = on; set auto_explain.log_format = json; set auto_explain.log_level = notice"))
+        notices.length = 0
+        yield* Effect.promise(() => run())
+        yield* Effect.promise(() => claimer.unsafe("set auto_explain.log_min_duration = -1"))
+        const explained = notices.find((n) => n.includes("\"Plan\""))
+        expect(explained, name).toBeDefined()
+        const plan = JSON.parse(explained!.slice(explained!.indexOf("{"))) as { Plan: { [k: string]: unknown } }
+        expect(rowsRead(plan.Plan), name).toBeLessThan(500)
+      }
+    })))
 
   it.live("migrations run once under concurrency and refuse a database that is ahead", () =>
     Effect.gen(function*() {
