@@ -6,67 +6,32 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Context, Duration, Effect, Layer, Redacted, Schema } from "effect"
-import { spawn } from "node:child_process"
-import * as Path from "node:path"
 import * as Db from "../../src/layers/Db.js"
-import * as Migrations from "../../src/queue/Migrations.js"
 import * as PgQueue from "../../src/queue/PgQueue.js"
 import * as Queue from "../../src/queue/Queue.js"
 import * as Stage from "../../src/runtime/Stage.js"
 import * as Worker from "../../src/runtime/Worker.js"
-import { databaseUrl, dropSchema, freshSchemaName, rawSql } from "../support/pg.js"
+import { databaseUrl } from "../support/pg.js"
+import { waitFor as waitForCondition } from "../support/waitFor.js"
+import { fixture, freshSchema, spawnWorkerProcess } from "../support/workerProcess.js"
 
-const freshSchema = Effect.gen(function*() {
-  const schema = freshSchemaName("fair")
-  yield* Effect.addFinalizer(() => dropSchema(schema))
-  yield* Migrations.migrate().pipe(
-    Effect.provide(Layer.scoped(Db.Db, Db.make({ url: Redacted.make(databaseUrl()), schema, poolMax: 2 }))),
-    Effect.orDie
-  )
-  const sql = rawSql(schema)
-  yield* Effect.addFinalizer(() => Effect.promise(() => sql.end({ timeout: 5 })))
-  yield* Effect.promise(() =>
-    sql`create table runs (job_id bigint, stage text, org_id text, worker_id text, claimed_at timestamptz,
-                           at timestamptz default clock_timestamp())`
-  )
-  return { schema, sql }
-})
+const freshFairSchema = freshSchema(
+  "fair",
+  `create table runs (job_id bigint, stage text, org_id text, worker_id text, claimed_at timestamptz,
+                      at timestamptz default clock_timestamp())`
+)
 
 const waitFor = <A>(what: string, probe: Effect.Effect<A | undefined | null | false>, timeout = Duration.minutes(2)) =>
-  Effect.gen(function*() {
-    const deadline = Date.now() + Duration.toMillis(timeout)
-    while (Date.now() < deadline) {
-      const value = yield* probe
-      if (value !== undefined && value !== null && value !== false) return value as A
-      yield* Effect.sleep("25 millis")
-    }
-    return yield* Effect.dieMessage(`timed out waiting for ${what}`)
-  })
-
-const fixture = Path.resolve(import.meta.dirname, "../fixtures/limitsWorker.ts")
+  waitForCondition(what, probe, timeout, Duration.millis(25))
 
 const spawnWorker = (schema: string, workerId: string, env: Record<string, string>) =>
-  Effect.acquireRelease(
-    Effect.sync(() => {
-      const child = spawn(process.execPath, ["--import", "tsx", fixture], {
-        env: {
-          ...process.env,
-          DATABASE_URL: databaseUrl(),
-          PGFIBER_SCHEMA: schema,
-          WORKER_ID: workerId,
-          SWEEP_INTERVAL_MS: String(3_600_000),
-          LOG_LEVEL: "warn",
-          ...env
-        },
-        stdio: ["ignore", "pipe", "pipe"]
-      })
-      let output = ""
-      child.stdout!.on("data", (d) => (output += d))
-      child.stderr!.on("data", (d) => (output += d))
-      return { child, output: () => output }
-    }),
-    ({ child }) => Effect.sync(() => child.exitCode === null && child.kill("SIGKILL"))
-  )
+  spawnWorkerProcess(fixture("limitsWorker.ts"), {
+    PGFIBER_SCHEMA: schema,
+    WORKER_ID: workerId,
+    SWEEP_INTERVAL_MS: String(3_600_000),
+    LOG_LEVEL: "warn",
+    ...env
+  })
 
 // the fairness test's stage runs in this process, so its start order is recorded exactly
 const starts: Array<string> = []
@@ -81,7 +46,7 @@ const fairStage = Stage.make({
 describe("fair shares on Postgres", () => {
   it.scopedLive("fairness: org A enqueues 20,000, then org B 20; B's 20 all start before A finishes 2 % of its backlog", () =>
     Effect.gen(function*() {
-      const { schema } = yield* freshSchema
+      const { schema } = yield* freshFairSchema
       const scope = yield* Effect.scope
       const dbLayer = Layer.scoped(Db.Db, Db.make({ url: Redacted.make(databaseUrl()), schema, poolMax: 4 }))
       const queueContext = yield* Layer.buildWithScope(PgQueue.layer().pipe(Layer.provideMerge(dbLayer)), scope).pipe(Effect.orDie)
@@ -111,7 +76,7 @@ describe("fair shares on Postgres", () => {
 
   it.scopedLive("caps: three worker processes, a stage capped at 5 globally and 2 per org; running never exceeds them, and fills them", () =>
     Effect.gen(function*() {
-      const { schema, sql } = yield* freshSchema
+      const { schema, sql } = yield* freshFairSchema
       const orgs = ["o1", "o2", "o3", "o4"]
       yield* Effect.promise(() =>
         sql`insert into jobs (stage, org_id, payload)
@@ -155,7 +120,7 @@ describe("fair shares on Postgres", () => {
 
   it.scopedLive("rate limit: 20/s across three processes drains 200 jobs in about 10 s, never faster in any 1 s window than the bucket allows", () =>
     Effect.gen(function*() {
-      const { schema, sql } = yield* freshSchema
+      const { schema, sql } = yield* freshFairSchema
       // a burst of 2: one spare token absorbs a late wake-up (the timer, a claim) without losing the rate
       const env = { PGFIBER_RATE_LIMIT: "rated=20/s", PGFIBER_RATE_BURST: "rated=2" }
       yield* Effect.all([1, 2, 3].map((n) => spawnWorker(schema, `rater-${n}`, env)))
