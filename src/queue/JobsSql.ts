@@ -108,6 +108,23 @@ export const sharesClaimPlan: Readonly<Record<string, string>> = { ...claimPlan,
  */
 export const claimSettings: Readonly<Record<string, string>> = { ...sharesClaimPlan, synchronous_commit: "off" }
 
+/** The plain claims' pick: the stage's first `limit` ready jobs in claim order, locked, skipping locked ones. */
+const readyIds = (sql: Sql, stage: string, limit: number) =>
+  sql`
+      select id from jobs
+      where stage = ${stage} and status = 'queued' and available_at <= now()
+        and (select set_config('synchronous_commit', 'off', true)) = 'off'
+        -- a paused stage claims nothing (the pools stop asking; this guards the moment before they hear it)
+        and not exists (select 1 from stage_controls c where c.stage = ${stage} and c.paused)
+      order by priority, available_at, id
+      limit ${limit}
+      for update skip locked`
+
+/** What the plain claims write on each claimed row (`update jobs j set …`): a new lease for `workerId`. */
+const claimedBy = (sql: Sql, workerId: string, leaseMs: number) =>
+  sql`status = 'running', locked_by = ${workerId}, locked_until = now() + ${leaseMs} * interval '1 millisecond',
+        lease = j.lease + 1, updated_at = now(), started_at = coalesce(j.started_at, now())`
+
 /**
  * Claims due jobs. Locking: FOR UPDATE SKIP LOCKED on the ready index, so claimers never wait on each other.
  * The claim commits without waiting for its WAL flush (`synchronous_commit` off for this transaction only):
@@ -116,19 +133,9 @@ export const claimSettings: Readonly<Record<string, string>> = { ...sharesClaimP
  */
 export const claimReady = (sql: Sql, stage: string, limit: number, workerId: string, leaseMs: number) =>
   sql<Array<Record<string, unknown>>>`
-    with next as (
-      select id from jobs
-      where stage = ${stage} and status = 'queued' and available_at <= now()
-        and (select set_config('synchronous_commit', 'off', true)) = 'off'
-        -- a paused stage claims nothing (the pools stop asking; this guards the moment before they hear it)
-        and not exists (select 1 from stage_controls c where c.stage = ${stage} and c.paused)
-      order by priority, available_at, id
-      limit ${limit}
-      for update skip locked
-    )
+    with next as (${readyIds(sql, stage, limit)})
     update jobs j
-    set status = 'running', locked_by = ${workerId}, locked_until = now() + ${leaseMs} * interval '1 millisecond',
-        lease = j.lease + 1, updated_at = now(), started_at = coalesce(j.started_at, now())
+    set ${claimedBy(sql, workerId, leaseMs)}
     -- by primary key, one lookup per claimed id: a join with \`next\` planned generically (the claim's sessions
     -- force generic plans) merge-joined the whole primary key, 75-100 ms a claim at 300,000 rows
     where j.id = any(array(select id from next))
@@ -143,20 +150,12 @@ export const claimReady = (sql: Sql, stage: string, limit: number, workerId: str
  */
 export const claimReadyIfAll = (sql: Sql, stage: string, limit: number, workerId: string, leaseMs: number) =>
   sql<Array<Record<string, unknown>>>`
-    with next as (
-      select id from jobs
-      where stage = ${stage} and status = 'queued' and available_at <= now()
-        and (select set_config('synchronous_commit', 'off', true)) = 'off'
-        and not exists (select 1 from stage_controls c where c.stage = ${stage} and c.paused)
-      order by priority, available_at, id
-      limit ${limit + 1}
-      for update skip locked
+    with next as (${readyIds(sql, stage, limit + 1)}
     ), fits as (
       select count(*) <= ${limit} as ok from next
     ), claimed as (
       update jobs j
-      set status = 'running', locked_by = ${workerId}, locked_until = now() + ${leaseMs} * interval '1 millisecond',
-          lease = j.lease + 1, updated_at = now(), started_at = coalesce(j.started_at, now())
+      set ${claimedBy(sql, workerId, leaseMs)}
       where j.id = any(array(select id from next)) and (select ok from fits)
       returning j.*
     )
