@@ -148,6 +148,17 @@ const signIn = async (page: Page, key: string) => {
   await page.waitForSelector("#stage-rows")
 }
 
+/** A gated job (held until `openGate()`), its page open as the admin once it reads as running. */
+const openRunningGatedJob = async (n: number) => {
+  gate = new Promise<void>((resolve) => (openGate = resolve))
+  const [job] = await enqueue([{ stage: "gated", payload: { n }, orgId: "acme" }])
+  const { context, page } = await newPage()
+  await signIn(page, keys.admin)
+  await page.goto(`${base}/dashboard/jobs/${job!.id}`)
+  await expect.poll(() => page.locator("[data-job-field=status]").textContent(), { timeout: 60_000 }).toBe("running")
+  return { context, job: job!, page }
+}
+
 const cell = (page: Page, stage: string, field: string) => page.locator(`tr[data-stage="${stage}"] [data-field="${field}"]`)
 
 beforeAll(async () => {
@@ -370,12 +381,7 @@ describe("the dashboard in a real browser", () => {
   })
 
   it("a running job's page follows it live to its end, without the user reloading", async () => {
-    gate = new Promise<void>((resolve) => (openGate = resolve))
-    const [job] = await enqueue([{ stage: "gated", payload: { n: 11 }, orgId: "acme" }])
-    const { context, page } = await newPage()
-    await signIn(page, keys.admin)
-    await page.goto(`${base}/dashboard/jobs/${job!.id}`)
-    await expect.poll(() => page.locator("[data-job-field=status]").textContent(), { timeout: 60_000 }).toBe("running")
+    const { context, page } = await openRunningGatedJob(11)
     expect(await page.locator("[data-job-field=lockedBy]").textContent()).toContain("dashboard-test")
     openGate()
     // the job leaves the live table; the page reloads itself once and shows it from the kept history
@@ -481,15 +487,10 @@ describe("the dashboard in a real browser", () => {
   })
 
   it("cancels a running job after a confirmation, and its page follows it to cancelled", async () => {
-    gate = new Promise<void>((resolve) => (openGate = resolve))
-    const [job] = await enqueue([{ stage: "gated", payload: { n: 21 }, orgId: "acme" }])
-    const { context, page } = await newPage()
-    await signIn(page, keys.admin)
-    await page.goto(`${base}/dashboard/jobs/${job!.id}`)
-    await expect.poll(() => page.locator("[data-job-field=status]").textContent(), { timeout: 60_000 }).toBe("running")
+    const { context, job, page } = await openRunningGatedJob(21)
     await page.click("button[data-action=cancel]")
     await page.waitForSelector("#confirm")
-    expect(await page.locator("#question").textContent()).toContain(`Cancel job ${job!.id} (gated, org acme), now running?`)
+    expect(await page.locator("#question").textContent()).toContain(`Cancel job ${job.id} (gated, org acme), now running?`)
     await page.click("#confirm")
     await expect.poll(() => page.locator("[role=status]").textContent(), { timeout: 60_000 }).toMatch(/job cancell(ing|ed)/)
     // its worker stops it; the page (live, or reloaded) shows it cancelled
