@@ -143,9 +143,9 @@ export class Db extends Context.Tag("pgfiber/Db")<Db, {
   /**
    * Runs a query with these settings in force for its plans (the claim's planner pins).
    * - Outside a transaction and any org, on a direct connection: on a small pool of its own (at most
-   *   `settingsPoolMax` connections per distinct settings) whose sessions start with them, so a one-statement
-   *   query is one round trip, with no BEGIN, SET or COMMIT around it. `atomic`: the query's statements run in one
-   *   transaction there (porsager's `begin`).
+   *   `settingsPoolMax` connections per settings object: pass a constant) whose sessions start with them, so a
+   *   one-statement query is one round trip, with no BEGIN, SET or COMMIT around it. `atomic`: the query's
+   *   statements run in one transaction there (porsager's `begin`).
    * - Otherwise (behind a transaction-pooling PgBouncer, i.e. with a separate listen URL; a server that did not
    *   take the settings at connect; under an org; inside a transaction already): in a transaction with the
    *   settings local to it (porsager's `begin`: no Effect runs inside it, and unlike a reservation it cannot lose
@@ -416,8 +416,9 @@ export const make = (options: DbOptions) =>
 
     const withOrg = <A, E, R>(orgId: string, effect: Effect.Effect<A, E, R>) => begin(effect, orgId)
 
-    // ---- pools whose sessions start with given settings (the claim's planner pins): one per distinct settings ----
-    const settingsPools = new Map<string, SettingsPool>()
+    // ---- pools whose sessions start with given settings (the claim's planner pins): one per settings object ----
+    // (keyed by the object, which callers keep as a constant: no key is computed on the claim's path)
+    const settingsPools = new Map<Readonly<Record<string, string>>, SettingsPool>()
     yield* Effect.addFinalizer(() => Effect.forEach([...settingsPools.values()], (p) => (p.sql ? close(p.sql) : Effect.void), { discard: true }))
     /**
      * The pool for these settings, once its first session showed them in force; null while that is not known, or
@@ -427,13 +428,12 @@ export const make = (options: DbOptions) =>
     const settingsPool = (settings: Readonly<Record<string, string>>): Effect.Effect<Sql | null> =>
       Effect.suspend(() => {
         if (options.listenUrl !== undefined) return Effect.succeed(null)
-        const key = JSON.stringify(Object.entries(settings).sort())
-        const known = settingsPools.get(key)
+        const known = settingsPools.get(settings)
         if (known?.state === "ready") return Effect.succeed(known.sql!)
         if (known?.state === "refused" || known?.state === "checking") return Effect.succeed(null)
         const entry: SettingsPool = known ?? { state: "checking", sql: open(options.url, settingsPoolMax, true, settings) }
         entry.state = "checking"
-        settingsPools.set(key, entry)
+        settingsPools.set(settings, entry)
         const sql = entry.sql!
         const names = Object.keys(settings)
         const values = Object.values(settings)
