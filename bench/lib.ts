@@ -310,6 +310,36 @@ export const cpuMsOf = (pid: number): number | null => {
   }
 }
 
+/**
+ * CPU time (user + system) the whole PostgreSQL server has used so far, in ms: the postmaster, its live
+ * children (backends, WAL writer, checkpointer, autovacuum) and the children it has reaped (a backend that
+ * exited is counted in the postmaster's cutime/cstime). Other databases' idle backends add nothing.
+ */
+export const serverCpuMsOf = (dataDir: string): number | null => {
+  try {
+    const postmaster = Number(Fs.readFileSync(Path.join(dataDir, "postmaster.pid"), "utf8").split("\n")[0])
+    const fieldsOf = (pid: number | string) => {
+      const stat = Fs.readFileSync(`/proc/${pid}/stat`, "utf8")
+      return stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+    }
+    const own = fieldsOf(postmaster)
+    // utime, stime, cutime, cstime: fields 14-17 (1-based, counting pid and comm)
+    let ticks = Number(own[11]) + Number(own[12]) + Number(own[13]) + Number(own[14])
+    for (const entry of Fs.readdirSync("/proc")) {
+      if (!/^\d+$/.test(entry)) continue
+      try {
+        const f = fieldsOf(entry)
+        if (Number(f[1]) === postmaster) ticks += Number(f[11]) + Number(f[12])
+      } catch {
+        // exited while we looked: its time is in the postmaster's cutime from now on
+      }
+    }
+    return (ticks * 1000) / 100
+  } catch {
+    return null
+  }
+}
+
 /** In a child: send a message to the parent (a no-op when run by hand). */
 export const tell = (m: ChildMessage) => {
   if (process.send) process.send(m)

@@ -132,7 +132,7 @@ const main = async () => {
           const r = await attempt(`bulk ${s.key} run ${run}`, () =>
             W.bulk(cluster, s, run, { jobs: sizes.bulkJobs, batchSize: sizes.batchSize, ...(execArgv ? { execArgv } : {}) }))
           if (!("error" in r)) {
-            log(`    enqueue ${Math.round(r.enqueuePerSec)} jobs/s · drain ${Math.round(r.drainPerSec)} jobs/s${r.capped ? ` (cut off at ${r.completed} done)` : ""} · ${r.statementsPerJob.toFixed(2)} statements/job · worker CPU ${r.workerCpuMsPer1kJobs.toFixed(0)} ms per 1k jobs`)
+            log(`    enqueue ${Math.round(r.enqueuePerSec)} jobs/s · drain ${Math.round(r.drainPerSec)} jobs/s${r.capped ? ` (cut off at ${r.completed} done)` : ""} · ${r.statementsPerJob.toFixed(2)} statements/job · worker CPU ${r.workerCpuMsPer1kJobs.toFixed(0)} · server CPU ${r.serverCpuMsPer1kJobs.toFixed(0)} ms per 1k jobs`)
           }
           push(bulk, s.key, r)
         }
@@ -285,6 +285,7 @@ interface SubjectSummary {
   drainFromSpawnPerSec: number
   statementsPerJob: number
   workerCpuMsPer1kJobs: number
+  serverCpuMsPer1kJobs: number
   p50Ms: number
   p95Ms: number
   p99Ms: number
@@ -318,6 +319,8 @@ const summarize = (
       drainFromSpawnPerSec: median(b.map((r) => r.drainFromSpawnPerSec)),
       statementsPerJob: median(b.map((r) => r.statementsPerJob)),
       workerCpuMsPer1kJobs: median(b.map((r) => r.workerCpuMsPer1kJobs)),
+      // results from before this column was measured have none
+      serverCpuMsPer1kJobs: median(b.map((r) => r.serverCpuMsPer1kJobs ?? Number.NaN)),
       p50Ms: median(l.map((r) => r.p50Ms)),
       p95Ms: median(l.map((r) => r.p95Ms)),
       p99Ms: median(l.map((r) => r.p99Ms)),
@@ -400,6 +403,7 @@ const render = (r: {
   lines.push(row(`bulk drain, jobs/s (concurrency 10, start-up included)`, (s) => `${n0(s.drainPerSec)}${s.drainCapped ? " ¹" : ""}`))
   lines.push(row(`statements per job while draining`, (s) => (s.statementsPerJob < 0.1 ? s.statementsPerJob.toFixed(4) : n2(s.statementsPerJob))))
   lines.push(row(`worker CPU while draining, ms per 1,000 jobs`, (s) => n0(s.workerCpuMsPer1kJobs)))
+  lines.push(row(`database server CPU while draining (every PostgreSQL process), ms per 1,000 jobs`, (s) => n0(s.serverCpuMsPer1kJobs)))
   lines.push(row(`wake-up latency p50 / p95 / p99, ms`, (s) => `${n2(s.p50Ms)} / ${n2(s.p95Ms)} / ${n2(s.p99Ms)}`))
   lines.push(row(`idle: statements per 10 s`, (s) => n1(s.idleStatementsPer10s)))
   lines.push(row(`idle: open connections`, (s) => n0(s.idleConnections)))

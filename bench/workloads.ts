@@ -8,7 +8,7 @@ import * as Db from "../src/layers/Db.js"
 import * as Migrations from "../src/queue/Migrations.js"
 import * as JobsSql from "../src/queue/JobsSql.js"
 import {
-  type Cluster, connect, cpuMsOf, log, msSince, nowNs, openConnections, percentile, resetStatements, rssOf, sleep,
+  type Cluster, connect, cpuMsOf, log, msSince, nowNs, openConnections, percentile, resetStatements, rssOf, serverCpuMsOf, sleep,
   compileWorker, spawnWorker, statementCount, statementsByQuery, type WorkerChild
 } from "./lib.js"
 import type { Subject, WorkerConfig } from "./subjects/types.js"
@@ -74,6 +74,8 @@ export interface BulkResult {
   readonly statementsPerJob: number
   /** The worker process's CPU time (user + system) during the drain, per 1,000 jobs. */
   readonly workerCpuMsPer1kJobs: number
+  /** The database server's CPU time (every PostgreSQL process) during the drain, per 1,000 jobs. */
+  readonly serverCpuMsPer1kJobs: number
   readonly rssPeakMiB: number | null
   readonly topStatements: ReadonlyArray<{ calls: string; total_ms: number; mean_ms: number; query: string }>
 }
@@ -97,6 +99,7 @@ export const bulk = async (
       try {
         const starting = await requireMessage(worker, "starting", 30_000)
         const cpuAtStart = cpuMsOf(worker.pid)
+        const serverCpuAtStart = serverCpuMsOf(cluster.dataDir)
         const drained = await worker.waitFor("drained", subject.drainCapMs)
         let endNs: number
         let completed: number
@@ -111,6 +114,7 @@ export const bulk = async (
         }
         const rss = rssOf(worker.pid)
         const cpuAtEnd = cpuMsOf(worker.pid)
+        const serverCpuAtEnd = serverCpuMsOf(cluster.dataDir)
         const statements = await statementCount(cluster.admin, name)
         const topStatements = await statementsByQuery(cluster.admin, name, 6)
         const drainMs = (endNs - starting.at) / 1e6
@@ -128,6 +132,9 @@ export const bulk = async (
           statementsPerJob: completed > 0 ? statements / completed : Number.NaN,
           workerCpuMsPer1kJobs: cpuAtStart !== null && cpuAtEnd !== null && completed > 0
             ? ((cpuAtEnd - cpuAtStart) / completed) * 1000
+            : Number.NaN,
+          serverCpuMsPer1kJobs: serverCpuAtStart !== null && serverCpuAtEnd !== null && completed > 0
+            ? ((serverCpuAtEnd - serverCpuAtStart) / completed) * 1000
             : Number.NaN,
           rssPeakMiB: rss?.peakMiB ?? null,
           topStatements
