@@ -134,13 +134,12 @@ const main = async () => {
             await tx`select set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true)`
             return JobsSql.claimReady(tx as unknown as Sql, queueName, batch, `cost-${c}`, 60_000)
           })
-          if (rows.length === 0) return
-          const ids = rows.map((r) => String(r.id))
-          const settled = await JobsSql.settleOutcomes(sql, "pgfiber", {
-            ids, leases: rows.map((r) => Number(r.lease)), kinds: ids.map(() => "complete"), delays: ids.map(() => 0),
-            tags: ids.map(() => null), messages: ids.map(() => null), outputs: ids.map(() => null), runMs: ids.map(() => 1),
-            retainMs: ids.map(() => null)
-          }, { defaultMs: retainMs, byStage: "{}" })
+          const jobs = rows[0]?.jobs ?? []
+          if (jobs.length === 0) return
+          const ids = jobs.map((j) => String(j[JobsSql.claimedFields.indexOf("id")]))
+          const settled = await JobsSql.completeOutcomes(sql, "pgfiber", {
+            ids, leases: jobs.map((j) => Number(j[JobsSql.claimedFields.indexOf("lease")])), outputs: ids.map(() => null), runMs: ids.map(() => 1)
+          }, null, { defaultMs: retainMs, byStage: "{}" })
           done += settled.length
         }
       }))

@@ -617,14 +617,13 @@ export const raw = async (cluster: Cluster, run: number, options: { jobs: number
       const t0 = nowNs()
       await Promise.all(Array.from({ length: connections }, async (_, c) => {
         for (;;) {
-          const rows = await JobsSql.claimReady(sql, queueName, batch, `raw-${c}`, 10_000)
-          if (rows.length === 0) return
-          const ids = rows.map((r) => String(r.id))
-          const leases = rows.map((r) => Number(r.lease))
-          const deleted = await JobsSql.settleOutcomes(sql, pgfiberSchema, {
-            ids, leases, kinds: ids.map(() => "complete"), delays: ids.map(() => 0), tags: ids.map(() => null), messages: ids.map(() => null),
-            outputs: ids.map(() => null), runMs: ids.map(() => null), retainMs: ids.map(() => null)
-          }, { defaultMs: 0, byStage: "{}" })
+          const [{ jobs }] = await JobsSql.claimReady(sql, queueName, batch, `raw-${c}`, 10_000)
+          if (jobs.length === 0) return
+          const ids = jobs.map((j) => String(j[JobsSql.claimedFields.indexOf("id")]))
+          const leases = jobs.map((j) => Number(j[JobsSql.claimedFields.indexOf("lease")]))
+          const deleted = await JobsSql.completeOutcomes(sql, pgfiberSchema, {
+            ids, leases, outputs: ids.map(() => null), runMs: ids.map(() => null)
+          }, null, { defaultMs: 0, byStage: "{}" })
           done += deleted.length
         }
       }))

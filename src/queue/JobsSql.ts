@@ -120,6 +120,33 @@ const readyIds = (sql: Sql, stage: string, limit: number) =>
       limit ${limit}
       for update skip locked`
 
+/**
+ * The order of a claimed job's fields in `claimedJobs`' arrays (`PgQueue.claimedToJob` reads them by position).
+ * Timestamps are epoch milliseconds, the id is text (a bigint can pass 2^53).
+ */
+export const claimedFields = [
+  "id", "stage", "org_id", "subject_id", "payload", "priority", "status", "attempts", "max_attempts", "polls",
+  "available_at", "locked_by", "locked_until", "lease", "dedupe_key", "errors", "last_error", "created_at",
+  "updated_at", "started_at", "last_run_ms", "progress", "progress_message", "timeout_ms"
+] as const
+
+/**
+ * Claimed jobs as the claims return them: one JSON array of them (in `order`, or in none), each job an array
+ * of its fields in `claimedFields` order. Not rows: porsager's parse of a 25-column row cost the worker ~27 µs a job, where
+ * JSON.parse of the same jobs as objects cost ~13 µs, and arrays (no keys to write, escape and parse) with
+ * timestamps as numbers (no date text to format and parse) cost less again, on both sides (docs/benchmarks.md).
+ */
+const claimedJobs = (sql: Sql, from: ReturnType<Sql>, order: ReturnType<Sql> | null) => {
+  // whole milliseconds, as a Date holds them (truncated, as JavaScript parses the timestamp's text): the float's
+  // error at today's epoch is ~0.0002 ms, far under the half microsecond added
+  const ms = (column: string) => sql`floor(date_part('epoch', c.${sql(column)}) * 1000 + 0.0005)`
+  return sql`(select coalesce(json_agg(json_build_array(
+      c.id::text, c.stage, c.org_id, c.subject_id, c.payload, c.priority, c.status, c.attempts, c.max_attempts, c.polls,
+      ${ms("available_at")}, c.locked_by, ${ms("locked_until")}, c.lease, c.dedupe_key, c.errors, c.last_error,
+      ${ms("created_at")}, ${ms("updated_at")}, ${ms("started_at")}, c.last_run_ms, c.progress, c.progress_message, c.timeout_ms
+    )${order === null ? sql`` : sql` order by ${order}`}), '[]'::json) from ${from})`
+}
+
 /** What the plain claims write on each claimed row (`update jobs j set …`): a new lease for `workerId`. */
 const claimedBy = (sql: Sql, workerId: string, leaseMs: number) =>
   sql`status = 'running', locked_by = ${workerId}, locked_until = now() + ${leaseMs} * interval '1 millisecond',
@@ -132,24 +159,27 @@ const claimedBy = (sql: Sql, workerId: string, leaseMs: number) =>
  * refuses any outcome written under a lost lease. It saves a flush on every wake-up.
  */
 export const claimReady = (sql: Sql, stage: string, limit: number, workerId: string, leaseMs: number) =>
-  sql<Array<Record<string, unknown>>>`
-    with next as (${readyIds(sql, stage, limit)})
-    update jobs j
-    set ${claimedBy(sql, workerId, leaseMs)}
-    -- by primary key, one lookup per claimed id: a join with \`next\` planned generically (the claim's sessions
-    -- force generic plans) merge-joined the whole primary key, 75-100 ms a claim at 300,000 rows
-    where j.id = any(array(select id from next))
-    returning j.*`
+  sql<Array<{ jobs: ReadonlyArray<ReadonlyArray<unknown>> }>>`
+    with next as (${readyIds(sql, stage, limit)}
+    ), claimed as (
+      update jobs j
+      set ${claimedBy(sql, workerId, leaseMs)}
+      -- by primary key, one lookup per claimed id: a join with \`next\` planned generically (the claim's sessions
+      -- force generic plans) merge-joined the whole primary key, 75-100 ms a claim at 300,000 rows
+      where j.id = any(array(select id from next))
+      returning j.*
+    )
+    -- in no order: sorting them here cost the server more than the worker (PgQueue sorts them)
+    select ${claimedJobs(sql, sql`claimed c`, null)} as jobs`
 
 /**
- * The plain claim, taken only when it takes every ready job (at most `limit`), with a row saying whether it did
- * (`fits`; a row of nulls besides it when nothing was claimed). When every ready job fits in one claim, fair
+ * The plain claim, taken only when it takes every ready job (at most `limit`), with whether it did (`fits`). When every ready job fits in one claim, fair
  * shares take them all as well, so a fair stage's claim at a wake-up (a few jobs ready, no backlog) needs none of
  * the fair claim's walk over orgs: 0.3 ms instead of 0.8-1.0 ms for one job on PostgreSQL 18. When more are
  * ready, it claims nothing (the `limit + 1` rows it locked are let go at its commit) and the fair claim decides.
  */
 export const claimReadyIfAll = (sql: Sql, stage: string, limit: number, workerId: string, leaseMs: number) =>
-  sql<Array<Record<string, unknown>>>`
+  sql<Array<{ fits: boolean; jobs: ReadonlyArray<ReadonlyArray<unknown>> }>>`
     with next as (${readyIds(sql, stage, limit + 1)}
     ), fits as (
       select count(*) <= ${limit} as ok from next
@@ -159,7 +189,7 @@ export const claimReadyIfAll = (sql: Sql, stage: string, limit: number, workerId
       where j.id = any(array(select id from next)) and (select ok from fits)
       returning j.*
     )
-    select c.*, f.ok as fits from fits f left join claimed c on true`
+    select (select ok from fits) as fits, ${claimedJobs(sql, sql`claimed c`, null)} as jobs`
 
 /** A stage's effective limits for one claim (code, configuration and run-time overrides merged). */
 export interface ClaimShares {
@@ -174,8 +204,8 @@ export const lockStageLimits = (sql: Sql, schema: string, stage: string) =>
   sql`select pg_advisory_xact_lock(hashtext(${`pgfiber.limits.${schema}`}), hashtext(${stage}))`
 
 /**
- * Claims with fair shares, caps or a token bucket; one row: the claimed jobs as JSON in claim order, and when
- * the bucket is what stopped it, the ms until its next token.
+ * Claims with fair shares, caps or a token bucket; one row: the claimed jobs (`claimedJobs`) in claim order, and
+ * when the bucket is what stopped it, the ms until its next token.
  *
  * Fairness, at the most urgent priority with a ready job: a loose index scan over `jobs_ready_by_org` visits
  * the orgs with queued jobs in org order, starting after `cursor` (the last org the previous claim of this
@@ -293,7 +323,7 @@ export const claimShares = (
         order by j.priority, j.available_at, j.id
         limit ${limit}
       )`
-  return sql<Array<{ jobs: Array<Record<string, unknown>>; rate_wait_ms: number | null; capped: boolean; cursor: string | null }>>`
+  return sql<Array<{ jobs: ReadonlyArray<ReadonlyArray<unknown>>; rate_wait_ms: number | null; capped: boolean; cursor: string | null }>>`
     with recursive
     prio as (
       select priority from jobs
@@ -355,7 +385,7 @@ export const claimShares = (
       : sql`select coalesce((select tokens from spend), (select tokens from stage_bucket)) as tokens`}
     )
     select
-      coalesce((select json_agg(row_to_json(c) order by p.ord) from claimed c join picked p on p.id = c.id), '[]'::json) as jobs,
+      ${claimedJobs(sql, sql`claimed c join picked p on p.id = c.id`, sql`p.ord`)} as jobs,
       case when ${limited} and (select count(*) from claimed) < ${limit}::int and exists (select 1 from prio)
                 and (select min(tokens) from after) < 1
            then ((1 - (select min(tokens) from after)) * ${rate.perMs}::float8 / greatest(${rate.limit}::float8, 1e-9))::float8
@@ -394,9 +424,13 @@ export const deleteLimitOverride = (sql: Sql, stage: string) =>
     delete from stage_limits where stage = ${stage} returning stage`
 
 /**
- * Extends held leases, and writes the progress reported since the last beat (`reported` 0: unchanged).
- * Locking: row locks on the caller's own running jobs, taken in id order first (as settles take theirs), so a
- * beat and a settle of the same rows never deadlock; unindexed columns, so HOT.
+ * Extends held leases, and writes the progress reported since the last beat (`reported` 0: unchanged). Returns
+ * the ids whose lease still holds, as this statement's snapshot sees them.
+ * Locking: SKIP LOCKED on the caller's own running jobs, so a heartbeat never waits for a row lock and can take
+ * part in no deadlock, whatever order other statements lock in. A row it skips is locked by its own settle (the
+ * job is finishing) or by a cancel (its next beat finds it cancelled): still held, extended at the next beat
+ * (a beat comes every quarter of a lease), and its progress report of this beat is not written. Unindexed
+ * columns, so HOT.
  */
 export const extendLeases = (
   sql: Sql,
@@ -411,20 +445,23 @@ export const extendLeases = (
   }
 ) =>
   sql<Array<{ id: string }>>`
-    with held as (
+    with beats as (
+      select * from unnest(${ids}::bigint[], ${leases}::int[], ${progress.reported}::int[], ${progress.values}::float4[],
+                           ${progress.messages}::text[]) as h(id, lease, reported, progress, message)
+    ), held as (
+      select j.id from jobs j join beats h on j.id = h.id and j.lease = h.lease where j.status = 'running'
+    ), free as (
       select j.id, h.reported, h.progress, h.message
-      from jobs j join unnest(${ids}::bigint[], ${leases}::int[], ${progress.reported}::int[], ${progress.values}::float4[],
-                              ${progress.messages}::text[]) as h(id, lease, reported, progress, message)
-        on j.id = h.id and j.lease = h.lease
+      from jobs j join beats h on j.id = h.id and j.lease = h.lease
       where j.status = 'running'
-      order by j.id
-      for update of j
+      for update of j skip locked
+    ), extended as (
+      update jobs j set locked_until = now() + ${leaseMs} * interval '1 millisecond', updated_at = now(),
+        progress = case when free.reported = 1 then free.progress else j.progress end,
+        progress_message = case when free.reported = 1 then free.message else j.progress_message end
+      from free where j.id = free.id
     )
-    update jobs j set locked_until = now() + ${leaseMs} * interval '1 millisecond', updated_at = now(),
-      progress = case when held.reported = 1 then held.progress else j.progress end,
-      progress_message = case when held.reported = 1 then held.message else j.progress_message end
-    from held where j.id = held.id
-    returning j.id`
+    select id from held`
 
 /**
  * Settles a batch of outcomes of every kind in one statement (the settler's group commit). Each input row is
@@ -436,8 +473,8 @@ export const extendLeases = (
  * the worker that held the lease. Returns one row per outcome whose lease still held, with the action taken;
  * the others were fenced. Releases and due requeues wake their stages; with `wakeFreed` (a capped stage) every
  * settled job's stage is woken too, so a claimer in any process waiting for a free slot under the cap looks again.
- * Locking: the caller's own leased rows, locked in id order first (as heartbeats do), so two statements
- * touching the same rows never deadlock; a fenced row is never locked. Archive rows are new (keyed by job id).
+ * Locking: the caller's own leased rows, locked in id order first; a fenced row is never locked. Archive rows are
+ * new (keyed by job id).
  */
 export const settleOutcomes = (
   sql: Sql,
@@ -530,6 +567,52 @@ export const settleOutcomes = (
     -- the aggregate forces the notify CTE to run, whether or not anything was requeued (a freed slot wakes too)
     union all select id::text, action, null from requeued
     union all select null, null, null from (select count(*) as n from woken) w where w.n < 0`
+
+/**
+ * Settles a batch of completions only (no follow-ups), the settler's common case, in a statement of its own:
+ * `settleOutcomes`' work for kind `complete` (a job cancelled while it ran completes too), without its outcome
+ * kinds, its lock in id order and its other writes: about 35 % less of the server's time per job
+ * (docs/benchmarks.md). Each input row is (id, lease, output, run_ms); the retention is `retainMs` for every
+ * job, else its stage's in `retainByStage`, else `retainDefaultMs`. Returns the ids completed; the others were
+ * fenced. With `wakeFreed` every completed job's stage is woken.
+ * Locking: the caller's own leased rows, in whatever order the delete finds them: heartbeats never wait for a
+ * row lock (`extendLeases`), and no other statement waits on a worker's leased rows while holding others.
+ * A row whose lease moved on is never locked. Archive rows are new (keyed by job id).
+ */
+export const completeOutcomes = (
+  sql: Sql,
+  schema: string,
+  o: {
+    readonly ids: ReadonlyArray<string>
+    readonly leases: ReadonlyArray<number>
+    readonly outputs: ReadonlyArray<string | null>
+    readonly runMs: ReadonlyArray<number | null>
+  },
+  retainMs: number | null,
+  retention: { readonly defaultMs: number; readonly byStage: string },
+  wakeFreed = false
+) =>
+  sql<Array<{ id: string }>>`
+    with deleted as (
+      delete from jobs j
+      using unnest(${o.ids}::bigint[], ${o.leases}::int[], ${o.outputs}::text[], ${o.runMs}::float8[]) as i(id, lease, output, run_ms)
+      where j.id = i.id and j.lease = i.lease and j.status in ('running', 'cancelled')
+      returning j.*, i.output as result, i.run_ms as run_ms_now,
+        coalesce(${retainMs}::float8, (${retention.byStage}::jsonb ->> j.stage)::float8, ${retention.defaultMs}::float8) as keep_ms
+    ), kept as (
+      insert into jobs_archive (id, stage, org_id, subject_id, payload, priority, status, attempts, max_attempts, polls,
+                                dedupe_key, errors, last_error, output, progress, progress_message, timeout_ms,
+                                created_at, started_at, finished_at, last_run_ms, keep_until)
+      select id, stage, org_id, subject_id, payload, priority, 'completed', attempts, max_attempts, polls,
+             dedupe_key, errors, last_error, result::jsonb, progress, progress_message, timeout_ms,
+             created_at, started_at, now(), coalesce(run_ms_now, last_run_ms), now() + keep_ms * interval '1 millisecond'
+      from deleted where keep_ms > 0
+    ), woken as (
+      select pg_notify(${channel(schema)}, stage) from (select distinct stage from deleted where ${wakeFreed}) s
+    )
+    select id::text from deleted
+    -- the aggregate forces the notify CTE to run
+    union all select null from (select count(*) as n from woken) w where w.n < 0`
 
 /** Only one reaper runs at a time, across every process: the others skip this round. */
 export const tryReaperLock = (sql: Sql, schema: string) =>

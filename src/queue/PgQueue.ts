@@ -50,6 +50,38 @@ export const rowToJob = (r: Record<string, unknown>): Job => ({
   timeoutMs: r.timeout_ms == null ? null : Number(r.timeout_ms)
 })
 
+const epochDate = (v: unknown): Date | null => (v === null || v === undefined ? null : new Date(Number(v)))
+
+/** A claimed job from a claim's JSON (`JobsSql.claimedJobs`): its fields by position, in `JobsSql.claimedFields` order. */
+export const claimedToJob = (a: ReadonlyArray<unknown>): Job => ({
+  id: a[0] as string,
+  stage: a[1] as string,
+  orgId: a[2] as string | null,
+  subjectId: a[3] as string | null,
+  payload: a[4],
+  priority: a[5] as number,
+  status: a[6] as JobStatus,
+  attempts: a[7] as number,
+  maxAttempts: a[8] as number,
+  polls: a[9] as number,
+  availableAt: epochDate(a[10])!,
+  lockedBy: a[11] as string | null,
+  lockedUntil: epochDate(a[12]),
+  lease: a[13] as number,
+  dedupeKey: a[14] as string | null,
+  errors: (a[15] as ReadonlyArray<ErrorEntry> | null) ?? [],
+  lastError: a[16] as string | null,
+  createdAt: epochDate(a[17])!,
+  updatedAt: epochDate(a[18])!,
+  startedAt: epochDate(a[19]),
+  finishedAt: null,
+  lastRunMs: a[20] as number | null,
+  output: null,
+  progress: a[21] as number | null,
+  progressMessage: a[22] as string | null,
+  timeoutMs: a[23] as number | null
+})
+
 export const rowToDeadLetter = (r: Record<string, unknown>): DeadLetter => ({
   id: String(r.id),
   jobId: String(r.job_id),
@@ -192,6 +224,7 @@ export const make = (options: QueueOptions = {}) =>
     // stages whose last claim here came back short (the queue ran dry): their next claim is most likely a
     // wake-up's, for a few jobs, so it tries the plain claim of every ready job before the fair claim
     const ranDry = new Set<string>()
+    // the plain claims' order (their JSON comes in none)
     const byClaimOrder = (a: Job, b: Job) =>
       a.priority - b.priority || a.availableAt.getTime() - b.availableAt.getTime() || Number(a.id) - Number(b.id)
 
@@ -209,7 +242,7 @@ export const make = (options: QueueOptions = {}) =>
             JobsSql.claimSettings,
             (sql) => JobsSql.claimReady(sql, stage, limit, claimOptions.workerId, leaseMs)
           )
-          return { jobs: rows.map(rowToJob).sort(byClaimOrder), rateLimitedForMs: null, capped: false }
+          return { jobs: (rows[0]?.jobs ?? []).map(claimedToJob).sort(byClaimOrder), rateLimitedForMs: null, capped: false }
         }
         const limited = Limits.isLimited(shares)
         if (!limited && (ranDry.has(stage) || !cursors.has(stage))) {
@@ -219,7 +252,7 @@ export const make = (options: QueueOptions = {}) =>
             (sql) => JobsSql.claimReadyIfAll(sql, stage, limit, claimOptions.workerId, leaseMs)
           )
           if (rows[0]?.fits === true) {
-            const jobs = rows.filter((r) => r.id !== null).map(rowToJob).sort(byClaimOrder)
+            const jobs = (rows[0].jobs ?? []).map(claimedToJob).sort(byClaimOrder)
             if (jobs.length < limit) ranDry.add(stage)
             else ranDry.delete(stage)
             return { jobs, rateLimitedForMs: null, capped: false }
@@ -234,12 +267,13 @@ export const make = (options: QueueOptions = {}) =>
           if (limited) await JobsSql.lockStageLimits(sql, db.schema, stage)
           return await JobsSql.claimShares(sql, stage, limit, claimOptions.workerId, leaseMs, shares, cursor)
         }, { atomic: limited })
+        // in claim order: by priority, then round by round across orgs
+        const jobs = (row?.jobs ?? []).map(claimedToJob)
         if (row?.cursor != null) cursors.set(stage, row.cursor)
-        if ((row?.jobs.length ?? 0) < limit) ranDry.add(stage)
+        if (jobs.length < limit) ranDry.add(stage)
         else ranDry.delete(stage)
         return {
-          // in claim order: by priority, then round by round across orgs
-          jobs: (row?.jobs ?? []).map(rowToJob),
+          jobs,
           rateLimitedForMs: row?.rate_wait_ms == null ? null : Math.max(1, Math.ceil(Number(row.rate_wait_ms))),
           capped: row?.capped === true
         }
@@ -303,8 +337,35 @@ export const make = (options: QueueOptions = {}) =>
       Release: "release"
     }
 
+    // a batch of completions with no follow-ups, the settler's common case: its own, leaner statement
+    const completeAll = (outcomes: ReadonlyArray<Outcome.Outcome>, settleOptions: SettleOptions) => {
+      const n = outcomes.length
+      const ids = new Array<string>(n)
+      const leases = new Array<number>(n)
+      const outputs = new Array<string | null>(n)
+      const runMs = new Array<number | null>(n)
+      for (let i = 0; i < n; i++) {
+        const o = outcomes[i] as Extract<Outcome.Outcome, { readonly _tag: "Complete" }>
+        ids[i] = o.lease.id
+        leases[i] = o.lease.lease
+        outputs[i] = o.output !== undefined ? JSON.stringify(o.output) : null
+        runMs[i] = o.runMs ?? null
+      }
+      const retainMs = settleOptions.retain === undefined ? null : Math.max(0, Duration.toMillis(settleOptions.retain))
+      return db.run((sql) =>
+        JobsSql.completeOutcomes(sql, db.schema, { ids, leases, outputs, runMs }, retainMs, retention, settleOptions.wakeFreed ?? false)
+      ).pipe(
+        Effect.map((rows) => {
+          const completed = new Set(rows.map((r) => r.id))
+          return ids.map((id): Settled => (completed.has(id) ? "completed" : "fenced"))
+        }),
+        Effect.withSpan("Queue.settle", spanOptions)
+      )
+    }
+
     const settle = (outcomes: ReadonlyArray<Outcome.Outcome>, settleOptions: SettleOptions = {}) => {
       if (outcomes.length === 0) return Effect.succeed([] as ReadonlyArray<Settled>)
+      if (outcomes.every((o) => o._tag === "Complete" && o.followUps.length === 0)) return completeAll(outcomes, settleOptions)
       // follow-ups are validated before anything is written; a job whose follow-ups are invalid dies instead
       const followUps: Array<ReadonlyArray<ValidJob>> = []
       const input = {

@@ -260,7 +260,7 @@ describe("PgQueue (Postgres only)", () => {
       })
       yield* Effect.addFinalizer(() => Effect.promise(() => claimer.end()))
       const shares = { fair: true, maxRunning: null, maxRunningPerOrg: null, rate: null }
-      const statements = {
+      const statements: Record<string, () => PromiseLike<unknown>> = {
         plain: () => JobsSql.claimReady(claimer as never, "claimed", 10, "w", 30_000),
         ifAll: () => JobsSql.claimReadyIfAll(claimer as never, "claimed", 10, "w", 30_000),
         fair: () => JobsSql.claimShares(claimer as never, "claimed", 10, "w", 30_000, shares, null)

@@ -425,6 +425,45 @@ export const contract = (target: ContractTarget) =>
           expect(yield* q.deadLetters.list({ stage })).toEqual([])
         }))
 
+      test("a claimed job is the job as get reads it, every field", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("claimed_fields")
+          const [a] = yield* q.enqueue([{
+            stage, orgId: "org-a", subjectId: "subject-1", dedupeKey: "k-1", priority: 10, maxAttempts: 3,
+            timeout: "45 seconds", payload: { n: 1, text: "a \"quoted\" é" }
+          }])
+          const [first] = yield* q.claim(stage, 1, worker("w-1"))
+          expect(yield* q.retry(first!, Duration.zero, { tag: "Transient", message: "503" })).toBe("retried")
+          const [again] = yield* q.claim(stage, 1, worker("w-2"))
+          expect(again!.id).toBe(a!.id)
+          expect(again).toEqual(yield* q.get(a!.id))
+          expect([again!.status, again!.attempts, again!.lockedBy, again!.errors.map((e) => e.tag), again!.timeoutMs])
+            .toEqual(["running", 1, "w-2", ["Transient"], 45_000])
+          expect(again!.startedAt!.getTime()).toBe(first!.startedAt!.getTime())
+        }))
+
+      test("a batch of completions only: each kept with its output and run time, one cancelled while it ran completes, a fenced one is refused", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("complete_batch")
+          yield* q.enqueue([{ stage, payload: { n: 1 } }, { stage, payload: { n: 2 } }, { stage, payload: { n: 3 } }, { stage }])
+          const [a, b, c, d] = yield* q.claim(stage, 4, worker("w"))
+          expect(yield* q.cancel(b!.id)).toBe("cancelling")
+          expect(yield* q.settle([
+            { ...Queue.Outcome.complete(c!, [], { words: 3 }), runMs: 40 },
+            Queue.Outcome.complete({ id: d!.id, lease: d!.lease + 1 }),
+            Queue.Outcome.complete(b!),
+            Queue.Outcome.complete(a!)
+          ], { retain: Duration.minutes(5) })).toEqual(["completed", "fenced", "completed", "completed"])
+          // the fenced job is still its holder's, running
+          expect((yield* q.list({ stage })).map((j) => [j.id, j.status])).toEqual([[d!.id, "running"]])
+          const kept = (yield* q.get(c!.id))!
+          expect([kept.status, kept.output, kept.lastRunMs, kept.payload]).toEqual(["completed", { words: 3 }, 40, { n: 3 }])
+          expect([(yield* q.get(a!.id))!.status, (yield* q.get(b!.id))!.status]).toEqual(["completed", "completed"])
+          expect(yield* q.complete(d!)).toBe(true)
+        }))
+
       test("settle's onDeadLettered runs in the settle's transaction: its enqueues commit with the dead letters", () =>
         Effect.gen(function*() {
           const q = yield* Queue.Queue
