@@ -7,8 +7,10 @@
 --
 -- `jobs_running` on (stage) serves all three: the caps count a stage's running jobs by org from its range (the
 -- org read from the row), and the reaper and the timer read the whole index as they read `jobs_inflight`, which
--- holds as many entries (every running job). Building it locks `jobs` against writes for as long as it takes:
--- it reads only the running rows' tuples, but scans the table once (about a second per million rows).
+-- holds as many entries (every running job). Building it locks `jobs` against writes for as long as it takes: one
+-- scan of the table, indexing only the running rows. It drops
+-- only indexes: the previous build's statements name none, and its plans find `jobs_running` in their place, so it
+-- keeps working on the migrated schema during a rolling deploy.
 
 create index jobs_running on {{schema}}.jobs (stage) where status <> 'queued';
 drop index {{schema}}.jobs_inflight;
