@@ -298,12 +298,17 @@ export const rssOf = (pid: number): { rssMiB: number; peakMiB: number } | null =
   }
 }
 
+/** A process's `/proc/<pid>/stat` fields after its command (state first: field 3, 1-based, counting pid and comm). */
+const statFields = (pid: number | string) => {
+  const stat = Fs.readFileSync(`/proc/${pid}/stat`, "utf8")
+  return stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+}
+
 /** CPU time (user + system) a process has used so far, in ms, from /proc (10 ms resolution). */
 export const cpuMsOf = (pid: number): number | null => {
   try {
-    const stat = Fs.readFileSync(`/proc/${pid}/stat`, "utf8")
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
-    // after the command: state is field 3, utime 14 and stime 15 (1-based, counting pid and comm)
+    const fields = statFields(pid)
+    // utime 14 and stime 15 (1-based, counting pid and comm)
     return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100
   } catch {
     return null
@@ -318,17 +323,13 @@ export const cpuMsOf = (pid: number): number | null => {
 export const serverCpuMsOf = (dataDir: string): number | null => {
   try {
     const postmaster = Number(Fs.readFileSync(Path.join(dataDir, "postmaster.pid"), "utf8").split("\n")[0])
-    const fieldsOf = (pid: number | string) => {
-      const stat = Fs.readFileSync(`/proc/${pid}/stat`, "utf8")
-      return stat.slice(stat.lastIndexOf(")") + 2).split(" ")
-    }
-    const own = fieldsOf(postmaster)
+    const own = statFields(postmaster)
     // utime, stime, cutime, cstime: fields 14-17 (1-based, counting pid and comm)
     let ticks = Number(own[11]) + Number(own[12]) + Number(own[13]) + Number(own[14])
     for (const entry of Fs.readdirSync("/proc")) {
       if (!/^\d+$/.test(entry)) continue
       try {
-        const f = fieldsOf(entry)
+        const f = statFields(entry)
         if (Number(f[1]) === postmaster) ticks += Number(f[11]) + Number(f[12])
       } catch {
         // exited while we looked: its time is in the postmaster's cutime from now on

@@ -15,12 +15,11 @@
  *
  * Without DATABASE_URL it boots an embedded PostgreSQL of its own.
  */
-import * as Fs from "node:fs"
 import postgres from "postgres"
 import * as Migrations from "../src/queue/Migrations.js"
 import * as JobsSql from "../src/queue/JobsSql.js"
 import { claimedToJob } from "../src/queue/PgQueue.js"
-import { connect, log, median, type Sql, startCluster } from "./lib.js"
+import { connect, cpuMsOf, log, median, type Sql, startCluster } from "./lib.js"
 
 const args = process.argv.slice(2)
 const option = (name: string) => {
@@ -35,9 +34,9 @@ const schema = "pgfiber_statement_cost"
 const weekMs = 7 * 24 * 3600 * 1000
 
 const backendCpuMs = (pid: number) => {
-  const stat = Fs.readFileSync(`/proc/${pid}/stat`, "utf8")
-  const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
-  return ((Number(f[11]) + Number(f[12])) * 1000) / 100
+  const ms = cpuMsOf(pid)
+  if (ms === null) throw new Error(`no /proc entry for backend ${pid}: the server must run on this machine`)
+  return ms
 }
 const clientCpuMs = () => {
   const u = process.cpuUsage()
