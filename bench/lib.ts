@@ -161,6 +161,7 @@ export type ChildMessage =
   | { readonly t: "starting"; readonly at: number }
   | { readonly t: "ready"; readonly at: number }
   | { readonly t: "start"; readonly seq: number; readonly at: number }
+  | { readonly t: "first"; readonly at: number }
   | { readonly t: "drained"; readonly at: number; readonly handled: number }
   | { readonly t: "tick"; readonly at: number }
   | { readonly t: "metrics"; readonly fenced: number; readonly completed: number; readonly claimed: number }

@@ -283,6 +283,7 @@ interface SubjectSummary {
   drainPerSec: number
   drainCapped: boolean
   drainFromSpawnPerSec: number
+  firstJobMs: number
   statementsPerJob: number
   workerCpuMsPer1kJobs: number
   serverCpuMsPer1kJobs: number
@@ -317,6 +318,8 @@ const summarize = (
       drainPerSec: median(b.map((r) => r.drainPerSec)),
       drainCapped: b.some((r) => r.capped),
       drainFromSpawnPerSec: median(b.map((r) => r.drainFromSpawnPerSec)),
+      // results from before this column was measured have none
+      firstJobMs: median(b.map((r) => r.firstJobMs ?? Number.NaN)),
       statementsPerJob: median(b.map((r) => r.statementsPerJob)),
       workerCpuMsPer1kJobs: median(b.map((r) => r.workerCpuMsPer1kJobs)),
       // results from before this column was measured have none
@@ -401,6 +404,7 @@ const render = (r: {
   lines.push(`| --- | ${keys.map(() => "---:").join(" | ")} |`)
   lines.push(row(`bulk enqueue, jobs/s (${n0(r.sizes.bulkJobs)} in batches of ${n0(r.sizes.batchSize)})`, (s) => n0(s.enqueuePerSec)))
   lines.push(row(`bulk drain, jobs/s (concurrency 10, start-up included)`, (s) => `${n0(s.drainPerSec)}${s.drainCapped ? " ¹" : ""}`))
+  lines.push(row(`of which start-up: worker start to its first handler call, ms`, (s) => n0(s.firstJobMs)))
   lines.push(row(`statements per job while draining`, (s) => (s.statementsPerJob < 0.1 ? s.statementsPerJob.toFixed(4) : n2(s.statementsPerJob))))
   lines.push(row(`worker CPU while draining, ms per 1,000 jobs`, (s) => n0(s.workerCpuMsPer1kJobs)))
   lines.push(row(`database server CPU while draining (every PostgreSQL process), ms per 1,000 jobs`, (s) => n0(s.serverCpuMsPer1kJobs)))

@@ -73,6 +73,8 @@ export interface BulkResult {
   /** The same, counted from spawning the Node process (module loading included). */
   readonly drainFromSpawnPerSec: number
   readonly moduleLoadMs: number
+  /** From the worker's start to its first handler call: connecting, the layers, the first claim. */
+  readonly firstJobMs: number | null
   readonly completed: number
   readonly capped: boolean
   readonly statementsPerJob: number
@@ -82,6 +84,12 @@ export interface BulkResult {
   readonly serverCpuMsPer1kJobs: number
   readonly rssPeakMiB: number | null
   readonly topStatements: ReadonlyArray<{ calls: string; total_ms: number; mean_ms: number; query: string }>
+}
+
+const firstAt = (worker: WorkerChild): number | null => {
+  const starting = worker.messages.find((m) => m.t === "starting")
+  const first = worker.messages.find((m) => m.t === "first")
+  return starting && first ? (first.at - starting.at) / 1e6 : null
 }
 
 export const bulk = async (
@@ -131,6 +139,7 @@ export const bulk = async (
           drainPerSec: completed / (drainMs / 1000),
           drainFromSpawnPerSec: completed / ((endNs - worker.spawnedAt) / 1e9),
           moduleLoadMs: (starting.at - worker.spawnedAt) / 1e6,
+          firstJobMs: firstAt(worker),
           completed,
           capped: drained === null,
           statementsPerJob: completed > 0 ? statements / completed : Number.NaN,

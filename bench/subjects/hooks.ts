@@ -12,6 +12,7 @@ export const makeHandler = (config: WorkerConfig) => {
     if (seq < 0) return tell({ t: "tick", at: nowNs() })
     if (config.mode === "latency") tell({ t: "start", seq, at: nowNs() })
     handled++
+    if (config.mode === "bulk" && handled === 1) tell({ t: "first", at: nowNs() })
     if (config.mode === "bulk" && handled === config.expect) tell({ t: "drained", at: nowNs(), handled })
   }
 }
