@@ -7,6 +7,7 @@ import * as Db from "../layers/Db.js"
 import * as Events from "../runtime/Events.js"
 import type { Beat, DeadLetter, ErrorEntry, Job, JobStatus, StageStats, ValidJob } from "./Job.js"
 import { countEnqueued, defaultMaxPayloadBytes, isJobId, jobFromDeadLetter, JobNotFound, validateAll } from "./Job.js"
+import * as Spans from "../layers/Spans.js"
 import * as JobsSql from "./JobsSql.js"
 import * as Limits from "./Limits.js"
 import * as Outcome from "./Outcome.js"
@@ -277,7 +278,7 @@ export const make = (options: QueueOptions = {}) =>
           rateLimitedForMs: row?.rate_wait_ms == null ? null : Math.max(1, Math.ceil(Number(row.rate_wait_ms))),
           capped: row?.capped === true
         }
-      }).pipe(Effect.withSpan("Queue.claim", spanOptions))
+      }).pipe(Spans.whenTraced("Queue.claim", spanOptions))
 
     const claim = (stage: string, limit: number, claimOptions: Queue.ClaimOptions) =>
       Effect.map(claimBatch(stage, limit, claimOptions), (r) => r.jobs)
@@ -359,7 +360,7 @@ export const make = (options: QueueOptions = {}) =>
           const completed = new Set(rows.map((r) => r.id))
           return ids.map((id): Settled => (completed.has(id) ? "completed" : "fenced"))
         }),
-        Effect.withSpan("Queue.settle", spanOptions)
+        Spans.whenTraced("Queue.settle", spanOptions)
       )
     }
 
@@ -442,7 +443,7 @@ export const make = (options: QueueOptions = {}) =>
       })
       // one statement commits on its own; follow-ups and dead-letter hooks need it in one transaction
       const atomic = anyFollowUps || (mayDie && settleOptions.onDeadLettered !== undefined)
-      return (atomic ? db.transaction(write) : write).pipe(Effect.withSpan("Queue.settle", { captureStackTrace: false }))
+      return (atomic ? db.transaction(write) : write).pipe(Spans.whenTraced("Queue.settle", spanOptions))
     }
 
     const savepoint = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
