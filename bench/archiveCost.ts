@@ -141,10 +141,10 @@ const main = async () => {
           const jobs = rows[0]?.jobs ?? []
           if (jobs.length === 0) return
           const ids = jobs.map((j) => String(j[idAt]))
-          const settled = await JobsSql.completeOutcomes(sql, "pgfiber", {
+          const fenced = await JobsSql.completeOutcomes(sql, "pgfiber", {
             ids, leases: jobs.map((j) => Number(j[leaseAt])), outputs: ids.map(() => null), runMs: ids.map(() => 1)
           }, null, { defaultMs: retainMs, byStage: "{}" })
-          done += settled.length
+          done += ids.length - fenced.length
         }
       }))
       return { done, ms: msSince(t0) }

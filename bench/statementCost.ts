@@ -77,14 +77,14 @@ const settleAll = async (sql: Sql, general: boolean) => {
   for (let i = 0; i < ids.length; i += batch) {
     const part = ids.slice(i, i + batch)
     const none = part.map(() => null)
-    const rows = general
-      ? await JobsSql.settleOutcomes(sql, schema, {
+    // the general statement returns a row per settled job; the completions' statement the ids it did not complete
+    settled += general
+      ? (await JobsSql.settleOutcomes(sql, schema, {
         ids: part, leases: part.map(() => 1), kinds: part.map(() => "complete"), delays: part.map(() => 0),
         tags: none, messages: none, outputs: none, runMs: part.map(() => 1), retainMs: none
-      }, { defaultMs: weekMs, byStage: "{}" })
-      : await JobsSql.completeOutcomes(sql, schema, { ids: part, leases: part.map(() => 1), outputs: none, runMs: part.map(() => 1) },
-        null, { defaultMs: weekMs, byStage: "{}" })
-    settled += rows.length
+      }, { defaultMs: weekMs, byStage: "{}" })).length
+      : part.length - (await JobsSql.completeOutcomes(sql, schema, { ids: part, leases: part.map(() => 1), outputs: none, runMs: part.map(() => 1) },
+        null, { defaultMs: weekMs, byStage: "{}" })).length
   }
   return settled
 }

@@ -634,10 +634,10 @@ export const raw = async (cluster: Cluster, run: number, options: { jobs: number
           if (jobs.length === 0) return
           const ids = jobs.map((j) => String(j[idAt]))
           const leases = jobs.map((j) => Number(j[leaseAt]))
-          const deleted = await JobsSql.completeOutcomes(sql, pgfiberSchema, {
+          const fenced = await JobsSql.completeOutcomes(sql, pgfiberSchema, {
             ids, leases, outputs: ids.map(() => null), runMs: ids.map(() => null)
           }, null, { defaultMs: 0, byStage: "{}" })
-          done += deleted.length
+          done += ids.length - fenced.length
         }
       }))
       return done / (msSince(t0) / 1000)

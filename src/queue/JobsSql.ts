@@ -575,8 +575,9 @@ export const settleOutcomes = (
  * `settleOutcomes`' work for kind `complete` (a job cancelled while it ran completes too), without its outcome
  * kinds, its lock in id order and its other writes: about 35 % less of the server's time per job
  * (docs/benchmarks.md). Each input row is (id, lease, output, run_ms); the retention is `retainMs` for every
- * job, else its stage's in `retainByStage`, else `retainDefaultMs`. Returns the ids completed; the others were
- * fenced. With `wakeFreed` every completed job's stage is woken.
+ * job, else its stage's in `retainByStage`, else `retainDefaultMs`. Returns the ids it did not complete (their
+ * leases had moved on: fenced), usually none, so the worker parses no row per job. With `wakeFreed` every
+ * completed job's stage is woken.
  * Locking: the caller's own leased rows, in whatever order the delete finds them: nothing else that waits for
  * one of them holds another (a heartbeat waits for none, `extendLeases`; a cancel takes one row; each outcome is
  * settled by one statement). A row whose lease moved on is never locked. Archive rows are new (keyed by job id).
@@ -612,7 +613,7 @@ export const completeOutcomes = (
     ), woken as (
       select pg_notify(${channel(schema)}, stage) from (select distinct stage from deleted where ${wakeFreed}) s
     )
-    select id::text from deleted
+    select i.id::text from unnest(${o.ids}::bigint[]) as i(id) where not exists (select 1 from deleted d where d.id = i.id)
     -- the aggregate forces the notify CTE to run
     union all select null from (select count(*) as n from woken) w where w.n < 0`
 

@@ -357,8 +357,9 @@ export const make = (options: QueueOptions = {}) =>
         JobsSql.completeOutcomes(sql, db.schema, { ids, leases, outputs, runMs }, retainMs, retention, settleOptions.wakeFreed ?? false)
       ).pipe(
         Effect.map((rows) => {
-          const completed = new Set(rows.map((r) => r.id))
-          return ids.map((id): Settled => (completed.has(id) ? "completed" : "fenced"))
+          if (rows.length === 0) return ids.map((): Settled => "completed")
+          const fenced = new Set(rows.map((r) => r.id))
+          return ids.map((id): Settled => (fenced.has(id) ? "fenced" : "completed"))
         }),
         Spans.whenTraced("Queue.settle", spanOptions)
       )
