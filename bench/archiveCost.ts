@@ -14,12 +14,8 @@
  */
 import * as Os from "node:os"
 import * as JobsSql from "../src/queue/JobsSql.js"
-import { connect, log, median, msSince, nowNs, type Sql, startCluster } from "./lib.js"
+import { claimedAt, connect, log, median, msSince, nowNs, type Sql, startCluster } from "./lib.js"
 import { queueName } from "./subjects/types.js"
-
-// a claimed job's id and lease, by their places in the claims' arrays
-const idAt = JobsSql.claimedFields.indexOf("id")
-const leaseAt = JobsSql.claimedFields.indexOf("lease")
 
 const args = process.argv.slice(2)
 const option = (name: string) => {
@@ -140,9 +136,9 @@ const main = async () => {
           })
           const jobs = rows[0]?.jobs ?? []
           if (jobs.length === 0) return
-          const ids = jobs.map((j) => String(j[idAt]))
+          const ids = jobs.map((j) => String(j[claimedAt.id]))
           const fenced = await JobsSql.completeOutcomes(sql, "pgfiber", {
-            ids, leases: jobs.map((j) => Number(j[leaseAt])), outputs: ids.map(() => null), runMs: ids.map(() => 1)
+            ids, leases: jobs.map((j) => Number(j[claimedAt.lease])), outputs: ids.map(() => null), runMs: ids.map(() => 1)
           }, null, { defaultMs: retainMs, byStage: "{}" })
           done += ids.length - fenced.length
         }

@@ -11,6 +11,7 @@ import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
 import postgres from "postgres"
 import * as EmbeddedPg from "../src/layers/EmbeddedPg.js"
+import * as JobsSql from "../src/queue/JobsSql.js"
 
 export const benchDir = Path.dirname(fileURLToPath(import.meta.url))
 export const repoDir = Path.resolve(benchDir, "..")
@@ -298,6 +299,9 @@ export const rssOf = (pid: number): { rssMiB: number; peakMiB: number } | null =
     return null
   }
 }
+
+/** A claimed job's id and lease, by their places in the claims' arrays (`JobsSql.claimedFields`). */
+export const claimedAt = { id: JobsSql.claimedFields.indexOf("id"), lease: JobsSql.claimedFields.indexOf("lease") } as const
 
 /** A process's `/proc/<pid>/stat` fields after its command (state first: field 3, 1-based, counting pid and comm). */
 const statFields = (pid: number | string) => {

@@ -9,13 +9,9 @@ import * as Migrations from "../src/queue/Migrations.js"
 import * as JobsSql from "../src/queue/JobsSql.js"
 import {
   type Cluster, connect, cpuMsOf, log, msSince, nowNs, openConnections, percentile, resetStatements, rssOf, serverCpuMsOf, sleep,
-  compileWorker, spawnWorker, statementCount, statementsByQuery, type WorkerChild
+  claimedAt, compileWorker, spawnWorker, statementCount, statementsByQuery, type WorkerChild
 } from "./lib.js"
 import type { Subject, WorkerConfig } from "./subjects/types.js"
-
-// a claimed job's id and lease, by their places in the claims' arrays
-const idAt = JobsSql.claimedFields.indexOf("id")
-const leaseAt = JobsSql.claimedFields.indexOf("lease")
 import { queueName } from "./subjects/types.js"
 
 export const concurrency = 10
@@ -632,8 +628,8 @@ export const raw = async (cluster: Cluster, run: number, options: { jobs: number
         for (;;) {
           const [{ jobs }] = await JobsSql.claimReady(sql, queueName, batch, `raw-${c}`, 10_000)
           if (jobs.length === 0) return
-          const ids = jobs.map((j) => String(j[idAt]))
-          const leases = jobs.map((j) => Number(j[leaseAt]))
+          const ids = jobs.map((j) => String(j[claimedAt.id]))
+          const leases = jobs.map((j) => Number(j[claimedAt.lease]))
           const fenced = await JobsSql.completeOutcomes(sql, pgfiberSchema, {
             ids, leases, outputs: ids.map(() => null), runMs: ids.map(() => null)
           }, null, { defaultMs: 0, byStage: "{}" })

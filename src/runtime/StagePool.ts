@@ -417,11 +417,8 @@ const payloadError = (e: unknown) => {
 /** A failed claim is retried at most a second apart: back at full speed within a second of the database's return. */
 const claimRetry = Schedule.exponential("100 millis").pipe(Schedule.union(Schedule.spaced("1 second")))
 
-/** A failed group commit keeps trying through a database blip; past this the leases have expired. */
-const releaseRetry = Schedule.exponential("100 millis").pipe(
-  Schedule.union(Schedule.spaced("1 second")),
-  Schedule.upTo("2 minutes")
-)
+/** A failed group commit keeps trying through a database blip, as a claim does; past this the leases have expired. */
+const releaseRetry = claimRetry.pipe(Schedule.upTo("2 minutes"))
 
 // ---- run: the core plus the claimer and shutdown, woken by the Waker --------------------------------------
 
