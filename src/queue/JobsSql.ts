@@ -148,6 +148,12 @@ const claimedJobs = (sql: Sql, from: ReturnType<Sql>, order: ReturnType<Sql> | n
     )${order === null ? sql`` : sql` order by ${order}`}), '[]'::json) from ${from})`
 }
 
+/** `jobs_archive`'s columns as every hand-off to the history inserts them (a finished job's whole row, once). */
+const archiveColumns = (sql: Sql) =>
+  sql`id, stage, org_id, subject_id, payload, priority, status, attempts, max_attempts, polls, dedupe_key, errors,
+      last_error, output, progress, progress_message, timeout_ms, created_at, started_at, finished_at, last_run_ms,
+      keep_until`
+
 /** What the plain claims write on each claimed row (`update jobs j set …`): a new lease for `workerId`. */
 const claimedBy = (sql: Sql, workerId: string, leaseMs: number) =>
   sql`status = 'running', locked_by = ${workerId}, locked_until = now() + ${leaseMs} * interval '1 millisecond',
@@ -536,9 +542,7 @@ export const settleOutcomes = (
       from died
       returning job_id, reason
     ), kept as (
-      insert into jobs_archive (id, stage, org_id, subject_id, payload, priority, status, attempts, max_attempts, polls,
-                                dedupe_key, errors, last_error, output, progress, progress_message, timeout_ms,
-                                created_at, started_at, finished_at, last_run_ms, keep_until)
+      insert into jobs_archive (${archiveColumns(sql)})
       select id, stage, org_id, subject_id, payload, priority,
              case when action = 'complete' then 'completed' else 'cancelled' end, attempts, max_attempts, polls,
              dedupe_key, errors, last_error, case when action = 'complete' then result::jsonb end, progress,
@@ -608,9 +612,7 @@ export const completeOutcomes = (
       returning j.*, i.output as result, i.run_ms as run_ms_now,
         coalesce(${retainMs}::float8, (${retention.byStage}::jsonb ->> j.stage)::float8, ${retention.defaultMs}::float8) as keep_ms
     ), kept as (
-      insert into jobs_archive (id, stage, org_id, subject_id, payload, priority, status, attempts, max_attempts, polls,
-                                dedupe_key, errors, last_error, output, progress, progress_message, timeout_ms,
-                                created_at, started_at, finished_at, last_run_ms, keep_until)
+      insert into jobs_archive (${archiveColumns(sql)})
       select id, stage, org_id, subject_id, payload, priority, 'completed', attempts, max_attempts, polls,
              dedupe_key, errors, last_error, result::jsonb, progress, progress_message, timeout_ms,
              created_at, started_at, now(), coalesce(run_ms_now, last_run_ms), now() + keep_ms * interval '1 millisecond'
@@ -675,11 +677,10 @@ export const cancelJob = (sql: Sql, id: string, retention: { readonly defaultMs:
     with target as (select id, status, stage, org_id from jobs where id = ${id} for update),
     removed as (delete from jobs j using target t where j.id = t.id and t.status = 'queued' returning j.*),
     kept as (
-      insert into jobs_archive (id, stage, org_id, subject_id, payload, priority, status, attempts, max_attempts, polls,
-                                dedupe_key, errors, last_error, timeout_ms, created_at, started_at, finished_at,
-                                last_run_ms, keep_until)
+      insert into jobs_archive (${archiveColumns(sql)})
+      -- a queued job: no output
       select id, stage, org_id, subject_id, payload, priority, 'cancelled', attempts, max_attempts, polls, dedupe_key,
-             errors, last_error, timeout_ms, created_at, started_at, now(), last_run_ms,
+             errors, last_error, null, progress, progress_message, timeout_ms, created_at, started_at, now(), last_run_ms,
              now() + coalesce((${retention.byStage}::jsonb ->> stage)::float8, ${retention.defaultMs}::float8) * interval '1 millisecond'
       from removed
       where coalesce((${retention.byStage}::jsonb ->> stage)::float8, ${retention.defaultMs}::float8) > 0
