@@ -33,8 +33,11 @@ type Outcomes =
   /** Hands the job back untouched (shutdown, a lost lease): queued now, no attempt spent. */
   | { readonly _tag: "Release"; readonly lease: Lease }
 
-export const complete = (lease: Lease, followUps: ReadonlyArray<NewJob> = [], output?: unknown): Outcome =>
-  output === undefined ? { _tag: "Complete", lease, followUps } : { _tag: "Complete", lease, followUps, output }
+export const complete = (lease: Lease, followUps: ReadonlyArray<NewJob> = [], output?: unknown, runMs?: number): Outcome => {
+  // fields left out rather than set to undefined: a completion is the value tests and hooks compare
+  if (runMs === undefined) return output === undefined ? { _tag: "Complete", lease, followUps } : { _tag: "Complete", lease, followUps, output }
+  return output === undefined ? { _tag: "Complete", lease, followUps, runMs } : { _tag: "Complete", lease, followUps, output, runMs }
+}
 export const retry = (lease: Lease, delay: Duration.Duration, error: OutcomeError): Outcome => ({ _tag: "Retry", lease, delay, error })
 export const reschedule = (lease: Lease, delay: Duration.Duration): Outcome => ({ _tag: "Reschedule", lease, delay })
 export const deadLetter = (lease: Lease, error: OutcomeError): Outcome => ({ _tag: "DeadLetter", lease, error })

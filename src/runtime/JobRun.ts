@@ -140,7 +140,9 @@ export const decideExit = (
   stage: Stage.Any,
   job: Job,
   exit: Exit.Exit<unknown, unknown>,
-  why: { readonly timedOut: boolean; readonly leaseLost: boolean }
+  why: { readonly timedOut: boolean; readonly leaseLost: boolean },
+  /** The run's length, carried by a completion's outcome (the other kinds get it from the settler). */
+  runMs?: number
 ): Decided | Effect.Effect<Decided> => {
   if (Exit.isSuccess(exit)) {
     const completion = Stage.isCompletion(exit.value) ? exit.value : undefined
@@ -158,7 +160,7 @@ export const decideExit = (
       const message = `follow-up to ${foreign.stage} names another org than the job's`
       return { outcome: Outcome.deadLetter(leaseOf(job), { tag: "InvalidFollowUp", message }), kind: "defect", note: `dead-lettered: ${message}` }
     }
-    return { outcome: Outcome.complete(leaseOf(job), followUps, output.right), kind: "defect" }
+    return { outcome: Outcome.complete(leaseOf(job), followUps, output.right, runMs), kind: "defect" }
   }
   if (Cause.isInterruptedOnly(exit.cause)) {
     if (why.timedOut) {

@@ -110,7 +110,9 @@ export const make = <A, I, R>(stage: Stage.Stage<A, I, R>, options: SettlerOptio
       const batch = pending.splice(0, maxBatch)
       if (batch.length === 0) return
       const hook = onDeadLettered?.(batch)
-      const outcomes = batch.map((f) => (f.seconds === undefined ? f.decided.outcome : { ...f.decided.outcome, runMs: f.seconds * 1000 }))
+      // a completion carries its run time already (the common case: no copy per job); other kinds get it here
+      const outcomes = batch.map((f) =>
+        f.seconds === undefined || f.decided.outcome.runMs !== undefined ? f.decided.outcome : { ...f.decided.outcome, runMs: f.seconds * 1000 })
       const results = yield* queue.settle(outcomes, {
         onDeadLettered: hook,
         retain: stage.retain,

@@ -246,7 +246,7 @@ const makeCore = <A, I, R>(
           }
           return Effect.flatMap(Effect.exit(restore(handlerOf(entry, payload))), (exit) => {
             const seconds = (clock.unsafeCurrentTimeMillis() - entry.startedAt) / 1000
-            const decided = JobRun.decideExit(stage, entry.job, exit, entry)
+            const decided = JobRun.decideExit(stage, entry.job, exit, entry, seconds * 1000)
             const done = (d: JobRun.Decided) => {
               slot.current = undefined
               entry.slot = undefined
