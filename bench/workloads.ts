@@ -82,10 +82,10 @@ export interface BulkResult {
   readonly topStatements: ReadonlyArray<{ calls: string; total_ms: number; mean_ms: number; query: string }>
 }
 
-const firstAt = (worker: WorkerChild): number | null => {
-  const starting = worker.messages.find((m) => m.t === "starting")
+/** From the worker's `starting` to its first handler call, when it told one. */
+const firstAt = (worker: WorkerChild, startingAt: number): number | null => {
   const first = worker.messages.find((m) => m.t === "first")
-  return starting && first ? (first.at - starting.at) / 1e6 : null
+  return first ? (first.at - startingAt) / 1e6 : null
 }
 
 export const bulk = async (
@@ -135,7 +135,7 @@ export const bulk = async (
           drainPerSec: completed / (drainMs / 1000),
           drainFromSpawnPerSec: completed / ((endNs - worker.spawnedAt) / 1e9),
           moduleLoadMs: (starting.at - worker.spawnedAt) / 1e6,
-          firstJobMs: firstAt(worker),
+          firstJobMs: firstAt(worker, starting.at),
           completed,
           capped: drained === null,
           statementsPerJob: completed > 0 ? statements / completed : Number.NaN,
