@@ -417,7 +417,7 @@ const payloadError = (e: unknown) => {
 /** A failed claim is retried at most a second apart: back at full speed within a second of the database's return. */
 const claimRetry = Schedule.exponential("100 millis").pipe(Schedule.union(Schedule.spaced("1 second")))
 
-/** A failed group commit keeps trying through a database blip, as a claim does; past this the leases have expired. */
+/** Handing back a claim that landed during shutdown keeps trying through a database blip, as a claim does; past this the leases have expired and the reaper requeues them. */
 const releaseRetry = claimRetry.pipe(Schedule.upTo("2 minutes"))
 
 // ---- run: the core plus the claimer and shutdown, woken by the Waker --------------------------------------
