@@ -175,6 +175,13 @@ export interface ListenHandlers {
 /** While the database is known to be down, how long work begun outside a transaction may wait before it fails. */
 export const failFastAfter = Duration.seconds(1)
 
+/**
+ * How work retries while the database is away (a claim, a settle, LISTEN): exponential from `first`, at most a
+ * second apart, so it is back at full speed within a second of the database's return. Callers that must give up
+ * add their own limit (`Schedule.upTo`).
+ */
+export const outageRetry = (first: Duration.DurationInput) => Schedule.exponential(first).pipe(Schedule.union(Schedule.spaced("1 second")))
+
 /** porsager's reconnect backoff, capped at a second (its own grows to 20 s), jittered: back to full speed soon after a restart. */
 const reconnectBackoff = (retries: number) => Math.min(1, 0.05 * 2 ** retries) * (0.75 + Math.random() / 2)
 
@@ -542,7 +549,7 @@ export const make = (options: DbOptions) =>
             Effect.tapError((e) =>
               Effect.zipRight(Effect.sync(() => handlers.onDown(`LISTEN failed: ${e.message}`)), Deferred.succeed(firstAttempt, undefined))
             ),
-            Effect.retry(Schedule.exponential("100 millis").pipe(Schedule.union(Schedule.spaced("1 second"))))
+            Effect.retry(outageRetry("100 millis"))
           )
           handlers.onListening()
           yield* Deferred.succeed(firstAttempt, undefined)

@@ -11,6 +11,7 @@
  * fenced-out worker (the lease fence refuses it).
  */
 import { Cause, Duration, Effect, Metric, Queue as Q, Schedule } from "effect"
+import * as Db from "../layers/Db.js"
 import type { Job } from "../queue/Job.js"
 import type * as Outcome from "../queue/Outcome.js"
 import * as Queue from "../queue/Queue.js"
@@ -39,11 +40,7 @@ export interface SettlerOptions {
 }
 
 /** A failed settle keeps trying through a database blip; past this the leases have expired and the reaper owns the jobs. */
-const settleRetry = Schedule.exponential("50 millis").pipe(
-  // at most a second apart, so outcomes held through an outage are written within a second of its end
-  Schedule.union(Schedule.spaced("1 second")),
-  Schedule.upTo("2 minutes")
-)
+const settleRetry = Db.outageRetry("50 millis").pipe(Schedule.upTo("2 minutes"))
 
 const counters: Record<Outcome.Settled, Metric.Metric.Counter<number>> = {
   completed: Metrics.completed,

@@ -414,8 +414,8 @@ const payloadError = (e: unknown) => {
   return typeof message === "string" ? message : String(e)
 }
 
-/** A failed claim is retried at most a second apart: back at full speed within a second of the database's return. */
-const claimRetry = Schedule.exponential("100 millis").pipe(Schedule.union(Schedule.spaced("1 second")))
+/** A failed claim is retried at most a second apart, for as long as it takes. */
+const claimRetry = Db.outageRetry("100 millis")
 
 /** Handing back a claim that landed during shutdown keeps trying through a database blip, as a claim does; past this the leases have expired and the reaper requeues them. */
 const releaseRetry = claimRetry.pipe(Schedule.upTo("2 minutes"))
