@@ -34,7 +34,7 @@ const runService = (stageList: string, http: boolean) =>
     // loaded only by `start`: the HTTP API (with its Swagger page) is half of the bundle every command would parse
     const Server: typeof ServerModule = http ? yield* Effect.promise(() => import("../http/Server.js")) : (undefined as never)
     const app = http
-      ? Server.layer<any>({ ...(yield* Server.config), workerId: Worker.defaultWorkerId(), tickStages: selection.stages }).pipe(
+      ? Server.layer<any>({ ...(yield* Server.config), workerId: Worker.defaultWorkerId(), tickStages: selection.stages, tickConfig: yield* Worker.config }).pipe(
         Layer.provideMerge(worker),
         // the dev tick runs handlers outside the pools; POST /calls writes to storage even where calls do not run
         Layer.provide(Env.stageServices(selection)),
@@ -88,11 +88,11 @@ export const tick = Command.make(
         if (o.max < 1) return yield* Effect.fail("--max must be at least 1")
         const known = yield* Env.knownStages
         const selection = yield* Env.select(known, o.stages)
-        const { workerId } = yield* Worker.config
+        const { workerId, concurrency, limits } = yield* Worker.config
         // where only ticks run, they fire the due schedules too (exactly once per tick, as a worker would)
         const fireDue = Effect.flatMap(Schedules.Schedules, (s) => s.fireDue()).pipe(Effect.provide(PgSchedules.layer))
         const result = yield* fireDue.pipe(
-          Effect.zipRight(Tick.run({ max: o.max, stages: selection.stages, workerId: `${workerId}:tick` })),
+          Effect.zipRight(Tick.run({ max: o.max, stages: selection.stages, workerId: `${workerId}:tick`, concurrency, limits })),
           Effect.provide(Env.stageServices(selection)),
           Effect.provide(PgQueue.layer({ knownStages: known.map((s) => s.name), retention: App.retentionOf(known) }).pipe(Layer.provideMerge(Db.layer))),
           Effect.provide(Tracing.layer)

@@ -109,6 +109,8 @@ export interface JobsOptions<R> {
   readonly workerId: string
   /** The stages the dev tick may run here (their services provided as R); default: every known stage. */
   readonly tickStages?: ReadonlyArray<Stage.Stage<any, any, R>> | undefined
+  /** This process's configuration over the stages' concurrency and limits, which the dev tick claims with as a worker would. */
+  readonly tickConfig?: Pick<Worker.WorkerOptions, "concurrency" | "limits"> | undefined
 }
 
 export const layer = <R>(options: JobsOptions<R>) =>
@@ -230,6 +232,8 @@ export const layer = <R>(options: JobsOptions<R>) =>
               max: payload.max ?? 10,
               stages: tickStages,
               workerId: tickWorkerId,
+              concurrency: options.tickConfig?.concurrency,
+              limits: options.tickConfig?.limits,
               claimScope: (claim) => db.withOrg(principal.orgId, claim),
               // the reaper acts on every org's rows; a tenant's request does not run it
               reap: false

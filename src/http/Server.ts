@@ -26,6 +26,7 @@ import type * as NodeHttp from "node:http"
 import { createServer } from "node:http"
 import * as Dashboard from "../dashboard/Dashboard.js"
 import type * as Stage from "../runtime/Stage.js"
+import type * as Worker from "../runtime/Worker.js"
 import { Api } from "./Api.js"
 import * as Queue from "../queue/Queue.js"
 import * as Auth from "./Auth.js"
@@ -53,6 +54,8 @@ export interface ServerOptions {
   readonly workerId: string
   /** The stages the dev tick may run here; default: every known stage. */
   readonly tickStages?: ReadonlyArray<Stage.Stage<any, any, any>> | undefined
+  /** This process's configuration over the stages' concurrency and limits (`Worker.config`), for the dev tick's claims. */
+  readonly tickConfig?: Pick<Worker.WorkerOptions, "concurrency" | "limits"> | undefined
   /**
    * The web dashboard on the API listener: default, one at `/dashboard` configured by `DASHBOARD_*`; given
    * options, one made with them; false, none made here (a `Dashboard` provided to this layer is still served).
@@ -280,7 +283,7 @@ const listenerFilter = (listener: "api" | "admin") => <E, R>(app: HttpApp.Defaul
 
 /** The API's handlers and docs, without a listening socket (tests may serve it however they like). */
 export const layerApi = <R = never>(
-  options: Pick<ServerOptions, "devTick" | "workerId" | "tickStages" | "maxBodyBytes" | "maxUploadBytes" | "authFailures">
+  options: Pick<ServerOptions, "devTick" | "workerId" | "tickStages" | "tickConfig" | "maxBodyBytes" | "maxUploadBytes" | "authFailures">
 ) =>
   Layer.mergeAll(
     // API-level, so it runs inside the router's error handling and its 401/413/400 is the response sent;

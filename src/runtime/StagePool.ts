@@ -426,8 +426,7 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
   Effect.gen(function*() {
     const queue = yield* Queue.Queue
     const waker = yield* Waker.Waker
-    const concurrency = Math.max(1, options.concurrency ?? stage.concurrency)
-    const shares = Limits.applyOverride(stage.shares, options.limits ? { ...Limits.emptyOverride, ...options.limits } : null)
+    const { concurrency, shares } = configured(stage, options)
     const claimOptions = { workerId: options.workerId, leaseFor: stage.leaseFor, shares }
     const claimedMetric = Metrics.forStage(Metrics.claimed, stage.name)
     // held back by the stage's limits (told by the last claim): until the next token, or until a slot frees
@@ -559,6 +558,12 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
     yield* waker.register(stage.name, wake, () => control.isPaused(stage.name), () => blocked)
   })
 
+/** The stage's concurrency and limits with this process's configuration over its own (what a pool and a tick claim with). */
+const configured = (stage: Stage.Any, options: Pick<PoolOptions, "concurrency" | "limits">) => ({
+  concurrency: Math.max(1, options.concurrency ?? stage.concurrency),
+  shares: Limits.applyOverride(stage.shares, options.limits ? { ...Limits.emptyOverride, ...options.limits } : null)
+})
+
 /** The stage as a Layer: its pool runs for the life of the layer. */
 export const scoped = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions): Effect.Effect<void, never, Queue.Queue | Waker.Waker | R | Scope.Scope> =>
   run(stage, options) as Effect.Effect<void, never, Queue.Queue | Waker.Waker | R | Scope.Scope>
@@ -570,19 +575,26 @@ export interface OnceOptions {
   readonly max: number
   /** Wraps the claim, e.g. in `db.withOrg` so row-level security limits it to one org's jobs. */
   readonly claimScope?: <X, E, RC>(claim: Effect.Effect<X, E, RC>) => Effect.Effect<X, E | Queue.QueueError, RC>
+  /** This process's configuration over the stage's concurrency and limits, as a worker's pool takes them. */
+  readonly concurrency?: number | undefined
+  readonly limits?: Partial<Limits.Override> | undefined
 }
 
-/** Claims up to `max` (at most the stage's concurrency) jobs once, runs them, settles them, and returns the counts. */
+/**
+ * Claims up to `max` (at most the stage's concurrency) jobs once, runs them, settles them, and returns the counts.
+ * The claim keeps the stage's limits as a worker's would: caps, token buckets and fair shares.
+ */
 export const once = <A, I, R>(stage: Stage.Stage<A, I, R>, options: OnceOptions) =>
   Effect.scoped(
     Effect.gen(function*() {
       const queue = yield* Queue.Queue
       const claimScope = options.claimScope ?? (<X, E, RC>(e: Effect.Effect<X, E, RC>) => e)
-      const limit = Math.min(Math.max(0, Math.floor(options.max)), stage.concurrency)
-      const jobs = limit === 0 ? [] : yield* claimScope(queue.claim(stage.name, limit, { workerId: options.workerId, leaseFor: stage.leaseFor, shares: stage.shares }))
+      const { concurrency, shares } = configured(stage, options)
+      const limit = Math.min(Math.max(0, Math.floor(options.max)), concurrency)
+      const jobs = limit === 0 ? [] : yield* claimScope(queue.claim(stage.name, limit, { workerId: options.workerId, leaseFor: stage.leaseFor, shares }))
       if (jobs.length === 0) return { claimed: 0, counts: undefined }
       yield* Metric.incrementBy(Metrics.forStage(Metrics.claimed, stage.name), jobs.length)
-      const core = yield* makeCore(stage, stage.concurrency, Effect.void)
+      const core = yield* makeCore(stage, concurrency, Effect.void)
       core.accept(jobs)
       // interrupted (the caller gave up): release what runs, then wait for the writes
       yield* core.awaitIdle.pipe(

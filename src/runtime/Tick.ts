@@ -4,6 +4,7 @@
  * stop), so a job runs through the same executor, settler and heartbeat as in a worker.
  */
 import { Effect } from "effect"
+import type * as Limits from "../queue/Limits.js"
 import type * as Outcome from "../queue/Outcome.js"
 import * as Queue from "../queue/Queue.js"
 import type * as Stage from "./Stage.js"
@@ -26,6 +27,13 @@ export interface TickOptions<S extends Stage.Any> {
    * reaper, and a tick that died mid-job would otherwise hold its job forever.
    */
   readonly reap?: boolean | undefined
+  /**
+   * This process's configuration over the stages' own concurrency and limits, by stage name (`Worker.config`'s
+   * `concurrency` and `limits`, read from `PGFIBER_CONCURRENCY`, `PGFIBER_MAX_RUNNING`, …): a tick claims as a
+   * worker configured the same way would. Run-time overrides (`pgfiber limits set`) apply over both either way.
+   */
+  readonly concurrency?: Readonly<Record<string, number>> | undefined
+  readonly limits?: Readonly<Record<string, Partial<Limits.Override>>> | undefined
 }
 
 export interface TickResult {
@@ -67,7 +75,9 @@ export const run = <S extends Stage.Any>(
         const ran = yield* StagePool.once(stage, {
           workerId: options.workerId,
           max: remaining,
-          claimScope: options.claimScope
+          claimScope: options.claimScope,
+          concurrency: options.concurrency?.[stage.name],
+          limits: options.limits?.[stage.name]
         })
         if (ran.claimed === 0 || ran.counts === undefined) continue
         progress = true

@@ -1,7 +1,7 @@
 /**
  * `pgfiber limits …` as the real binary against a fresh schema: the calls pipeline's SpeechKit quotas by
  * default, configuration over the code, a run-time override (what every process's claims read), its reset,
- * and bad input (exit 2).
+ * and bad input (exit 2); `tick` claiming within the configured limits.
  */
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
@@ -41,6 +41,25 @@ describe("pgfiber limits", () => {
         const reset = yield* pgfiber(schema, ["limits", "reset", "transcribe_poll"])
         expect(reset.code).toBe(0)
         expect(yield* query(schema, "select * from stage_limits")).toEqual([])
+      }), 300_000)
+
+    it.effect("tick claims within the configured limits, as a worker configured the same way would", () =>
+      Effect.gen(function*() {
+        const { schema } = yield* Db.Db
+        yield* query(schema, `insert into jobs (stage, payload) select 'pgfiber.echo', jsonb_build_object('message', 'm' || n) from generate_series(1, 5) n`)
+        // a bucket of 2 an hour, both at once: however large --max, this tick may start only 2 of the 5
+        const env = { PGFIBER_RATE_LIMIT: "pgfiber.echo=2/1h", PGFIBER_RATE_BURST: "pgfiber.echo=2" }
+        const first = yield* pgfiber(schema, ["tick", "--max", "10", "--stages", "pgfiber.echo", "--json"], env)
+        expect(first.code).toBe(0)
+        expect(JSON.parse(first.stdout)).toMatchObject({ claimed: 2, completed: 2 })
+        // the bucket is in the database, shared by every process: the next tick finds it empty
+        const second = yield* pgfiber(schema, ["tick", "--max", "10", "--stages", "pgfiber.echo", "--json"], env)
+        expect(JSON.parse(second.stdout)).toMatchObject({ claimed: 0 })
+        const [left] = yield* query<{ n: number }>(schema, "select count(*)::int as n from jobs where stage = 'pgfiber.echo' and status = 'queued'")
+        expect(left!.n).toBe(3)
+        // without the configuration the stage's own limits (none) apply
+        const free = yield* pgfiber(schema, ["tick", "--max", "10", "--stages", "pgfiber.echo", "--json"])
+        expect(JSON.parse(free.stdout)).toMatchObject({ claimed: 3, completed: 3 })
       }), 300_000)
   })
 })
