@@ -487,11 +487,14 @@ export const make = (options: DbOptions) =>
                     runOptions.atomic ? ready.begin(async (sql) => await query(sql as unknown as Sql)) as PromiseLike<A> : query(ready)
                   )))
                   // plain SQL in porsager's own transaction: a killed backend rejects it, and the connection goes
-                  // back among the closed ones by porsager's own bookkeeping
+                  // back among the closed ones by porsager's own bookkeeping. The settings and the statement are
+                  // pipelined, the settings written first (so the statement is planned under them): BEGIN, one
+                  // round trip for both, COMMIT. (porsager sends a statement's first use on a connection alone,
+                  // to describe it, so the very first claim still waits for the settings.)
                   : outside(observe(runQuery(() =>
-                    pool.begin(async (sql) => {
-                      await localSettings(sql as unknown as Sql, settings)
-                      return await query(sql as unknown as Sql)
+                    pool.begin((sql) => {
+                      const set = localSettings(sql as unknown as Sql, settings).execute()
+                      return Promise.all([set, query(sql as unknown as Sql)]).then(([, result]) => result)
                     }) as PromiseLike<A>
                   ))))))
 

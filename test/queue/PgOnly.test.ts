@@ -236,6 +236,26 @@ describe("PgQueue (Postgres only)", () => {
       for (const shape of pooled.slice(1)) expect(shape).toEqual(["begin", "select set_config(name,", "with next", "commit"])
     }))
 
+  it.live("behind a pooler the settings and the statement go out together, the settings first: every statement runs under them", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const db = yield* Db.make({
+        url: Redacted.make(databaseUrl()),
+        schema: "public",
+        poolMax: 1,
+        listenUrl: Redacted.make(databaseUrl())
+      })
+      const names = Object.keys(JobsSql.claimSettings)
+      // one connection, so from the second run on the statement is prepared there and sent beside the settings
+      for (let i = 0; i < 4; i++) {
+        const [row] = yield* db.runWithSettings(JobsSql.claimSettings, (sql) =>
+          sql<Array<{ kept: boolean }>>`select bool_and(current_setting(name) = value) as kept from unnest(${names}::text[], ${Object.values(JobsSql.claimSettings)}::text[]) as s(name, value)`)
+        expect(row!.kept, `run ${i}`).toBe(true)
+      }
+      // and they were the transaction's own: the connection's session is back to its defaults
+      const [after] = yield* db.run((sql) => sql<Array<{ v: string }>>`select current_setting('enable_seqscan') as v`)
+      expect(after!.v).toBe("on")
+    })))
+
   /**
    * Runs each claim statement on `fill`'s table (past the first executions, so whatever plan the claim's session
    * caches is the one measured) and returns the rows each read from `jobs` (every index or table scan), by
