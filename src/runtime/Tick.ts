@@ -4,11 +4,11 @@
  * stop), so a job runs through the same executor, settler and heartbeat as in a worker.
  */
 import { Effect } from "effect"
-import type * as Limits from "../queue/Limits.js"
 import type * as Outcome from "../queue/Outcome.js"
 import * as Queue from "../queue/Queue.js"
 import type * as Stage from "./Stage.js"
 import * as StagePool from "./StagePool.js"
+import type * as Worker from "./Worker.js"
 
 type Counted = Outcome.Settled
 
@@ -32,8 +32,8 @@ export interface TickOptions<S extends Stage.Any> {
    * `concurrency` and `limits`, read from `PGFIBER_CONCURRENCY`, `PGFIBER_MAX_RUNNING`, …): a tick claims as a
    * worker configured the same way would. Run-time overrides (`pgfiber limits set`) apply over both either way.
    */
-  readonly concurrency?: Readonly<Record<string, number>> | undefined
-  readonly limits?: Readonly<Record<string, Partial<Limits.Override>>> | undefined
+  readonly concurrency?: Worker.WorkerOptions["concurrency"] | undefined
+  readonly limits?: Worker.WorkerOptions["limits"]
 }
 
 export interface TickResult {
