@@ -245,8 +245,9 @@ const makeCore = <A, I, R>(
             }])
           }
           return Effect.flatMap(Effect.exit(restore(handlerOf(entry, payload))), (exit) => {
-            const seconds = (clock.unsafeCurrentTimeMillis() - entry.startedAt) / 1000
-            const decided = JobRun.decideExit(stage, entry.job, exit, entry, seconds * 1000)
+            const runMs = clock.unsafeCurrentTimeMillis() - entry.startedAt
+            const seconds = runMs / 1000
+            const decided = JobRun.decideExit(stage, entry.job, exit, entry, runMs)
             const done = (d: JobRun.Decided) => {
               slot.current = undefined
               entry.slot = undefined
