@@ -5,6 +5,7 @@
  */
 import type { Sql } from "../layers/Db.js"
 import type { ValidJob } from "./Job.js"
+import { laterTopic } from "./Queue.js"
 
 export const channel = (schema: string) => `${schema}_jobs`
 
@@ -45,7 +46,7 @@ export const insertJobs = (sql: Sql, jobs: ReadonlyArray<ValidJob>) => {
  * Inserts a batch whose duplicates update the live job while it is still queued: `replace` takes the new
  * payload, priority and run time; `debounce` the same, but the run time only ever moves later. A running job
  * is left as it is. Updated rows' stages are NOTIFYed (the insert trigger sees only inserted rows), since a
- * run time may have moved earlier. Locking: new rows, and the live row of each conflicting key.
+ * run time may have moved earlier (and 'pgfiber:later' when one is not due yet). Locking: new rows, and the live row of each conflicting key.
  */
 export const insertJobsReplacing = (sql: Sql, schema: string, jobs: ReadonlyArray<ValidJob>, mode: "replace" | "debounce") => {
   const c = columns(jobs)
@@ -67,9 +68,12 @@ export const insertJobsReplacing = (sql: Sql, schema: string, jobs: ReadonlyArra
           when ${mode}::text = 'debounce' then greatest(j.available_at, excluded.available_at)
           else excluded.available_at end,
         updated_at = case when j.status = 'queued' then now() else j.updated_at end
-      returning j.id, j.stage, j.org_id, j.dedupe_key, (j.xmax <> 0) as deduped
+      returning j.id, j.stage, j.org_id, j.dedupe_key, (j.xmax <> 0) as deduped, j.available_at
     ), woken as (
       select pg_notify(${channel(schema)}, stage) from (select distinct stage from written where deduped) s
+      -- an updated job now due later: the workers' next-due timers re-arm (0017 does this for inserted rows)
+      union all
+      select pg_notify(${channel(schema)}, ${laterTopic}) where exists (select 1 from written where deduped and available_at > now())
     )
     select written.id, written.deduped, written.org_id, written.dedupe_key from written cross join (select count(*) from woken) w`
 }

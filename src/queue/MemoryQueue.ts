@@ -11,7 +11,7 @@ import * as Events from "../runtime/Events.js"
 import * as Limits from "./Limits.js"
 import * as Outcome from "./Outcome.js"
 import type { Settled } from "./Outcome.js"
-import { type ClaimOptions, type OnDead, Queue, type QueueOptions, resolveRetention, stageControlsTopic, type Wakeups } from "./Queue.js"
+import { type ClaimOptions, type OnDead, Queue, type QueueOptions, laterTopic, resolveRetention, stageControlsTopic, type Wakeups } from "./Queue.js"
 
 type MutableJob = { -readonly [K in keyof Job]: Job[K] }
 
@@ -120,6 +120,7 @@ export const make = (options: QueueOptions = {}) =>
       const write = () => {
         rows.forEach((row) => jobs.set(row.id, row))
         const woken = new Set([...rows.values()].map((r) => r.stage))
+        let later = [...rows.values()].some((r) => r.availableAt.getTime() > now)
         updates.forEach((v, id) => {
           const j = jobs.get(id)
           if (j === undefined || j.status !== "queued") return
@@ -129,8 +130,11 @@ export const make = (options: QueueOptions = {}) =>
           j.availableAt = v.dedupeMode === "debounce" && j.availableAt > at ? j.availableAt : at
           j.updatedAt = new Date(now)
           woken.add(j.stage)
+          if (j.availableAt.getTime() > now) later = true
         })
         woken.forEach(wake)
+        // as the insert trigger does: jobs not due yet ask the Wakers to re-arm their timers
+        if (later) wake(laterTopic)
       }
       return { results, write }
     }

@@ -178,6 +178,12 @@ export interface QueueOptions {
 /** The NOTIFY payload (on the jobs channel) that says a stage was paused or resumed. */
 export const stageControlsTopic = "pgfiber:stages"
 
+/**
+ * The NOTIFY payload (on the jobs channel) that says jobs were written that are not due yet: every Waker re-arms
+ * its next-due timer (the insert trigger of 0017, a replacing enqueue). Workers do not ask after each claim.
+ */
+export const laterTopic = "pgfiber:later"
+
 /** A retention from text: "0" (delete at once), or a duration such as "7 days", "12 hours", "30 minutes". */
 export const parseRetention = (text: string): Either.Either<Duration.Duration, string> => {
   const t = text.trim()

@@ -25,6 +25,7 @@
 import { Cause, Clock, Duration, Effect, Exit, Fiber, FiberRef, HashMap, HashSet, Logger, Metric, Option, Queue as Q, Runtime, Schedule, Schema, Scope } from "effect"
 import * as Db from "../layers/Db.js"
 import * as Spans from "../layers/Spans.js"
+import * as ClaimSizing from "./ClaimSizing.js"
 import * as Events from "./Events.js"
 import * as JobRun from "./JobRun.js"
 import * as Metrics from "./Metrics.js"
@@ -112,7 +113,9 @@ const makeCore = <A, I, R>(
   stage: Stage.Stage<A, I, R>,
   concurrency: number,
   onRequeued: Effect.Effect<void>,
-  wakeFreed: () => boolean = () => false
+  wakeFreed: () => boolean = () => false,
+  /** Each handler's run time (ms) as it returns: the claimer sizes its claims by it. */
+  onRan: (ms: number) => void = () => undefined
 ) =>
   Effect.gen(function*() {
     const maxUnsettled = maxUnsettledFor(concurrency)
@@ -247,6 +250,7 @@ const makeCore = <A, I, R>(
           return Effect.flatMap(Effect.exit(restore(handlerOf(entry, payload))), (exit) => {
             const runMs = clock.unsafeCurrentTimeMillis() - entry.startedAt
             const seconds = runMs / 1000
+            onRan(runMs)
             const decided = JobRun.decideExit(stage, entry.job, exit, entry, runMs)
             const done = (d: JobRun.Decided) => {
               slot.current = undefined
@@ -436,7 +440,11 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
     let capsSeen = shares.maxRunning !== null || shares.maxRunningPerOrg !== null
     // claiming ahead would spend tokens and cap slots on jobs that only wait here
     let limited = Limits.isLimited(shares)
-    const core = yield* makeCore(stage, concurrency, waker.rearm, () => capsSeen)
+    // the claim-ahead buffer, sized in time from measured run times and claim round trips (ClaimSizing.ts)
+    let sizing = ClaimSizing.initial(concurrency, maxAheadFor(concurrency))
+    const core = yield* makeCore(stage, concurrency, waker.rearm, () => capsSeen, (ms) => {
+      sizing = ClaimSizing.ran(sizing, ms)
+    })
     const control = options.control ?? StageControl.none
 
     let stopping = false
@@ -458,13 +466,12 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
     // ---- claimer ----
     // moreWork: a wake-up or a full batch says there may be more to claim once capacity frees
     let moreWork = false
-    // backlog: the last claim came back full, so claim a batch ahead to keep every slot busy; `ahead` grows
-    // while the pool runs dry between claims (fast jobs) and shrinks while jobs wait (slow ones)
+    // backlog: the last claim came back full, so claim a buffer ahead to keep every slot busy (ClaimSizing.ts)
     let backlog = false
-    // up to 500 ahead for fast jobs; slow ones never grow it
-    const maxAhead = maxAheadFor(concurrency)
-    let ahead = concurrency
+    // the next-due timer woke this pool: it sleeps until asked again, so re-arm it after the claim
+    let rearmAfterClaim = false
     const maxSettling = maxUnsettledFor(concurrency)
+    const clock = yield* Effect.clock
     const signal = yield* Q.sliding<void>(1)
     const poke = () => Q.unsafeOffer(signal, undefined)
     core.onCapacity = () => {
@@ -480,21 +487,20 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
       yield* Q.take(signal)
       while (!stopping && moreWork) {
         const inHand = core.running + core.waiting.length
-        const limit = backlog && !limited ? concurrency + ahead : concurrency
-        const want = limit - inHand
-        // under a backlog, refill only once the jobs in hand run low: fewer, larger claims
-        if (want <= 0 || (backlog && core.waiting.length > Math.floor(ahead / 2)) || core.settling >= maxSettling) break
+        const ahead = backlog && !limited ? ClaimSizing.ahead(sizing) : 0
+        const want = concurrency + ahead - inHand
+        // under a backlog, refill only once the waiting jobs fall to half the buffer: fewer, larger claims
+        if (want <= 0 || (backlog && core.waiting.length > ClaimSizing.refillAt(sizing)) || core.settling >= maxSettling) break
         // paused by an operator: claim nothing (moreWork stays set; resuming pokes the loop)
         if (control.isPaused(stage.name)) break
-        // grow only when slots stand idle for want of jobs (fast jobs); busy slots with jobs waiting shrink it
-        if (backlog && core.waiting.length === 0 && core.running < concurrency) ahead = Math.min(maxAhead, ahead * 2)
-        else if (backlog && core.waiting.length > 0) ahead = Math.max(concurrency, Math.floor(ahead * 3 / 4))
         moreWork = false
+        const sentAt = clock.unsafeCurrentTimeMillis()
         const claim = queue.claimBatch(stage.name, want, claimOptions)
         // retried only once it has failed: a wake-up's claim builds no retry (0.25 ms of a cold process's time)
         const result = yield* Effect.catchAll(claim, (e) =>
           Effect.zipRight(claimFailed(e), Effect.retry(Effect.tapError(claim, claimFailed), claimRetry).pipe(Effect.orDie)))
         const jobs = result.jobs
+        sizing = ClaimSizing.claimed(sizing, clock.unsafeCurrentTimeMillis() - sentAt)
         paused = false
         lastClaimAt = new Date()
         blocked = result.rateLimitedForMs !== null ? Date.now() + result.rateLimitedForMs : result.capped ? "capacity" : null
@@ -509,7 +515,13 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
         backlog = jobs.length === want
         if (backlog) moreWork = true
         core.accept(jobs)
-        if (!backlog) yield* waker.rearm
+        // the timer must hear of what is due later only when it woke us (it then sleeps until asked), when a limit
+        // holds the pool back (its next token is a due time), or when there was nothing at all (a wake-up we cannot
+        // place); a short claim at a steady rate asks nothing more: one claim and one settle per job
+        if (!backlog && (rearmAfterClaim || blocked !== null || jobs.length === 0)) {
+          rearmAfterClaim = false
+          yield* waker.rearm
+        }
       }
     }).pipe(
       Effect.catchAllCause((cause) => Effect.logError("claim loop failed; continuing", cause)),
@@ -549,13 +561,15 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
       }).pipe(Effect.annotateLogs({ stage: stage.name }))
     )
 
-    const wake = () => {
+    const wake = (reason: Waker.WakeReason) => {
       // a wake-up (a NOTIFY, a slot freed, the next token) lifts the block until the next claim says otherwise
       blocked = null
+      if (reason === "timer") rearmAfterClaim = true
       moreWork = true
       poke()
     }
-    control.onResume(stage.name, wake)
+    // resumed: the timer left this stage's delayed jobs out while it was paused
+    control.onResume(stage.name, () => wake("timer"))
     yield* waker.register(stage.name, wake, () => control.isPaused(stage.name), () => blocked)
   })
 

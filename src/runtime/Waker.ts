@@ -2,7 +2,9 @@
  * The Waker decides when stage pools look for work, so that nobody polls:
  * - one LISTEN connection per process; the insert trigger's NOTIFY wakes the stage that has work;
  * - on (re)connect of that listener, a catch-up: every pool claims, since notifications may have been missed;
- * - a timer armed for the next delayed job or lease expiry (`armNextDueTimer`), which also runs the reaper;
+ * - a timer armed for the next delayed job or lease expiry (`armNextDueTimer`), which also runs the reaper; jobs
+ *   written for later NOTIFY `pgfiber:later`, which re-arms it, and a pool woken by the timer re-arms it after its
+ *   claim (so a steady stream of due jobs costs no look-up of the next due time per job);
  * - a slow safety sweep (default 60 s) that re-arms the timer, costing one statement when idle;
  * - other due times kept in memory by a `DueSource` (a schedule's next tick): one more wait for the same timer,
  *   and a NOTIFY whose payload is the source's topic (or a reconnect) tells the source to refresh;
@@ -60,6 +62,14 @@ export interface DueSource {
 /** Why a pool will not claim now although jobs are ready: until a time (ms since epoch, its next token), or until a slot frees. */
 export type Blocked = number | "capacity" | null
 
+/**
+ * Why a pool is woken. `timer`: the next-due timer fired for its jobs; the timer then sleeps until asked again, so
+ * the pool re-arms it after its claim (what else is due later is the timer's to find). Otherwise (a NOTIFY, a
+ * catch-up, a poll while LISTEN is down) the timer already knows: jobs written for later NOTIFY `laterTopic`, and a
+ * catch-up or a poll re-arms it itself.
+ */
+export type WakeReason = "notify" | "timer" | "catchUp"
+
 export class Waker extends Context.Tag("pgfiber/Waker")<Waker, {
   /**
    * A pool registers its wake-up for the life of its scope. While `paused()` says so (an operator paused the
@@ -68,11 +78,11 @@ export class Waker extends Context.Tag("pgfiber/Waker")<Waker, {
    */
   readonly register: (
     stage: string,
-    wake: () => void,
+    wake: (reason: WakeReason) => void,
     paused?: () => boolean,
     blocked?: () => Blocked
   ) => Effect.Effect<void, never, import("effect").Scope.Scope>
-  /** A pool found less than it asked for (or scheduled something for later): re-arm the next-due timer. */
+  /** Something may fall due sooner than the timer knows (a pool woken by it claimed, a limit blocks): re-arm the next-due timer. */
   readonly rearm: Effect.Effect<void>
   /** Adds a due time to the timer for the life of the scope. */
   readonly registerDue: (source: DueSource) => Effect.Effect<void, never, import("effect").Scope.Scope>
@@ -88,7 +98,7 @@ export const make = (options: Partial<WakerOptions> = {}) =>
   Effect.gen(function*() {
     const opts = { ...defaultOptions, ...options }
     const queue = yield* Queue.Queue
-    const pools = new Map<string, () => void>()
+    const pools = new Map<string, (reason: WakeReason) => void>()
     const pausedChecks = new Map<string, () => boolean>()
     const blockedBy = new Map<string, () => Blocked>()
     const sources = new Map<string, DueSource>()
@@ -105,7 +115,7 @@ export const make = (options: Partial<WakerOptions> = {}) =>
 
     const observers = new Set<(topic: string) => void>()
     const wakeAll = () => {
-      pools.forEach((wake) => wake())
+      pools.forEach((wake) => wake("catchUp"))
       observers.forEach((o) => o(""))
     }
     const rearm = Effect.asVoid(Q.offer(rearmRequests, undefined))
@@ -113,7 +123,9 @@ export const make = (options: Partial<WakerOptions> = {}) =>
     // LISTEN on a connection Db watches: `onDown` the moment it drops, `onListening` each time it is back
     yield* queue.listen({
       onWake: (stage) => {
-        ;(pools.get(stage) ?? sources.get(stage)?.refresh)?.()
+        if (stage === Queue.laterTopic) Effect.runSync(rearm)
+        else if (pools.has(stage)) pools.get(stage)!("notify")
+        else sources.get(stage)?.refresh()
         observers.forEach((o) => o(stage))
       },
       onDown: (reason) => {
@@ -183,12 +195,12 @@ export const make = (options: Partial<WakerOptions> = {}) =>
       }
       // due now: wake the pools; a pool that comes up short asks for the next re-arm itself
       // a pool that became blocked while the question was out is left alone too
-      if (next.jobDueInMs === 0) pools.forEach((wake, stage) => (blockedBy.get(stage)?.() ?? null) === null && wake())
+      if (next.jobDueInMs === 0) pools.forEach((wake, stage) => (blockedBy.get(stage)?.() ?? null) === null && wake("timer"))
       const now = yield* Clock.currentTimeMillis
       const tokenDue: Array<number> = []
       for (const [stage, b] of blocked) {
         if (typeof b !== "number" || pausedChecks.get(stage)?.()) continue
-        if (b <= now) pools.get(stage)?.()
+        if (b <= now) pools.get(stage)?.("timer")
         else tokenDue.push(b - now)
       }
       const sourceDue = [...sources.values()].map((s) => [s, s.dueInMs(now)] as const)
@@ -237,13 +249,13 @@ export const make = (options: Partial<WakerOptions> = {}) =>
     }).pipe(Effect.forever)
     yield* Effect.forkScoped(sweep)
 
-    const register = (stage: string, wake: () => void, paused?: () => boolean, blocked?: () => Blocked) =>
+    const register = (stage: string, wake: (reason: WakeReason) => void, paused?: () => boolean, blocked?: () => Blocked) =>
       Effect.acquireRelease(
         Effect.sync(() => {
           pools.set(stage, wake)
           if (paused) pausedChecks.set(stage, paused)
           if (blocked) blockedBy.set(stage, blocked)
-          wake()
+          wake("catchUp")
         }),
         () => Effect.sync(() => {
           pools.delete(stage)
