@@ -4,6 +4,9 @@ export default defineConfig({
   test: {
     include: ["test/**/*.test.ts"],
     globalSetup: ["test/support/globalSetup.ts"],
+    // every pool checks its held jobs' invariants on every transition (src/runtime/pool/Held.ts), in this process
+    // and in the worker processes the tests spawn (they inherit the environment)
+    env: { PGFIBER_CHECK_INVARIANTS: "1" },
     // each file works in its own schema, so files run in parallel; two cores, so two forks
     pool: "forks",
     poolOptions: { forks: { maxForks: 2, minForks: 1 } },

@@ -19,7 +19,7 @@ const bench = Stage.make({
   payload: Schema.Struct({ seq: Schema.Number }),
   concurrency: config.concurrency,
   limits: { fair: config.fair ?? true, ...(config.rate ? { rate: config.rate } : {}) },
-  handler: ({ seq }) => Effect.sync(() => onJob(seq))
+  handler: ({ seq }) => process.env.BENCH_ASYNC ? Effect.promise(async () => onJob(seq)) : Effect.sync(() => onJob(seq))
 })
 
 const reportReady = Layer.effectDiscard(

@@ -26,7 +26,7 @@
  * is the fairness bound (claimed-ahead jobs of one org are run before another org's newer ones) and the crash
  * bound: a process that dies holds at most `concurrency + maxAhead` leased jobs (those not started are not run
  * twice: they are claimed again once their leases expire, with no handler having run), and at most
- * `concurrency + maxUnsettled` handlers' work is repeated (`maxUnsettledFor`, StagePool.ts).
+ * `concurrency + maxUnsettled` handlers' work is repeated (`maxUnsettledFor`, Core.ts).
  * Before any job has run, `ahead` is the concurrency (the previous rule's start).
  */
 

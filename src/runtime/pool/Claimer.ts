@@ -1,0 +1,173 @@
+/**
+ * The claimer: when the Waker says there is work (or a slot frees under a backlog), one statement claims a batch
+ * sized to free capacity, plus a buffer ahead while there is a backlog (ClaimSizing.ts). A lost database pauses
+ * it until the database answers again; an operator's pause stops it claiming; the stage's limits (told by each
+ * claim) hold it back until the next token or a freed slot.
+ *
+ * It tells the Waker's timer what is due later only when it must: after a claim the timer woke it for, when a
+ * limit holds it back, or when a wake-up found nothing. A short claim at a steady rate asks nothing more, so a
+ * job costs one claim and one settle.
+ */
+import { Effect, Fiber, Metric, Queue as Q, Schedule } from "effect"
+import * as Db from "../../layers/Db.js"
+import * as Limits from "../../queue/Limits.js"
+import * as Queue from "../../queue/Queue.js"
+import * as Metrics from "../Metrics.js"
+import type * as Stage from "../Stage.js"
+import type * as StageControl from "../StageControl.js"
+import * as Waker from "../Waker.js"
+import * as ClaimSizing from "./ClaimSizing.js"
+import { type Core, maxAheadFor, maxUnsettledFor } from "./Core.js"
+
+/** A failed claim is retried at most a second apart, for as long as it takes. */
+export const claimRetry = Db.outageRetry("100 millis")
+
+/** Handing back a claim that landed during shutdown keeps trying through a database blip, as a claim does; past this the leases have expired and the reaper requeues them. */
+const releaseRetry = claimRetry.pipe(Schedule.upTo("2 minutes"))
+
+export interface ClaimerOptions {
+  readonly workerId: string
+  readonly concurrency: number
+  readonly shares: Limits.Shares
+  readonly control: StageControl.StageControl
+}
+
+/** What the claimer knows, read by the pool's health report. */
+export interface ClaimerState {
+  /** The claim loop is retrying because the database does not answer. */
+  readonly paused: boolean
+  readonly lastClaimAt: Date | null
+  /** Held back by the stage's limits (told by the last claim): until the next token, or until a slot frees. */
+  readonly blocked: Waker.Blocked
+}
+
+export const start = (stage: Stage.Any, core: Core, options: ClaimerOptions) =>
+  Effect.gen(function*() {
+    const queue = yield* Queue.Queue
+    const waker = yield* Waker.Waker
+    const clock = yield* Effect.clock
+    const { concurrency, shares, control } = options
+    const claimOptions = { workerId: options.workerId, leaseFor: stage.leaseFor, shares }
+    const claimedMetric = Metrics.forStage(Metrics.claimed, stage.name)
+    const maxSettling = maxUnsettledFor(concurrency)
+    const held = core.held
+
+    let blocked: Waker.Blocked = null
+    // caps in code or configuration, or seen in a claim (a run-time override): settles wake other processes
+    let capsSeen = shares.maxRunning !== null || shares.maxRunningPerOrg !== null
+    // claiming ahead would spend tokens and cap slots on jobs that only wait here
+    let limited = Limits.isLimited(shares)
+    // the claim-ahead buffer, sized in time from measured run times and claim round trips
+    let sizing = ClaimSizing.initial(concurrency, maxAheadFor(concurrency))
+    let stopping = false
+    let paused = false
+    let lastClaimAt: Date | null = null
+    // moreWork: a wake-up or a full batch says there may be more to claim once capacity frees
+    let moreWork = false
+    // backlog: the last claim came back full, so claim a buffer ahead to keep every slot busy
+    let backlog = false
+    // the next-due timer woke this pool: it sleeps until asked again, so re-arm it after the claim
+    let rearmAfterClaim = false
+
+    const signal = yield* Q.sliding<void>(1)
+    const poke = () => Q.unsafeOffer(signal, undefined)
+    core.onCapacity = () => {
+      if (!stopping && moreWork) poke()
+    }
+
+    const claimFailed = (e: Queue.QueueError) =>
+      Effect.zipRight(
+        Effect.sync(() => (paused = true)),
+        Effect.logWarning("claim failed; pausing until the database answers", e.message)
+      )
+
+    const claimLoop = Effect.gen(function*() {
+      yield* Q.take(signal)
+      while (!stopping && moreWork) {
+        const inHand = held.running + held.waiting
+        const ahead = backlog && !limited ? ClaimSizing.ahead(sizing) : 0
+        const want = concurrency + ahead - inHand
+        // under a backlog, refill only once the waiting jobs fall to half the buffer: fewer, larger claims
+        if (want <= 0 || (backlog && held.waiting > ClaimSizing.refillAt(sizing)) || held.settling >= maxSettling) break
+        // paused by an operator: claim nothing (moreWork stays set; resuming pokes the loop)
+        if (control.isPaused(stage.name)) break
+        moreWork = false
+        const sentAt = clock.unsafeCurrentTimeMillis()
+        const claim = queue.claimBatch(stage.name, want, claimOptions)
+        // retried only once it has failed: a wake-up's claim builds no retry (0.25 ms of a cold process's time)
+        const result = yield* Effect.catchAll(claim, (e) =>
+          Effect.zipRight(claimFailed(e), Effect.retry(Effect.tapError(claim, claimFailed), claimRetry).pipe(Effect.orDie)))
+        const jobs = result.jobs
+        sizing = ClaimSizing.claimed(sizing, clock.unsafeCurrentTimeMillis() - sentAt)
+        paused = false
+        lastClaimAt = new Date()
+        blocked = result.rateLimitedForMs !== null ? Date.now() + result.rateLimitedForMs : result.capped ? "capacity" : null
+        if (result.capped) capsSeen = true
+        if (blocked !== null) limited = true
+        if (jobs.length > 0) yield* Metric.incrementBy(claimedMetric, jobs.length)
+        if (stopping) {
+          // shutdown began while the claim was in flight: hand them straight back
+          yield* queue.release(jobs).pipe(Effect.retry({ schedule: releaseRetry, while: (e) => e.unavailable }), Effect.ignore)
+          break
+        }
+        backlog = jobs.length === want
+        if (backlog) moreWork = true
+        core.accept(jobs)
+        // the timer must hear of what is due later only when it woke us (it then sleeps until asked), when a limit
+        // holds the pool back (its next token is a due time), or when there was nothing at all (a wake-up we cannot
+        // place); a short claim at a steady rate asks nothing more: one claim and one settle per job
+        if (!backlog && (rearmAfterClaim || blocked !== null || jobs.length === 0)) {
+          rearmAfterClaim = false
+          yield* waker.rearm
+        }
+      }
+    }).pipe(
+      Effect.catchAllCause((cause) => Effect.logError("claim loop failed; continuing", cause)),
+      // ends by itself once shutdown begins, so a claim in flight is never cut off between commit and release
+      Effect.repeat({ until: () => stopping }),
+      Effect.annotateLogs({ stage: stage.name })
+    )
+    const fiber = yield* Effect.forkScoped(claimLoop)
+
+    const wake = (reason: Waker.WakeReason) => {
+      // a wake-up (a NOTIFY, a slot freed, the next token) lifts the block until the next claim says otherwise
+      blocked = null
+      if (reason === "timer") rearmAfterClaim = true
+      moreWork = true
+      poke()
+    }
+    // resumed: the timer left this stage's delayed jobs out while it was paused
+    control.onResume(stage.name, () => wake("timer"))
+    yield* waker.register(stage.name, wake, () => control.isPaused(stage.name), () => blocked)
+
+    const state: ClaimerState = {
+      get paused() {
+        return paused
+      },
+      get lastClaimAt() {
+        return lastClaimAt
+      },
+      get blocked() {
+        return blocked
+      }
+    }
+    return {
+      state,
+      /** Caps are known to apply (so a settle should wake other processes waiting for a slot). */
+      capsSeen: () => capsSeen,
+      ran: (ms: number) => {
+        sizing = ClaimSizing.ran(sizing, ms)
+      },
+      /**
+       * Stops claiming: the loop ends by itself (a claim in flight finishes and hands its jobs back first; a claim
+       * interrupted mid-statement might have committed unseen).
+       */
+      stop: Effect.sync(() => {
+        stopping = true
+        poke()
+      }),
+      fiber: fiber as Fiber.RuntimeFiber<void>
+    }
+  })
+
+export type Claimer = Effect.Effect.Success<ReturnType<typeof start>>

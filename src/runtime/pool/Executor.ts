@@ -1,0 +1,218 @@
+/**
+ * The executor: runs the held jobs' handlers on at most `concurrency` slots and turns each Exit into an outcome
+ * value (JobRun), handed to the settler. A slot is a fiber that runs waiting jobs one after another, so a job
+ * costs no fiber of its own; interrupting a slot stops its current handler only (a timeout, a lost lease,
+ * shutdown): the slot settles that job and ends, and a fresh slot takes over. A slot frees the moment its
+ * handler returns, not when the outcome commits.
+ *
+ * Log lines get the job's id and attempt from the slot at logging time (lazily), not from annotations set per
+ * job. Jobs that die without running (attempts spent, a payload that fails its Schema) are settled here too.
+ */
+import { Cause, Duration, Effect, Exit, Fiber, FiberRef, HashMap, HashSet, Logger, Runtime, Schema } from "effect"
+import * as Db from "../../layers/Db.js"
+import * as Spans from "../../layers/Spans.js"
+import type { Job } from "../../queue/Job.js"
+import * as Outcome from "../../queue/Outcome.js"
+import * as Queue from "../../queue/Queue.js"
+import * as Events from "../Events.js"
+import * as JobRun from "../JobRun.js"
+import type * as Settler from "../Settler.js"
+import type * as Stage from "../Stage.js"
+import type * as Held from "./Held.js"
+
+export interface ExecutorOptions {
+  readonly concurrency: number
+  /** Most finished jobs whose outcomes are not yet written; past it the slots wait for the settler. */
+  readonly maxUnsettled: number
+  /** A slot freed or outcomes settled: the claimer's cue. */
+  readonly onCapacity: () => void
+  /** Each handler's run time (ms) as it returns. */
+  readonly onRan: (ms: number) => void
+  /** Deciding a job's outcome failed and the job was dropped (its lease and the reaper own it). */
+  readonly onDropped: () => void
+}
+
+export const make = <A, I, R>(
+  stage: Stage.Stage<A, I, R>,
+  held: Held.Held,
+  settler: { readonly post: (finished: Settler.Finished) => void },
+  options: ExecutorOptions
+) =>
+  Effect.gen(function*() {
+    const { concurrency, maxUnsettled } = options
+    const events = yield* Events.current
+    const decode = Schema.decodeUnknownEither(stage.payload)
+    // the Clock service (TestClock in tests), read without an effect per job
+    const clock = yield* Effect.clock
+    const traced = yield* Spans.isTraced
+    const slots = new Set<Held.Slot>()
+    const slotByFiber = new Map<number, Held.Slot>()
+    const withJob = (logger: Logger.Logger<unknown, unknown>) =>
+      Logger.make<unknown, unknown>((o) => {
+        const entry = o.fiberId._tag === "Runtime" ? slotByFiber.get(o.fiberId.id)?.current : undefined
+        logger.log(entry === undefined ? o : {
+          ...o,
+          annotations: HashMap.set(HashMap.set(o.annotations, "jobId", entry.job.id), "attempt", entry.job.attempts + 1)
+        })
+      })
+    const loggers = yield* FiberRef.get(FiberRef.currentLoggers)
+    // the slots inherit this fiber's context and the stage's annotation, set once for the pool
+    const runtime = yield* Effect.runtime<R | Queue.Queue>().pipe(
+      Db.asOwner,
+      Effect.annotateLogs({ stage: stage.name }),
+      Effect.locally(FiberRef.currentLoggers, HashSet.map(loggers, withJob))
+    )
+    const fork = Runtime.runFork(runtime)
+    let stopped = false
+
+    /** Hands a job's outcome to the settler; its slot (if it had one) is free from here on. */
+    const finish = (entry: Held.Entry, decided: JobRun.Decided, seconds: number | undefined) => {
+      held.finish(entry)
+      settler.post({ job: entry.job, decided, seconds })
+    }
+
+    /** The handler's progress reports: kept for the next heartbeat, published at once to in-process subscribers. */
+    const progressOf = (entry: Held.Entry) => (value: number, message?: string) =>
+      Effect.sync(() => {
+        if (!Number.isFinite(value)) return
+        const text = message === undefined ? null : message.slice(0, Queue.maxProgressMessage)
+        entry.reported = { value, message: text }
+        if (events.active()) {
+          const job = entry.job
+          events.publish([{
+            _tag: "Progress", jobId: job.id, stage: job.stage, orgId: job.orgId, attempt: job.attempts + 1,
+            at: new Date(clock.unsafeCurrentTimeMillis()), progress: value, message: text
+          }])
+        }
+      })
+
+    const handlerOf = (entry: Held.Entry, payload: A): Effect.Effect<unknown, unknown, R> => {
+      const job = entry.job
+      const info = JobRun.jobInfo(job, { timeout: Duration.millis(entry.timeoutMs), progress: progressOf(entry) })
+      const run = JobRun.underJobOrg(job, stage.handler(payload, info))
+      return traced
+        ? Effect.withSpan(run, `stage.${stage.name}`, { attributes: { jobId: job.id, attempt: job.attempts + 1 }, captureStackTrace: false })
+        : run
+    }
+
+    // finished jobs whose outcomes are not yet written are what a crash would repeat: past the cap (a slow or
+    // absent database), the slots wait for the settler instead of running more
+    const mayStart = () => !stopped && held.waiting > 0 && held.settling < maxUnsettled
+
+    /** The next waiting job that should run, started on `slot`; those that die without running settle here. */
+    const startNext = (slot: Held.Slot): { entry: Held.Entry; payload: A } | undefined => {
+      while (mayStart()) {
+        const entry = held.nextWaiting()!
+        const early = JobRun.exhaustedOnClaim(entry.job)
+        if (early) {
+          finish(entry, early, undefined)
+          continue
+        }
+        const payload = decode(entry.job.payload)
+        if (payload._tag === "Left") {
+          finish(entry, JobRun.invalidPayload(entry.job, `payload does not match the ${stage.name} schema: ${payloadError(payload.left)}`), undefined)
+          continue
+        }
+        held.start(entry, slot, clock.unsafeCurrentTimeMillis())
+        return { entry, payload: payload.right }
+      }
+      return undefined
+    }
+
+    const runSlot = (slot: Held.Slot) =>
+      Effect.uninterruptibleMask((restore) => {
+        const next: Effect.Effect<void, never, R> = Effect.suspend(() => {
+          const taken = startNext(slot)
+          if (taken === undefined) return Effect.void
+          const { entry, payload } = taken
+          if (events.active()) {
+            const job = entry.job
+            events.publish([{
+              _tag: "Started", jobId: job.id, stage: job.stage, orgId: job.orgId, attempt: job.attempts + 1,
+              at: new Date(entry.startedAt), workerId: job.lockedBy ?? ""
+            }])
+          }
+          return Effect.flatMap(Effect.exit(restore(handlerOf(entry, payload))), (exit) => {
+            const runMs = clock.unsafeCurrentTimeMillis() - entry.startedAt
+            options.onRan(runMs)
+            const decided = JobRun.decideExit(stage, entry.job, exit, entry, runMs)
+            const done = (d: JobRun.Decided) => {
+              finish(entry, d, runMs / 1000)
+              options.onCapacity()
+            }
+            const settled = Effect.isEffect(decided) ? Effect.map(decided, done) : Effect.sync(() => done(decided))
+            // an interrupted slot ends here (its interruption would hit the next handler); a fresh one takes over
+            return Exit.isFailure(exit) && Cause.isInterrupted(exit.cause) ? Effect.zipRight(settled, Effect.sync(startWaiting)) : Effect.zipRight(settled, next)
+          })
+        })
+        return Effect.fiberIdWith((id) => {
+          slotByFiber.set(id.id, slot)
+          return next.pipe(Effect.ensuring(Effect.sync(() => {
+            slotByFiber.delete(id.id)
+            slots.delete(slot)
+          })))
+        })
+      }).pipe(
+        Effect.catchAllCause((cause) =>
+          // deciding an outcome itself failed (a policy that throws): the job is left to its lease and the reaper
+          Effect.logError("could not decide the job's outcome; the reaper will requeue it", cause).pipe(
+            Effect.zipRight(Effect.sync(() => {
+              const entry = slot.current
+              if (entry) {
+                held.drop(entry)
+                options.onDropped()
+              }
+              startWaiting()
+            }))
+          )
+        )
+      )
+
+    /** Starts slots for waiting jobs, up to the concurrency; a slot takes jobs until none wait. */
+    function startWaiting() {
+      // a slot forked here may take its first job at once or on its first turn: count the idle ones each time
+      const idle = () => {
+        let n = 0
+        for (const slot of slots) if (slot.current === undefined) n++
+        return n
+      }
+      while (mayStart() && slots.size < concurrency && held.waiting > idle()) {
+        const slot: Held.Slot = { current: undefined, fiber: undefined }
+        slots.add(slot)
+        slot.fiber = fork(runSlot(slot))
+      }
+      options.onCapacity()
+    }
+
+    const runningFibers = () => [...slots].flatMap((slot) => (slot.fiber ? [slot.fiber] : []))
+
+    return {
+      /** Takes claimed jobs into the held value and starts as many as there are free slots. */
+      accept: (jobs: ReadonlyArray<Job>) => {
+        for (const job of jobs) held.accept(job, job.timeoutMs ?? Duration.toMillis(stage.timeout))
+        startWaiting()
+      },
+      /** Outcomes were written: slots held back by the unsettled cap may go on. */
+      startWaiting,
+      /** Jobs claimed but never started go back at once, with no attempt spent (shutdown, a lost lease). */
+      release: (entries: ReadonlyArray<Held.Entry>) => {
+        for (const entry of entries) finish(entry, { outcome: Outcome.release(entry.lease), kind: "defect" }, undefined)
+      },
+      /** Stops starting jobs; those claimed and not started go back. */
+      stopStarting: () => {
+        stopped = true
+        for (const entry of held.finishWaiting()) {
+          settler.post({ job: entry.job, decided: { outcome: Outcome.release(entry.lease), kind: "defect" }, seconds: undefined })
+        }
+      },
+      /** Interrupts every running handler; each settles as released. */
+      interruptRunning: Effect.suspend(() => Effect.forEach(runningFibers(), Fiber.interrupt, { discard: true })),
+      /** Waits until no handler runs. */
+      awaitNoneRunning: Effect.suspend(() => Effect.forEach(runningFibers(), Fiber.await, { discard: true }))
+    }
+  })
+
+const payloadError = (e: unknown) => {
+  const message = (e as { message?: unknown })?.message
+  return typeof message === "string" ? message : String(e)
+}
