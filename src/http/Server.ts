@@ -24,13 +24,13 @@ import { NodeHttpServer, NodeHttpServerRequest } from "@effect/platform-node"
 import { Cause, Config, Context, Effect, Exit, Layer, LogLevel, Option } from "effect"
 import type * as NodeHttp from "node:http"
 import { createServer } from "node:http"
+import * as AuthLimiter from "../auth/AuthLimiter.js"
 import * as Dashboard from "../dashboard/Dashboard.js"
 import type * as Stage from "../runtime/Stage.js"
 import type * as Worker from "../runtime/Worker.js"
 import { Api } from "./Api.js"
 import * as Queue from "../queue/Queue.js"
 import * as Auth from "./Auth.js"
-import * as AuthLimiter from "./AuthLimiter.js"
 import * as Calls from "./Calls.js"
 import * as Health from "./Health.js"
 import * as LimitsHttp from "./Limits.js"
@@ -43,8 +43,11 @@ export interface ServerOptions {
   readonly port: number
   /** The admin listener for `/readyz`, `/metrics`, `/docs`, `/openapi.json`; default 127.0.0.1:9090. */
   readonly admin?: { readonly host: string; readonly port: number } | undefined
-  /** Failed authentications allowed per client address and window; default 20 a minute. */
-  readonly authFailures?: { readonly max: number; readonly windowMs: number } | undefined
+  /**
+   * The failed-authentication limit shared by the API and the dashboard's sign-in (AuthLimiter.ts): by default
+   * 20 failures a minute per client and key prefix, 100 per client, and no trusted proxy.
+   */
+  readonly authFailures?: Partial<AuthLimiter.AuthLimiterOptions> | undefined
   /** Larger request bodies are refused with 413 (before they are read when they declare their length). */
   readonly maxBodyBytes: number
   /** The same for `multipart/form-data` uploads (recordings to `POST /calls`), which stream to disk. */
@@ -74,16 +77,7 @@ export const config = Config.all({
       Config.withDefault(9090)
     )
   }),
-  authFailures: Config.all({
-    max: Config.integer("HTTP_AUTH_FAILURES_MAX").pipe(
-      Config.validate({ message: "must be a whole number from 1 to 1000000", validation: (n) => n >= 1 && n <= 1_000_000 }),
-      Config.withDefault(AuthLimiter.defaults.maxFailures)
-    ),
-    windowMs: Config.integer("HTTP_AUTH_FAILURES_WINDOW_MS").pipe(
-      Config.validate({ message: "must be a number of milliseconds from 1000 to 86400000", validation: (n) => n >= 1000 && n <= 86_400_000 }),
-      Config.withDefault(AuthLimiter.defaults.windowMs)
-    )
-  }),
+  authFailures: AuthLimiter.config,
   // validate before the default: a validation after `withDefault` loses the variable's name in the error
   maxBodyBytes: Config.integer("HTTP_MAX_BODY_BYTES").pipe(
     Config.validate({ message: "must be a whole number of bytes from 1024 to 1073741824", validation: (n) => n >= 1024 && n <= 1 << 30 }),
@@ -283,17 +277,14 @@ const listenerFilter = (listener: "api" | "admin") => <E, R>(app: HttpApp.Defaul
 
 /** The API's handlers and docs, without a listening socket (tests may serve it however they like). */
 export const layerApi = <R = never>(
-  options: Pick<ServerOptions, "devTick" | "workerId" | "tickStages" | "tickConfig" | "maxBodyBytes" | "maxUploadBytes" | "authFailures">
+  options: Pick<ServerOptions, "devTick" | "workerId" | "tickStages" | "tickConfig" | "maxBodyBytes" | "maxUploadBytes">
 ) =>
   Layer.mergeAll(
     // API-level, so it runs inside the router's error handling and its 401/413/400 is the response sent;
     // authentication first, so nothing of an unauthenticated request's body is read
     HttpApiBuilder.middleware(
       Effect.map(
-        Auth.guard(openPaths, routePath, {
-          ...AuthLimiter.defaults,
-          ...(options.authFailures ? { maxFailures: options.authFailures.max, windowMs: options.authFailures.windowMs } : {})
-        }),
+        Auth.guard(openPaths, routePath),
         (guard) => (app: HttpApp.Default) => guard(bodyLimit(options)(app))
       )
     ),
@@ -353,5 +344,8 @@ export const layer = <R = never>(options: ServerOptions) => {
       Layer.provideMerge(NodeHttpServer.layer(createServer, { port: options.port, host: options.host }))
     ),
     adminListener
+  ).pipe(
+    // one limiter for the API's keys and the dashboard's sign-in: one budget per client
+    Layer.provide(AuthLimiter.layer(options.authFailures))
   )
 }

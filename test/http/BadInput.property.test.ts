@@ -33,7 +33,7 @@ const world = Server.layer({
   devTick: true,
   workerId: "property-test",
   // a generous limit: the generated keys fail often, and a 429 is checked like any other refusal
-  authFailures: { max: 1_000_000, windowMs: 60_000 }
+  authFailures: { maxFailures: 1_000_000, maxFailuresPerAddress: 1_000_000 }
 }).pipe(
   Layer.provideMerge(
     Layer.unwrapScoped(
