@@ -165,9 +165,10 @@ export const make = (options: DashboardOptions) =>
 
     const dateParam = (v: string) => {
       if (v === "") return null
-      const d = new Date(/[zZ]|[+-]\d\d:\d\d$/.test(v) ? v : `${v}Z`)
+      // a date that does not exist (Feb 30) is ignored, never rolled over into the next month
+      const d = Queue.parseInstant(/[zZ]|[+-]\d\d:?\d\d$/.test(v) ? v : /T|\s/.test(v) ? `${v}Z` : v)
       // what PostgreSQL's timestamptz also holds (years 1 to 9999); anything else is ignored like a bad date
-      return Number.isNaN(d.getTime()) || d.getUTCFullYear() < 1 || d.getUTCFullYear() > 9999 ? null : d
+      return d === undefined || d.getUTCFullYear() < 1 || d.getUTCFullYear() > 9999 ? null : d
     }
 
     const jobsPage = (s: Signed, params: URLSearchParams) =>

@@ -3,8 +3,10 @@
  * (`HTTP_HOST:HTTP_PORT`), and the operational endpoints (`/readyz`, `/metrics`, `/docs`, `/openapi.json`) on a
  * separate admin listener (`ADMIN_HOST:ADMIN_PORT`, loopback by default); `/healthz` answers on both. Bad input
  * never reaches a handler as a crash, and every error is JSON `{ "_tag", "message" }`: a request to a keyed route
- * is authenticated before its body is read (Auth.guard); a body over the limit is 413; malformed JSON, text
- * PostgreSQL cannot store (NUL, lone surrogates) or nesting past 64 levels is 400; a real fault is a logged 500.
+ * is authenticated before its body is read (Auth.guard); a NUL anywhere in the path or query is 400 before any
+ * route sees it; a body over the limit is 413, one labelled with a charset other than UTF-8 is 415; bytes that
+ * are not UTF-8 (StrictInput.ts), malformed JSON, text PostgreSQL cannot store (NUL, lone surrogates) or nesting
+ * past 64 levels is 400; a real fault is a logged 500.
  *
  * Needs Db, Queue, Storage (for calls), ApiKeys and the stages (Submit.KnownStages); WorkerInfo and Waker are
  * optional and, when present (the `start` command), feed `/readyz`.
@@ -37,6 +39,7 @@ import * as LimitsHttp from "./Limits.js"
 import * as Stages from "./Stages.js"
 import * as Jobs from "./Jobs.js"
 import * as Schedules from "./Schedules.js"
+import * as StrictInput from "./StrictInput.js"
 
 export interface ServerOptions {
   readonly host: string
@@ -159,20 +162,11 @@ const readBody = (source: NodeHttp.IncomingMessage, max: number) =>
     source.once("error", (e) => resume(Effect.fail(e)))
   })
 
-/** Text in the query string PostgreSQL could not store is refused here, as in a JSON body. */
-const queryProblem = (url: string): string | undefined => {
-  const at = url.indexOf("?")
-  if (at < 0) return undefined
-  for (const [name, value] of new URLSearchParams(url.slice(at + 1))) {
-    const problem = Queue.textProblem(name) ?? Queue.textProblem(value)
-    if (problem !== undefined) return `query parameter ${JSON.stringify(name.slice(0, 40))} ${problem}`
-  }
-  return undefined
-}
-
-/** A JSON body's problem, if any: not JSON at all, or JSON the queue would refuse (NUL, surrogates, depth). */
+/** A JSON body's problem, if any: not UTF-8, not JSON at all, or JSON the queue would refuse (NUL, surrogates, depth). */
 const jsonBodyProblem = (body: Buffer): string | undefined => {
   if (body.length === 0) return undefined
+  const notUtf8 = StrictInput.utf8Problem(body)
+  if (notUtf8 !== undefined) return notUtf8
   let value: unknown
   try {
     value = JSON.parse(body.toString("utf8"))
@@ -194,11 +188,11 @@ export const bodyLimit = (limits: { readonly maxBodyBytes: number; readonly maxU
     const declared = Number(request.headers["content-length"] ?? NaN)
     // a declared length over the limit is refused before a byte is read
     if (Number.isFinite(declared) && declared > limit) return tooLarge(` of ${declared} bytes`)
-    const badQuery = queryProblem(request.url)
-    if (badQuery !== undefined) return jsonError(400, "BadRequest", badQuery)
     let served = request
     // uploads stream to disk under the multipart limits; other bodies are read and checked here, up to the limit
     if (!upload && hasBody(request.method)) {
+      const badCharset = StrictInput.charsetProblem(request.headers["content-type"])
+      if (badCharset !== undefined) return jsonError(415, "UnsupportedMediaType", badCharset)
       const body = yield* readBody(NodeHttpServerRequest.toIncomingMessage(request), limit).pipe(
         Effect.catchAll(() => Effect.succeed("unreadable" as const))
       )
@@ -267,6 +261,13 @@ export const accessLog = <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, 
     return yield* exit
   })
 
+/** A NUL anywhere in the path or query, or query text PostgreSQL could not store: 400 before any route sees it. */
+export const strictUrl = <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, R> =>
+  Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
+    const problem = StrictInput.urlProblem(request.url)
+    return problem === undefined ? app : Effect.succeed(jsonError(400, "BadRequest", problem))
+  })
+
 /** What one listener serves: the API listener everything but the admin paths, the admin listener only those. */
 const listenerFilter = (listener: "api" | "admin") => <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, R> =>
   Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
@@ -320,7 +321,7 @@ export const layer = <R = never>(options: ServerOptions) => {
         // the dashboard (its own sign-in, HTML errors) answers its paths before the API's key guard sees them
         const dashboard = listener === "api" ? yield* Effect.serviceOption(Dashboard.Dashboard) : Option.none()
         const served = Option.isSome(dashboard) ? Dashboard.mount(dashboard.value)(app) : app
-        return HttpServer.serve(jsonErrors(listenerFilter(listener)(served)), accessLog)
+        return HttpServer.serve(jsonErrors(strictUrl(listenerFilter(listener)(served))), accessLog)
       })
     ).pipe(
       Layer.provide([HttpApiBuilder.Router.Live, HttpApiBuilder.Middleware.layer]),

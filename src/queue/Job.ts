@@ -2,7 +2,7 @@
  * The job model: what a producer hands the queue (`NewJob`), what a worker claims (`Job`), what lands in the
  * dead-letter table (`DeadLetter`), and the validation every implementation applies before writing anything.
  */
-import { Data, Duration, Effect, Either, Metric, Schema } from "effect"
+import { Data, Duration, Effect, Either, Metric, ParseResult, Schema } from "effect"
 
 /** Named priorities; lower runs first (pg-boss's convention, seed 001). Any integer 0..100 is allowed too. */
 export const namedPriorities = { fast: 10, normal: 50, bulk: 90 } as const
@@ -322,6 +322,44 @@ export const jsonProblem = (value: unknown, path: string, seen: Set<unknown> = n
       return `${path} is ${describe(value)}, which JSON cannot hold`
   }
 }
+
+const isoInstant = /^([+-]\d{6}|\d{4})-(\d{2})-(\d{2})(?:[Tt ](\d{2}):(\d{2})(?::(\d{2})(?:\.\d{1,9})?)?)?(?:[Zz]|[+-](\d{2}):?(\d{2}))?$/
+
+const daysInMonth = (year: number, month: number) =>
+  month === 2
+    ? (year % 4 === 0 && (year % 100 !== 0 || year % 400 === 0) ? 29 : 28)
+    : month === 4 || month === 6 || month === 9 || month === 11
+    ? 30
+    : 31
+
+/**
+ * An instant written in ISO 8601 (`2026-03-01T09:00:00Z`, `2026-03-01T10:00+01:00`, a date alone for its UTC
+ * midnight; a space may stand for the T; without an offset, a date-time is the server's local time, as in
+ * JavaScript). Every field must exist: `2026-02-30`, `24:00` or an offset of `+25:00` is undefined, never rolled
+ * over into the next day or month the way `new Date` does. Other formats are undefined too.
+ */
+export const parseInstant = (text: string): Date | undefined => {
+  const match = isoInstant.exec(text)
+  if (match === null) return undefined
+  const [year, month, day, hour = 0, minute = 0, second = 0, offsetHours = 0, offsetMinutes = 0] = match
+    .slice(1)
+    .map((field) => (field === undefined ? undefined : Number(field)))
+  if (month! < 1 || month! > 12 || day! < 1 || day! > daysInMonth(year!, month!)) return undefined
+  if (hour > 23 || minute > 59 || second > 59 || offsetHours > 23 || offsetMinutes > 59) return undefined
+  const instant = new Date(text)
+  return Number.isNaN(instant.getTime()) ? undefined : instant
+}
+
+/** An ISO 8601 instant whose every field exists (`parseInstant`), as a Date. */
+export const InstantFromString = Schema.transformOrFail(Schema.String, Schema.DateFromSelf, {
+  strict: true,
+  decode: (text, _, ast) =>
+    Either.fromNullable(
+      parseInstant(text),
+      () => new ParseResult.Type(ast, text, "must be an ISO 8601 date-time that exists, e.g. 2026-03-01T09:00:00Z")
+    ),
+  encode: (date) => ParseResult.succeed(date.toISOString())
+})
 
 /** The instants a job may be scheduled at: inside what PostgreSQL and an ISO 8601 timestamp both hold. */
 export const runAtRange = { min: new Date("0001-01-01T00:00:00Z").getTime(), max: Date.UTC(9999, 11, 31, 23, 59, 59, 999) } as const
