@@ -145,5 +145,3 @@ export const make = (options: AuthLimiterOptions) => {
 }
 
 export const layer = (options: Partial<AuthLimiterOptions> = {}) => Layer.sync(AuthLimiter, () => make({ ...defaults, ...options }))
-
-export const layerFromConfig = Layer.unwrapEffect(Effect.map(config, (cfg) => layer(cfg)))

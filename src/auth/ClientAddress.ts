@@ -41,11 +41,12 @@ export const parseTrustedProxies = (text: string): Either.Either<TrustedProxies,
   const list = new Net.BlockList()
   for (const entry of entries) {
     const [base = "", bits, ...rest] = entry.split("/")
-    const address = normalise(base)
+    // an address as written (no port, no brackets), a mapped IPv4 read as IPv4
+    const address = Net.isIP(base) === 0 ? undefined : normalise(base)
     const family = address === undefined ? 0 : Net.isIP(address)
     const max = family === 4 ? 32 : 128
     const prefix = bits === undefined ? max : /^\d{1,3}$/.test(bits) ? Number(bits) : NaN
-    if (address === undefined || base.includes("[") || rest.length > 0 || !(prefix >= 0 && prefix <= max)) {
+    if (address === undefined || rest.length > 0 || !(prefix >= 0 && prefix <= max)) {
       return Either.left(`"${entry.slice(0, 60)}" is not an IP address or CIDR (e.g. 10.0.0.0/8, 192.168.1.10, fd00::/8)`)
     }
     list.addSubnet(address, prefix, family === 4 ? "ipv4" : "ipv6")

@@ -262,7 +262,7 @@ export const accessLog = <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, 
   })
 
 /** A NUL anywhere in the path or query, or query text PostgreSQL could not store: 400 before any route sees it. */
-export const strictUrl = <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, R> =>
+const strictUrl = <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, R> =>
   Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
     const problem = StrictInput.urlProblem(request.url)
     return problem === undefined ? app : Effect.succeed(jsonError(400, "BadRequest", problem))

@@ -323,31 +323,32 @@ export const jsonProblem = (value: unknown, path: string, seen: Set<unknown> = n
   }
 }
 
-const isoInstant = /^([+-]\d{6}|\d{4})-(\d{2})-(\d{2})(?:[Tt ](\d{2}):(\d{2})(?::(\d{2})(?:\.\d{1,9})?)?)?(?:[Zz]|[+-](\d{2}):?(\d{2}))?$/
-
-const daysInMonth = (year: number, month: number) =>
-  month === 2
-    ? (year % 4 === 0 && (year % 100 !== 0 || year % 400 === 0) ? 29 : 28)
-    : month === 4 || month === 6 || month === 9 || month === 11
-    ? 30
-    : 31
+const isoInstant = /^([+-]\d{6}|\d{4})-(\d{2})-(\d{2})(?:[Tt ](\d{2}):(\d{2})(?::(\d{2})(?:\.\d{1,9})?)?)?(?:([Zz])|([+-])(\d{2}):?(\d{2}))?$/
 
 /**
  * An instant written in ISO 8601 (`2026-03-01T09:00:00Z`, `2026-03-01T10:00+01:00`, a date alone for its UTC
  * midnight; a space may stand for the T; without an offset, a date-time is the server's local time, as in
- * JavaScript). Every field must exist: `2026-02-30`, `24:00` or an offset of `+25:00` is undefined, never rolled
- * over into the next day or month the way `new Date` does. Other formats are undefined too.
+ * JavaScript). Every field must exist: the parsed instant, read back in the offset it was written in, must show
+ * the same year, month, day, hour, minute and second, so `2026-02-30`, `24:00`, `10:60` or a local time skipped
+ * by a DST change is undefined, never rolled over the way `new Date` does; so is an offset past 23:59, and any
+ * other format.
  */
 export const parseInstant = (text: string): Date | undefined => {
   const match = isoInstant.exec(text)
   if (match === null) return undefined
-  const [year, month, day, hour = 0, minute = 0, second = 0, offsetHours = 0, offsetMinutes = 0] = match
-    .slice(1)
-    .map((field) => (field === undefined ? undefined : Number(field)))
-  if (month! < 1 || month! > 12 || day! < 1 || day! > daysInMonth(year!, month!)) return undefined
-  if (hour > 23 || minute > 59 || second > 59 || offsetHours > 23 || offsetMinutes > 59) return undefined
+  const [year, month, day, hour, minute, second] = match.slice(1, 7).map((field) => (field === undefined ? 0 : Number(field)))
+  const [utc, sign, offsetHours, offsetMinutes] = match.slice(7)
+  if (Number(offsetHours ?? 0) > 23 || Number(offsetMinutes ?? 0) > 59) return undefined
   const instant = new Date(text)
-  return Number.isNaN(instant.getTime()) ? undefined : instant
+  if (Number.isNaN(instant.getTime())) return undefined
+  const offsetMs = sign === undefined ? 0 : (sign === "-" ? -1 : 1) * (Number(offsetHours) * 60 + Number(offsetMinutes)) * 60_000
+  // a date alone is UTC; a date-time with Z or an offset is read back in that offset; one without, in local time
+  const local = match[4] !== undefined && utc === undefined && sign === undefined
+  const shown = new Date(instant.getTime() + offsetMs)
+  const fields = local
+    ? [shown.getFullYear(), shown.getMonth() + 1, shown.getDate(), shown.getHours(), shown.getMinutes(), shown.getSeconds()]
+    : [shown.getUTCFullYear(), shown.getUTCMonth() + 1, shown.getUTCDate(), shown.getUTCHours(), shown.getUTCMinutes(), shown.getUTCSeconds()]
+  return fields.every((field, i) => field === [year, month, day, hour, minute, second][i]) ? instant : undefined
 }
 
 /** An ISO 8601 instant whose every field exists (`parseInstant`), as a Date. */

@@ -86,7 +86,7 @@ describe("the client's address", () => {
       expect(Either.isRight(good) && good.right.trustedProxies.entries).toEqual(["10.0.0.0/8", "127.0.0.1", "::1"])
       expect(Either.isRight(good) && good.right.trustedProxies.contains("10.200.0.1")).toBe(true)
       expect(Either.isRight(good) && good.right.trustedProxies.contains("11.0.0.1")).toBe(false)
-      for (const bad of ["10.0.0.0/33", "proxy.internal", "10.0.0.0/8,,fe80::/129", "1.2.3.4/8/8", "10.0.0.0/-1"]) {
+      for (const bad of ["10.0.0.0/33", "proxy.internal", "10.0.0.0/8,,fe80::/129", "1.2.3.4/8/8", "10.0.0.0/-1", "10.0.0.1:80", "[::1]"]) {
         const result = yield* read(bad)
         expect(Either.isLeft(result), bad).toBe(true)
         if (Either.isLeft(result)) expect(describeConfigError(result.left)).toMatch(/^PGFIBER_TRUSTED_PROXIES: .* is not an IP address or CIDR/)
