@@ -6,20 +6,16 @@
  */
 import { describe, expect, it, layer } from "@effect/vitest"
 import { ConfigProvider, Effect, Either, Layer, Redacted } from "effect"
-import * as Fs from "node:fs"
-import * as Os from "node:os"
-import * as Path from "node:path"
 import * as ApiKeys from "../../src/auth/ApiKeys.js"
 import * as AuthLimiter from "../../src/auth/AuthLimiter.js"
 import * as ClientAddress from "../../src/auth/ClientAddress.js"
 import { describeConfigError } from "../../src/cli/Failure.js"
 import * as Db from "../../src/layers/Db.js"
-import * as Storage from "../../src/layers/Storage.js"
 import * as PgQueue from "../../src/queue/PgQueue.js"
 import * as Submit from "../../src/runtime/Submit.js"
 import * as Server from "../../src/http/Server.js"
 import { layerDb } from "../support/pg.js"
-import { baseUrl, call, echo, pgfiber } from "./support.js"
+import { baseUrl, call, echo, layerTempStorage, pgfiber } from "./support.js"
 
 const bogus = (prefix: string, i: number) => `pgf_${prefix}_${"A".repeat(42)}${i % 10}`
 
@@ -111,12 +107,7 @@ const world = (authFailures: Partial<AuthLimiter.AuthLimiterOptions>) =>
     workerId: "limiter-test",
     authFailures
   }).pipe(
-    Layer.provideMerge(Layer.unwrapScoped(
-      Effect.acquireRelease(
-        Effect.sync(() => Fs.mkdtempSync(Path.join(Os.tmpdir(), "pgfiber-limiter-storage-"))),
-        (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
-      ).pipe(Effect.map((dir) => Storage.layerFs(dir).pipe(Layer.orDie)))
-    )),
+    Layer.provideMerge(layerTempStorage("pgfiber-limiter-storage-")),
     Layer.provideMerge(Layer.succeed(Submit.KnownStages, stages)),
     Layer.provideMerge(ApiKeys.layer),
     Layer.provideMerge(PgQueue.layer({ knownStages: stages.map((s) => s.name) })),

@@ -12,19 +12,15 @@
 import { describe, expect, it, layer } from "@effect/vitest"
 import { Effect, Layer, Redacted } from "effect"
 import fc from "fast-check"
-import * as Fs from "node:fs"
-import * as Os from "node:os"
-import * as Path from "node:path"
 import * as ApiKeys from "../../src/auth/ApiKeys.js"
 import * as Db from "../../src/layers/Db.js"
-import * as Storage from "../../src/layers/Storage.js"
 import * as PgQueue from "../../src/queue/PgQueue.js"
 import * as Submit from "../../src/runtime/Submit.js"
 import * as Server from "../../src/http/Server.js"
 import { makeCallStages } from "../../src/stages/calls/index.js"
 import { layerDb, rawSql } from "../support/pg.js"
 import * as StrictInput from "../../src/http/StrictInput.js"
-import { adminUrl, baseUrl, echo, manual } from "./support.js"
+import { adminUrl, baseUrl, echo, layerTempStorage, manual } from "./support.js"
 
 const stages = [echo, manual, ...makeCallStages()]
 
@@ -40,14 +36,7 @@ const world = Server.layer({
   // a generous limit: the generated keys fail often, and a 429 is checked like any other refusal
   authFailures: { maxFailures: 1_000_000, maxFailuresPerAddress: 1_000_000 }
 }).pipe(
-  Layer.provideMerge(
-    Layer.unwrapScoped(
-      Effect.acquireRelease(
-        Effect.sync(() => Fs.mkdtempSync(Path.join(Os.tmpdir(), "pgfiber-property-storage-"))),
-        (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
-      ).pipe(Effect.map((dir) => Storage.layerFs(dir).pipe(Layer.orDie)))
-    )
-  ),
+  Layer.provideMerge(layerTempStorage("pgfiber-property-storage-")),
   Layer.provideMerge(Layer.succeed(Submit.KnownStages, stages)),
   Layer.provideMerge(ApiKeys.layer),
   Layer.provideMerge(PgQueue.layer({ knownStages: stages.map((s) => s.name) })),
