@@ -43,6 +43,9 @@ const tokenPattern = /^pgf_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$/
 /** The org ids the pipelines accept (their storage paths are built from them). */
 export const orgIdPattern = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/
 
+/** A presented token's prefix when it is shaped like one of ours (its secret unchecked); undefined otherwise. */
+export const prefixOf = (token: string): string | undefined => /^pgf_([0-9a-f]{12})_/.exec(token.trim())?.[1]
+
 const hashSecret = (secret: Buffer) => Crypto.createHash("sha256").update(secret).digest()
 
 /** Splits a presented token; None for anything that is not shaped like one of ours. */

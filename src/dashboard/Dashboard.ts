@@ -17,7 +17,7 @@ import { HttpIncomingMessage, HttpServerRequest, HttpServerResponse } from "@eff
 import type { HttpApp } from "@effect/platform"
 import { Config, Context, Duration, Effect, Layer, Option, Redacted, Schedule, Stream } from "effect"
 import * as ApiKeys from "../auth/ApiKeys.js"
-import * as AuthLimiter from "../http/AuthLimiter.js"
+import * as AuthLimiter from "../auth/AuthLimiter.js"
 import * as Db from "../layers/Db.js"
 import * as BrowseSql from "../queue/BrowseSql.js"
 import * as PgSchedules from "../queue/PgSchedules.js"
@@ -109,7 +109,8 @@ export const make = (options: DashboardOptions) =>
       onNone: Session.newSecret,
       onSome: (s) => Buffer.from(Redacted.value(s), "utf8")
     })
-    const limiter = AuthLimiter.make(AuthLimiter.defaults)
+    // the server's limiter when there is one, so the API and the sign-in share one budget per client
+    const limiter = Option.getOrElse(yield* Effect.serviceOption(AuthLimiter.AuthLimiter), () => AuthLimiter.make(AuthLimiter.defaults))
     const ttlMs = Duration.toMillis(options.sessionTtl)
     const knownStages = Option.match(known, { onNone: () => [] as Array<string>, onSome: (s) => s.map((x) => x.name) })
     const minutes = 60
@@ -164,9 +165,10 @@ export const make = (options: DashboardOptions) =>
 
     const dateParam = (v: string) => {
       if (v === "") return null
-      const d = new Date(/[zZ]|[+-]\d\d:\d\d$/.test(v) ? v : `${v}Z`)
+      // a date that does not exist (Feb 30) is ignored, never rolled over into the next month
+      const d = Queue.parseInstant(/[zZ]|[+-]\d\d:?\d\d$/.test(v) ? v : /T|\s/.test(v) ? `${v}Z` : v)
       // what PostgreSQL's timestamptz also holds (years 1 to 9999); anything else is ignored like a bad date
-      return Number.isNaN(d.getTime()) || d.getUTCFullYear() < 1 || d.getUTCFullYear() > 9999 ? null : d
+      return d === undefined || d.getUTCFullYear() < 1 || d.getUTCFullYear() > 9999 ? null : d
     }
 
     const jobsPage = (s: Signed, params: URLSearchParams) =>
@@ -313,17 +315,22 @@ export const make = (options: DashboardOptions) =>
 
     const signIn = (request: HttpServerRequest.HttpServerRequest) =>
       Effect.gen(function*() {
-        const address = Option.getOrElse(request.remoteAddress, () => "unknown")
-        if (limiter.blockedForMs(address, Date.now()) > 0) return page(Pages.login(base, "Too many failed sign-ins; try again in a minute."), 429)
+        const client = limiter.clientOf(Option.getOrUndefined(request.remoteAddress), request.headers["x-forwarded-for"])
         const params = yield* form
         const token = (params.get("key") ?? "").trim()
-        const viewer = token === "" ? Option.none() : yield* keys.verifyViewer(Redacted.make(token))
-        if (Option.isNone(viewer)) {
-          limiter.recordFailure(address, Date.now())
-          return page(Pages.login(base, "That key is not valid (unknown, revoked or mistyped)."), 401)
+        const outcome = yield* limiter.authenticate(
+          client,
+          token === "" ? undefined : token,
+          token === "" ? Effect.succeedNone : keys.verifyViewer(Redacted.make(token))
+        )
+        if (outcome._tag === "Throttled") {
+          const seconds = Math.max(1, Math.ceil(outcome.retryAfterMs / 1000))
+          return page(Pages.login(base, `Too many failed sign-ins; try again in ${seconds} s.`), 429, { "retry-after": String(seconds) })
         }
-        const { value } = Session.seal(secret, viewer.value, ttlMs, Date.now())
-        yield* Effect.logInfo("dashboard sign-in").pipe(Effect.annotateLogs({ keyId: viewer.value.keyId, admin: viewer.value.admin }))
+        if (outcome._tag === "Refused") return page(Pages.login(base, "That key is not valid (unknown, revoked or mistyped)."), 401)
+        const viewer = outcome.value
+        const { value } = Session.seal(secret, viewer, ttlMs, Date.now())
+        yield* Effect.logInfo("dashboard sign-in").pipe(Effect.annotateLogs({ keyId: viewer.keyId, admin: viewer.admin }))
         return redirect(`${base}/`, { "set-cookie": Session.setCookie(value, { path: base, secure: secure(request), maxAgeS: Math.floor(ttlMs / 1000) }) })
       })
 

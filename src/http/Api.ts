@@ -38,6 +38,11 @@ export class PayloadTooLarge extends Schema.TaggedError<PayloadTooLarge>()("Payl
   message: Schema.String
 }, HttpApiSchema.annotations({ status: 413 })) {}
 
+/** Sent by the server before any handler runs for a body labelled with a charset other than UTF-8. */
+export class UnsupportedMediaType extends Schema.TaggedError<UnsupportedMediaType>()("UnsupportedMediaType", {
+  message: Schema.String
+}, HttpApiSchema.annotations({ status: 415 })) {}
+
 export class Unavailable extends Schema.TaggedError<Unavailable>()("Unavailable", {
   message: Schema.String
 }, HttpApiSchema.annotations({ status: 503 })) {}
@@ -207,7 +212,7 @@ export const EnqueueRequest = Schema.Struct({
   /** Run no sooner than this many milliseconds from now. */
   delayMs: Schema.optional(Schema.Int.pipe(Schema.between(0, 366 * 24 * 3600 * 1000))),
   /** Run no sooner than this instant (ISO 8601, years 1 to 9999); wins over delayMs. */
-  runAt: Schema.optional(Schema.Date.pipe(
+  runAt: Schema.optional(Job.InstantFromString.pipe(
     Schema.filter((d) => d.getTime() >= Job.runAtRange.min && d.getTime() <= Job.runAtRange.max, {
       message: () => "runAt must be between 0001-01-01 and 9999-12-31 (UTC)"
     })
@@ -507,6 +512,7 @@ export class Api extends HttpApi.make("pgfiber")
   .add(CallsApi)
   .addError(BadRequest)
   .addError(PayloadTooLarge)
+  .addError(UnsupportedMediaType)
   .annotate(OpenApi.Title, "pgfiber")
   .annotate(OpenApi.Description, "A Postgres job queue and event-driven worker runtime")
 {}

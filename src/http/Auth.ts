@@ -1,16 +1,17 @@
 /**
  * Authentication, in two places that share one answer. The guard runs first for every request to a keyed
  * route, before a byte of its body is read: a missing, malformed, unknown or revoked key is 401 (the same for
- * each, so a caller learns nothing about which keys exist), a client address with too many recent failures is
- * 429 with `Retry-After` (AuthLimiter), a database that cannot be asked is 503. The API's bearer middleware then
- * takes the principal the guard verified instead of asking the database again.
+ * each, so a caller learns nothing about which keys exist), a failing client over its budget is 429 with
+ * `Retry-After` instead (AuthLimiter, shared with the dashboard's sign-in; a valid key always gets through), a
+ * database that cannot be asked is 503. The API's bearer middleware then takes the principal the guard verified
+ * instead of asking the database again.
  */
 import { HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import type { HttpApp } from "@effect/platform"
-import { Effect, Either, FiberRef, Layer, Option, Redacted } from "effect"
+import { Effect, FiberRef, Layer, Option, Redacted } from "effect"
 import * as ApiKeys from "../auth/ApiKeys.js"
+import * as AuthLimiter from "../auth/AuthLimiter.js"
 import { Authorization, Unauthorized, Unavailable } from "./Api.js"
-import * as AuthLimiter from "./AuthLimiter.js"
 
 /** The principal the guard verified for the request in hand. */
 const verified = FiberRef.unsafeMake<Option.Option<ApiKeys.Principal>>(Option.none())
@@ -59,31 +60,32 @@ const bearerToken = (header: string | undefined) => {
  */
 export const guard = (
   openPaths: { readonly has: (path: string) => boolean },
-  routePath: (url: string) => string,
-  limits: AuthLimiter.AuthLimiterOptions
+  routePath: (url: string) => string
 ) =>
   Effect.gen(function*() {
     const keys = yield* ApiKeys.ApiKeys
-    const limiter = AuthLimiter.make(limits)
+    const limiter = yield* AuthLimiter.AuthLimiter
     return <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, R> =>
       Effect.gen(function*() {
         const request = yield* HttpServerRequest.HttpServerRequest
         if (openPaths.has(routePath(request.url))) return yield* app
-        const address = Option.getOrElse(request.remoteAddress, () => "unknown")
-        const wait = limiter.blockedForMs(address, Date.now())
-        if (wait > 0) {
-          const seconds = Math.max(1, Math.ceil(wait / 1000))
-          return json(429, "TooManyRequests", `too many failed authentications; retry in ${seconds} s`, { "retry-after": String(seconds) })
-        }
+        const client = limiter.clientOf(Option.getOrUndefined(request.remoteAddress), request.headers["x-forwarded-for"])
         const token = bearerToken(request.headers["authorization"])
-        const result = token === undefined
-          ? Either.right(Option.none<ApiKeys.Principal>())
-          : yield* Effect.either(verify(keys, Redacted.make(token)))
-        if (Either.isLeft(result)) return json(503, "Unavailable", unavailableMessage)
-        if (Option.isNone(result.right)) {
-          limiter.recordFailure(address, Date.now())
-          return json(401, "Unauthorized", unauthorizedMessage)
+        const outcome = yield* Effect.either(limiter.authenticate(
+          client,
+          token,
+          token === undefined ? Effect.succeedNone : verify(keys, Redacted.make(token))
+        ))
+        if (outcome._tag === "Left") return json(503, "Unavailable", unavailableMessage)
+        switch (outcome.right._tag) {
+          case "Verified":
+            return yield* Effect.locally(app, verified, Option.some(outcome.right.value))
+          case "Refused":
+            return json(401, "Unauthorized", unauthorizedMessage)
+          case "Throttled": {
+            const seconds = Math.max(1, Math.ceil(outcome.right.retryAfterMs / 1000))
+            return json(429, "TooManyRequests", `too many failed authentications; retry in ${seconds} s`, { "retry-after": String(seconds) })
+          }
         }
-        return yield* Effect.locally(app, verified, result.right)
       })
   })

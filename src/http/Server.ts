@@ -3,8 +3,10 @@
  * (`HTTP_HOST:HTTP_PORT`), and the operational endpoints (`/readyz`, `/metrics`, `/docs`, `/openapi.json`) on a
  * separate admin listener (`ADMIN_HOST:ADMIN_PORT`, loopback by default); `/healthz` answers on both. Bad input
  * never reaches a handler as a crash, and every error is JSON `{ "_tag", "message" }`: a request to a keyed route
- * is authenticated before its body is read (Auth.guard); a body over the limit is 413; malformed JSON, text
- * PostgreSQL cannot store (NUL, lone surrogates) or nesting past 64 levels is 400; a real fault is a logged 500.
+ * is authenticated before its body is read (Auth.guard); a NUL anywhere in the path or query is 400 before any
+ * route sees it; a body over the limit is 413, one labelled with a charset other than UTF-8 is 415; bytes that
+ * are not UTF-8 (StrictInput.ts), malformed JSON, text PostgreSQL cannot store (NUL, lone surrogates) or nesting
+ * past 64 levels is 400; a real fault is a logged 500.
  *
  * Needs Db, Queue, Storage (for calls), ApiKeys and the stages (Submit.KnownStages); WorkerInfo and Waker are
  * optional and, when present (the `start` command), feed `/readyz`.
@@ -24,27 +26,31 @@ import { NodeHttpServer, NodeHttpServerRequest } from "@effect/platform-node"
 import { Cause, Config, Context, Effect, Exit, Layer, LogLevel, Option } from "effect"
 import type * as NodeHttp from "node:http"
 import { createServer } from "node:http"
+import * as AuthLimiter from "../auth/AuthLimiter.js"
 import * as Dashboard from "../dashboard/Dashboard.js"
 import type * as Stage from "../runtime/Stage.js"
 import type * as Worker from "../runtime/Worker.js"
 import { Api } from "./Api.js"
 import * as Queue from "../queue/Queue.js"
 import * as Auth from "./Auth.js"
-import * as AuthLimiter from "./AuthLimiter.js"
 import * as Calls from "./Calls.js"
 import * as Health from "./Health.js"
 import * as LimitsHttp from "./Limits.js"
 import * as Stages from "./Stages.js"
 import * as Jobs from "./Jobs.js"
 import * as Schedules from "./Schedules.js"
+import * as StrictInput from "./StrictInput.js"
 
 export interface ServerOptions {
   readonly host: string
   readonly port: number
   /** The admin listener for `/readyz`, `/metrics`, `/docs`, `/openapi.json`; default 127.0.0.1:9090. */
   readonly admin?: { readonly host: string; readonly port: number } | undefined
-  /** Failed authentications allowed per client address and window; default 20 a minute. */
-  readonly authFailures?: { readonly max: number; readonly windowMs: number } | undefined
+  /**
+   * The failed-authentication limit shared by the API and the dashboard's sign-in (AuthLimiter.ts): by default
+   * 20 failures a minute per client and key prefix, 100 per client, and no trusted proxy.
+   */
+  readonly authFailures?: Partial<AuthLimiter.AuthLimiterOptions> | undefined
   /** Larger request bodies are refused with 413 (before they are read when they declare their length). */
   readonly maxBodyBytes: number
   /** The same for `multipart/form-data` uploads (recordings to `POST /calls`), which stream to disk. */
@@ -74,16 +80,7 @@ export const config = Config.all({
       Config.withDefault(9090)
     )
   }),
-  authFailures: Config.all({
-    max: Config.integer("HTTP_AUTH_FAILURES_MAX").pipe(
-      Config.validate({ message: "must be a whole number from 1 to 1000000", validation: (n) => n >= 1 && n <= 1_000_000 }),
-      Config.withDefault(AuthLimiter.defaults.maxFailures)
-    ),
-    windowMs: Config.integer("HTTP_AUTH_FAILURES_WINDOW_MS").pipe(
-      Config.validate({ message: "must be a number of milliseconds from 1000 to 86400000", validation: (n) => n >= 1000 && n <= 86_400_000 }),
-      Config.withDefault(AuthLimiter.defaults.windowMs)
-    )
-  }),
+  authFailures: AuthLimiter.config,
   // validate before the default: a validation after `withDefault` loses the variable's name in the error
   maxBodyBytes: Config.integer("HTTP_MAX_BODY_BYTES").pipe(
     Config.validate({ message: "must be a whole number of bytes from 1024 to 1073741824", validation: (n) => n >= 1024 && n <= 1 << 30 }),
@@ -165,20 +162,11 @@ const readBody = (source: NodeHttp.IncomingMessage, max: number) =>
     source.once("error", (e) => resume(Effect.fail(e)))
   })
 
-/** Text in the query string PostgreSQL could not store is refused here, as in a JSON body. */
-const queryProblem = (url: string): string | undefined => {
-  const at = url.indexOf("?")
-  if (at < 0) return undefined
-  for (const [name, value] of new URLSearchParams(url.slice(at + 1))) {
-    const problem = Queue.textProblem(name) ?? Queue.textProblem(value)
-    if (problem !== undefined) return `query parameter ${JSON.stringify(name.slice(0, 40))} ${problem}`
-  }
-  return undefined
-}
-
-/** A JSON body's problem, if any: not JSON at all, or JSON the queue would refuse (NUL, surrogates, depth). */
+/** A JSON body's problem, if any: not UTF-8, not JSON at all, or JSON the queue would refuse (NUL, surrogates, depth). */
 const jsonBodyProblem = (body: Buffer): string | undefined => {
   if (body.length === 0) return undefined
+  const notUtf8 = StrictInput.utf8Problem(body)
+  if (notUtf8 !== undefined) return notUtf8
   let value: unknown
   try {
     value = JSON.parse(body.toString("utf8"))
@@ -200,11 +188,11 @@ export const bodyLimit = (limits: { readonly maxBodyBytes: number; readonly maxU
     const declared = Number(request.headers["content-length"] ?? NaN)
     // a declared length over the limit is refused before a byte is read
     if (Number.isFinite(declared) && declared > limit) return tooLarge(` of ${declared} bytes`)
-    const badQuery = queryProblem(request.url)
-    if (badQuery !== undefined) return jsonError(400, "BadRequest", badQuery)
     let served = request
     // uploads stream to disk under the multipart limits; other bodies are read and checked here, up to the limit
     if (!upload && hasBody(request.method)) {
+      const badCharset = StrictInput.charsetProblem(request.headers["content-type"])
+      if (badCharset !== undefined) return jsonError(415, "UnsupportedMediaType", badCharset)
       const body = yield* readBody(NodeHttpServerRequest.toIncomingMessage(request), limit).pipe(
         Effect.catchAll(() => Effect.succeed("unreadable" as const))
       )
@@ -273,6 +261,13 @@ export const accessLog = <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, 
     return yield* exit
   })
 
+/** A NUL anywhere in the path or query, or query text PostgreSQL could not store: 400 before any route sees it. */
+const strictUrl = <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, R> =>
+  Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
+    const problem = StrictInput.urlProblem(request.url)
+    return problem === undefined ? app : Effect.succeed(jsonError(400, "BadRequest", problem))
+  })
+
 /** What one listener serves: the API listener everything but the admin paths, the admin listener only those. */
 const listenerFilter = (listener: "api" | "admin") => <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, R> =>
   Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
@@ -283,17 +278,14 @@ const listenerFilter = (listener: "api" | "admin") => <E, R>(app: HttpApp.Defaul
 
 /** The API's handlers and docs, without a listening socket (tests may serve it however they like). */
 export const layerApi = <R = never>(
-  options: Pick<ServerOptions, "devTick" | "workerId" | "tickStages" | "tickConfig" | "maxBodyBytes" | "maxUploadBytes" | "authFailures">
+  options: Pick<ServerOptions, "devTick" | "workerId" | "tickStages" | "tickConfig" | "maxBodyBytes" | "maxUploadBytes">
 ) =>
   Layer.mergeAll(
     // API-level, so it runs inside the router's error handling and its 401/413/400 is the response sent;
     // authentication first, so nothing of an unauthenticated request's body is read
     HttpApiBuilder.middleware(
       Effect.map(
-        Auth.guard(openPaths, routePath, {
-          ...AuthLimiter.defaults,
-          ...(options.authFailures ? { maxFailures: options.authFailures.max, windowMs: options.authFailures.windowMs } : {})
-        }),
+        Auth.guard(openPaths, routePath),
         (guard) => (app: HttpApp.Default) => guard(bodyLimit(options)(app))
       )
     ),
@@ -329,7 +321,7 @@ export const layer = <R = never>(options: ServerOptions) => {
         // the dashboard (its own sign-in, HTML errors) answers its paths before the API's key guard sees them
         const dashboard = listener === "api" ? yield* Effect.serviceOption(Dashboard.Dashboard) : Option.none()
         const served = Option.isSome(dashboard) ? Dashboard.mount(dashboard.value)(app) : app
-        return HttpServer.serve(jsonErrors(listenerFilter(listener)(served)), accessLog)
+        return HttpServer.serve(jsonErrors(strictUrl(listenerFilter(listener)(served))), accessLog)
       })
     ).pipe(
       Layer.provide([HttpApiBuilder.Router.Live, HttpApiBuilder.Middleware.layer]),
@@ -353,5 +345,8 @@ export const layer = <R = never>(options: ServerOptions) => {
       Layer.provideMerge(NodeHttpServer.layer(createServer, { port: options.port, host: options.host }))
     ),
     adminListener
+  ).pipe(
+    // one limiter for the API's keys and the dashboard's sign-in: one budget per client
+    Layer.provide(AuthLimiter.layer(options.authFailures))
   )
 }

@@ -2,7 +2,7 @@
  * The job model: what a producer hands the queue (`NewJob`), what a worker claims (`Job`), what lands in the
  * dead-letter table (`DeadLetter`), and the validation every implementation applies before writing anything.
  */
-import { Data, Duration, Effect, Either, Metric, Schema } from "effect"
+import { Data, Duration, Effect, Either, Metric, ParseResult, Schema } from "effect"
 
 /** Named priorities; lower runs first (pg-boss's convention, seed 001). Any integer 0..100 is allowed too. */
 export const namedPriorities = { fast: 10, normal: 50, bulk: 90 } as const
@@ -322,6 +322,45 @@ export const jsonProblem = (value: unknown, path: string, seen: Set<unknown> = n
       return `${path} is ${describe(value)}, which JSON cannot hold`
   }
 }
+
+const isoInstant = /^([+-]\d{6}|\d{4})-(\d{2})-(\d{2})(?:[Tt ](\d{2}):(\d{2})(?::(\d{2})(?:\.\d{1,9})?)?)?(?:([Zz])|([+-])(\d{2}):?(\d{2}))?$/
+
+/**
+ * An instant written in ISO 8601 (`2026-03-01T09:00:00Z`, `2026-03-01T10:00+01:00`, a date alone for its UTC
+ * midnight; a space may stand for the T; without an offset, a date-time is the server's local time, as in
+ * JavaScript). Every field must exist: the parsed instant, read back in the offset it was written in, must show
+ * the same year, month, day, hour, minute and second, so `2026-02-30`, `24:00`, `10:60` or a local time skipped
+ * by a DST change is undefined, never rolled over the way `new Date` does; so is an offset past 23:59, and any
+ * other format.
+ */
+export const parseInstant = (text: string): Date | undefined => {
+  const match = isoInstant.exec(text)
+  if (match === null) return undefined
+  const [year, month, day, hour, minute, second] = match.slice(1, 7).map((field) => (field === undefined ? 0 : Number(field)))
+  const [utc, sign, offsetHours, offsetMinutes] = match.slice(7)
+  if (Number(offsetHours ?? 0) > 23 || Number(offsetMinutes ?? 0) > 59) return undefined
+  const instant = new Date(text)
+  if (Number.isNaN(instant.getTime())) return undefined
+  const offsetMs = sign === undefined ? 0 : (sign === "-" ? -1 : 1) * (Number(offsetHours) * 60 + Number(offsetMinutes)) * 60_000
+  // a date alone is UTC; a date-time with Z or an offset is read back in that offset; one without, in local time
+  const local = match[4] !== undefined && utc === undefined && sign === undefined
+  const shown = new Date(instant.getTime() + offsetMs)
+  const fields = local
+    ? [shown.getFullYear(), shown.getMonth() + 1, shown.getDate(), shown.getHours(), shown.getMinutes(), shown.getSeconds()]
+    : [shown.getUTCFullYear(), shown.getUTCMonth() + 1, shown.getUTCDate(), shown.getUTCHours(), shown.getUTCMinutes(), shown.getUTCSeconds()]
+  return fields.every((field, i) => field === [year, month, day, hour, minute, second][i]) ? instant : undefined
+}
+
+/** An ISO 8601 instant whose every field exists (`parseInstant`), as a Date. */
+export const InstantFromString = Schema.transformOrFail(Schema.String, Schema.DateFromSelf, {
+  strict: true,
+  decode: (text, _, ast) =>
+    Either.fromNullable(
+      parseInstant(text),
+      () => new ParseResult.Type(ast, text, "must be an ISO 8601 date-time that exists, e.g. 2026-03-01T09:00:00Z")
+    ),
+  encode: (date) => ParseResult.succeed(date.toISOString())
+})
 
 /** The instants a job may be scheduled at: inside what PostgreSQL and an ISO 8601 timestamp both hold. */
 export const runAtRange = { min: new Date("0001-01-01T00:00:00Z").getTime(), max: Date.UTC(9999, 11, 31, 23, 59, 59, 999) } as const

@@ -1,25 +1,26 @@
 /**
  * Generated bad requests against a real server over Postgres: random JSON, text with NUL and lone surrogates,
- * huge numbers, deep nesting, wrong types, random ids and cursors, stray keys, at every endpoint. Whatever
- * arrives, the server never answers 5xx, every error is a JSON `{ "_tag", "message" }`, and a refused request
- * (4xx) leaves every table exactly as it was. No worker runs here, so nothing else writes between the
- * before and after of each request. The issue's own reproductions run first, as fixed examples.
+ * raw bytes that are not UTF-8, bodies labelled with other charsets, huge numbers, deep nesting, wrong types,
+ * dates that do not exist, random ids and cursors, stray keys, NUL in paths and queries, at every endpoint and
+ * every path parameter of both listeners. Whatever arrives, the server never answers 5xx, every error is a JSON
+ * `{ "_tag", "message" }`, a refused request (4xx) leaves every table exactly as it was, and the refusals that
+ * do not depend on the route come as they must: a NUL in the path or query is 400, a keyed body in another
+ * charset is 415, one that is not UTF-8 is 400 naming the byte offset. No worker runs here, so nothing else
+ * writes between the before and after of each request. The issues' own reproductions run first, as fixed
+ * examples.
  */
-import { describe, expect, layer } from "@effect/vitest"
+import { describe, expect, it, layer } from "@effect/vitest"
 import { Effect, Layer, Redacted } from "effect"
 import fc from "fast-check"
-import * as Fs from "node:fs"
-import * as Os from "node:os"
-import * as Path from "node:path"
 import * as ApiKeys from "../../src/auth/ApiKeys.js"
 import * as Db from "../../src/layers/Db.js"
-import * as Storage from "../../src/layers/Storage.js"
 import * as PgQueue from "../../src/queue/PgQueue.js"
 import * as Submit from "../../src/runtime/Submit.js"
 import * as Server from "../../src/http/Server.js"
 import { makeCallStages } from "../../src/stages/calls/index.js"
 import { layerDb, rawSql } from "../support/pg.js"
-import { baseUrl, echo, manual } from "./support.js"
+import * as StrictInput from "../../src/http/StrictInput.js"
+import { adminUrl, baseUrl, echo, layerTempStorage, manual } from "./support.js"
 
 const stages = [echo, manual, ...makeCallStages()]
 
@@ -33,16 +34,9 @@ const world = Server.layer({
   devTick: true,
   workerId: "property-test",
   // a generous limit: the generated keys fail often, and a 429 is checked like any other refusal
-  authFailures: { max: 1_000_000, windowMs: 60_000 }
+  authFailures: { maxFailures: 1_000_000, maxFailuresPerAddress: 1_000_000 }
 }).pipe(
-  Layer.provideMerge(
-    Layer.unwrapScoped(
-      Effect.acquireRelease(
-        Effect.sync(() => Fs.mkdtempSync(Path.join(Os.tmpdir(), "pgfiber-property-storage-"))),
-        (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
-      ).pipe(Effect.map((dir) => Storage.layerFs(dir).pipe(Layer.orDie)))
-    )
-  ),
+  Layer.provideMerge(layerTempStorage("pgfiber-property-storage-")),
   Layer.provideMerge(Layer.succeed(Submit.KnownStages, stages)),
   Layer.provideMerge(ApiKeys.layer),
   Layer.provideMerge(PgQueue.layer({ knownStages: stages.map((s) => s.name) })),
@@ -90,8 +84,25 @@ const hostileJson: fc.Arbitrary<unknown> = fc.letrec((tie) => ({
   )
 })).value
 
+/** Calendar fields near and past their ends: Feb 29 and 30, April 31, month 13, hour 24, minute 60, offset +25:00. */
+const edgeOfCalendar = fc.record({
+  year: fc.constantFrom(1, 1900, 2000, 2024, 2026, 2100, 9999),
+  month: fc.integer({ min: 0, max: 13 }),
+  day: fc.constantFrom(0, 1, 28, 29, 30, 31, 32),
+  hour: fc.constantFrom(0, 23, 24),
+  minute: fc.constantFrom(0, 59, 60),
+  zone: fc.constantFrom("Z", "+01:00", "-14:00", "+25:00", "+01:60", "")
+}).map(({ day, hour, minute, month, year, zone }) => {
+  const two = (n: number) => String(n).padStart(2, "0")
+  return `${String(year).padStart(4, "0")}-${two(month)}-${two(day)}T${two(hour)}:${two(minute)}:00${zone}`
+})
+
 const hostileDate = fc.oneof(
-  fc.constantFrom("+275760-09-13T00:00:00Z", "-271821-04-20T00:00:00Z", "0000-01-01T00:00:00Z", "9999-12-31T23:59:60Z", "2024-02-30", "not a date", "1e12", ""),
+  fc.constantFrom(
+    "+275760-09-13T00:00:00Z", "-271821-04-20T00:00:00Z", "0000-01-01T00:00:00Z", "9999-12-31T23:59:60Z", "2024-02-30", "not a date", "1e12", "",
+    "2026-02-30T10:00:00Z", "2026-02-29", "2026-04-31T00:00:00Z", "March 7, 2026", "2026-03-01T24:00:00Z"
+  ),
+  edgeOfCalendar,
   fc.date({ noInvalidDate: false }).map((d) => (Number.isNaN(d.getTime()) ? "Invalid Date" : d.toISOString())),
   hugeNumber
 )
@@ -156,11 +167,27 @@ const scheduleBody = fc.record(
 type Body =
   | { readonly kind: "json"; readonly value: unknown }
   | { readonly kind: "raw"; readonly text: string }
+  /** Bytes as sent: JSON text with byte sequences that are not UTF-8 inside a string, or any bytes at all. */
+  | { readonly kind: "bytes"; readonly bytes: Uint8Array }
   /** An enqueue whose payload (or the whole body) is nested `depth` levels deep. */
   | { readonly kind: "deep"; readonly depth: number; readonly where: "payload" | "body" }
 
+/** Not UTF-8: a stray continuation, FF/FE, overlong forms, an encoded surrogate, past U+10FFFF, a cut-off sequence. */
+const notUtf8 = fc.constantFrom([0x80], [0xff, 0xfe], [0xfe], [0xc0, 0xaf], [0xe0, 0x80, 0x80], [0xed, 0xa0, 0x80], [0xed, 0xbf, 0xbf], [0xf4, 0x90, 0x80, 0x80], [0xf0, 0x9f, 0x8e], [0xf8, 0x88, 0x80, 0x80, 0x80], [0xc3])
+
+const badBytes: fc.Arbitrary<Body> = fc.oneof(
+  fc.tuple(enqueueBody, fc.string({ maxLength: 8 }), notUtf8).map(([value, text, bytes]) => {
+    // the bad bytes inside the subjectId string, wherever the rest of the body puts it
+    const json = JSON.stringify({ ...value, subjectId: `${text}\u0001` })
+    const at = json.lastIndexOf("\\u0001")
+    return { kind: "bytes" as const, bytes: Buffer.concat([Buffer.from(json.slice(0, at)), Buffer.from(bytes), Buffer.from(json.slice(at + 6))]) }
+  }),
+  fc.uint8Array({ maxLength: 40 }).map((bytes) => ({ kind: "bytes" as const, bytes }))
+)
+
 const body: fc.Arbitrary<Body> = fc.oneof(
   enqueueBody.map((value) => ({ kind: "json" as const, value })),
+  badBytes,
   hostileJson.map((value) => ({ kind: "json" as const, value })),
   fc.record({ notes: hostileString, max: hugeNumber, uri: hostileString }, { requiredKeys: [] }).map((value) => ({ kind: "json" as const, value })),
   fc.string({ maxLength: 40 }).map((text) => ({ kind: "raw" as const, text })),
@@ -180,6 +207,8 @@ const scheduleRequest: fc.Arbitrary<Body> = fc.oneof(
 const segment = (known: ReadonlyArray<string>) =>
   fc.oneof(
     fc.constantFrom(...known),
+    // a NUL where a name or id goes, alone or inside one
+    fc.tuple(fc.constantFrom(...known), fc.constantFrom("%00", "%00%00", "%2500")).map(([name, nul]) => `${name.slice(0, 3)}${nul}${name.slice(3)}`),
     fc.bigInt({ min: 0n, max: 10n ** 25n }).map(String),
     fc.constantFrom("9223372036854775807", "9223372036854775808", "-1", "0x10", "1e3", "%00", "%ED%A0%80", "%C0%80", "00000000-0000-4000-8000-000000000000"),
     hostileString.map((s) => {
@@ -197,13 +226,33 @@ const query = fc.oneof(
     for (const [k, v] of Object.entries(params)) search.set(k, v.replace(/[\ud800-\udfff]/g, "\ufffd"))
     return search.toString()
   }),
-  fc.constantFrom("after=abc", "after=99999999999999999999", "after=-5", "limit=0", "limit=1e9", "stage=%00", "after=%00", "all=maybe", "status=dead", "after=%ED%A0%80")
+  fc.constantFrom("after=abc", "after=99999999999999999999", "after=-5", "limit=0", "limit=1e9", "stage=%00", "after=%00", "all=maybe", "status=dead", "after=%ED%A0%80", "%00=1", "stage=echo%00", "limit=1%00")
 )
+
+/** What the body says it is: JSON in UTF-8 mostly, sometimes in another charset or something else entirely. */
+const contentType = fc.oneof(
+  { weight: 6, arbitrary: fc.constant("application/json") },
+  {
+    weight: 3,
+    arbitrary: fc.constantFrom(
+      "application/json; charset=utf-8", "application/json; charset=UTF-8", "application/json;charset=\"utf-8\"", "application/json; charset=utf-16",
+      "application/json; charset=utf-16le", "application/json; charset=latin1", "application/json; charset=iso-8859-1", "application/json; charset=",
+      "application/json; charset=\"\"", "text/plain", "text/plain; charset=us-ascii", "application/x-www-form-urlencoded", "application/octet-stream"
+    )
+  }
+)
+
+/** Stages the admin routes aim at: ones the service knows, one it does not, and the housekeeping one. */
+const stageNames = ["echo", "manual", "extract_audio", "nope", "pgfiber.housekeeping"]
 
 interface Request {
   readonly method: string
   readonly path: string
   readonly body?: Body
+  /** The body's Content-Type; application/json when there is a body and none is given. */
+  readonly contentType?: string
+  /** The admin listener's routes (no key there); the API listener's otherwise. */
+  readonly listener?: "admin"
 }
 
 const endpoint = (ids: ReadonlyArray<string>, names: ReadonlyArray<string>): fc.Arbitrary<Request> =>
@@ -229,8 +278,31 @@ const endpoint = (ids: ReadonlyArray<string>, names: ReadonlyArray<string>): fc.
       path: fc.tuple(segment(names), fc.constantFrom("enable", "disable", "run-now")).map(([name, verb]) => `/schedules/${name}/${verb}`),
       body: fc.option(body, { nil: undefined })
     }),
-    fc.record({ method: fc.constantFrom("PUT", "DELETE", "PATCH"), path: fc.constantFrom("/jobs", "/calls", "/dlq/1", "/schedules", "/schedules/a/run-now") })
+    fc.record({ method: fc.constantFrom("PUT", "DELETE", "PATCH"), path: fc.constantFrom("/jobs", "/calls", "/dlq/1", "/schedules", "/schedules/a/run-now") }),
+    // any body, in any charset, at the routes that read one
+    fc.record({ method: fc.constantFrom("POST", "PUT"), path: fc.constantFrom("/jobs", "/schedules/prop-nightly", "/dlq/1/resolve"), body, contentType }),
+    // the admin listener's path parameters
+    fc.record({ method: fc.constant("POST"), path: fc.tuple(segment(stageNames), fc.constantFrom("pause", "resume")).map(([stage, verb]) => `/stages/${stage}/${verb}`), listener: fc.constant("admin" as const) }),
+    fc.record({ method: fc.constant("PUT"), path: segment(stageNames).map((stage) => `/limits/${stage}`), body: limitsRequest, contentType, listener: fc.constant("admin" as const) }),
+    fc.record({ method: fc.constantFrom("DELETE", "GET"), path: segment(stageNames).map((stage) => `/limits/${stage}`), listener: fc.constant("admin" as const) }),
+    fc.record({ method: fc.constant("GET"), path: query.map((q) => `/limits?${q}`), listener: fc.constant("admin" as const) })
   )
+
+/** What `PUT /limits/:stage` gets: caps, rates (some malformed), and anything `body` makes. */
+const limitsRequest: fc.Arbitrary<Body> = fc.oneof(
+  fc.record(
+    {
+      maxRunning: hugeNumber,
+      maxRunningPerOrg: hugeNumber,
+      rate: fc.oneof(fc.constantFrom("20/s", "500/1h", "none", "0/s", "1/0s", "x/y", "9".repeat(30) + "/s"), hostileString),
+      ratePerOrg: fc.oneof(fc.constantFrom("5/s", "none"), hostileString),
+      burst: hugeNumber,
+      fair: fc.oneof(fc.boolean(), hostileJson)
+    },
+    { requiredKeys: [] }
+  ).map((value) => ({ kind: "json" as const, value })),
+  body
+)
 
 const authorization = (key: string) =>
   fc.oneof(
@@ -259,31 +331,81 @@ interface Sent extends Request {
   readonly authorization: string
 }
 
-const send = async (base: string, request: Sent) => {
+const bodyBytes = (b: Body): string | Uint8Array =>
+  b.kind === "json"
+    ? JSON.stringify(b.value) ?? "null"
+    : b.kind === "raw"
+    ? b.text
+    : b.kind === "bytes"
+    ? b.bytes
+    : b.where === "body"
+    ? nestedText(b.depth, "1")
+    : `{"stage":"echo","payload":{"n":${nestedText(b.depth, "1")}}}`
+
+const send = async (listeners: { readonly api: string; readonly admin: string }, request: Sent) => {
   const headers: Record<string, string> = {}
   if (request.authorization !== "") headers.authorization = request.authorization
-  let payload: string | undefined
-  if (request.body !== undefined) {
-    const b = request.body
-    payload = b.kind === "json"
-      ? JSON.stringify(b.value) ?? "null"
-      : b.kind === "raw"
-      ? b.text
-      : b.where === "body"
-      ? nestedText(b.depth, "1")
-      : `{"stage":"echo","payload":{"n":${nestedText(b.depth, "1")}}}`
-    headers["content-type"] = "application/json"
-  }
+  const payload = request.body === undefined ? undefined : bodyBytes(request.body)
+  if (payload !== undefined) headers["content-type"] = request.contentType ?? "application/json"
+  const base = request.listener === "admin" ? listeners.admin : listeners.api
   const response = await fetch(`${base}${request.path}`, { method: request.method, headers, ...(payload !== undefined ? { body: payload } : {}) })
   const text = await response.text()
   return { status: response.status, text }
 }
 
+const utf8 = new TextDecoder("utf-8", { fatal: true })
+
+/**
+ * The answer a request must get whichever route it names: a NUL in its path or query is 400 before anything
+ * else; past the key, a small body in another charset is 415, and one whose bytes are not UTF-8 is 400 naming
+ * where. Undefined when the route decides.
+ */
+const mustBe = (request: Sent, key: string): { readonly status: number; readonly message: RegExp } | undefined => {
+  if (/%00/i.test(request.path)) return { status: 400, message: /NUL/ }
+  const keyed = request.listener === "admin" || request.authorization === `Bearer ${key}`
+  if (!keyed || request.body === undefined || request.method === "GET") return undefined
+  const bytes = Buffer.from(bodyBytes(request.body))
+  if (bytes.length > 64 * 1024) return undefined
+  const charset = /;\s*charset=("?)([^";]*)\1/i.exec(request.contentType ?? "")?.[2]
+  if (charset !== undefined && charset.toLowerCase() !== "utf-8") return { status: 415, message: /UnsupportedMediaType/ }
+  try {
+    utf8.decode(bytes)
+    return undefined
+  } catch {
+    return { status: 400, message: /not valid UTF-8: invalid byte sequence at byte offset \d+/ }
+  }
+}
+
+describe("the UTF-8 check", () => {
+  it("agrees with a fatal TextDecoder on any bytes, and names where a replacing decoder would put its first U+FFFD", () => {
+    const replacing = new TextDecoder("utf-8")
+    const bytes = fc.oneof(
+      fc.uint8Array({ maxLength: 24 }),
+      fc.tuple(fc.string({ maxLength: 6 }), notUtf8, fc.string({ maxLength: 6 })).map(([a, bad, b]) => Buffer.concat([Buffer.from(a), Buffer.from(bad), Buffer.from(b)]))
+    )
+    fc.assert(fc.property(bytes, (input) => {
+      const at = StrictInput.invalidUtf8Offset(input)
+      let valid = true
+      try {
+        utf8.decode(input)
+      } catch {
+        valid = false
+      }
+      expect(at === undefined).toBe(valid)
+      if (at !== undefined) {
+        const before = replacing.decode(input.subarray(0, at))
+        expect(utf8.decode(input.subarray(0, at))).toBe(before)
+        expect(replacing.decode(input).slice(0, before.length + 1)).toBe(`${before}\ufffd`)
+      }
+    }), { numRuns: 2000 })
+  })
+})
+
 describe("bad requests, generated", () => {
   layer(world, { excludeTestServices: true, timeout: 120_000 })((it) => {
     it.scoped("never a 5xx, always a JSON error body, and nothing written on a 4xx", () =>
       Effect.gen(function*() {
-        const base = yield* baseUrl
+        const base = { api: yield* baseUrl, admin: yield* adminUrl }
         const db = yield* Db.Db
         const keys = yield* ApiKeys.ApiKeys
         const key = Redacted.value((yield* keys.create({ orgId: "prop" })).token)
@@ -319,6 +441,11 @@ describe("bad requests, generated", () => {
             expect(parsed, described).toMatchObject({ _tag: expect.any(String), message: expect.any(String) })
             expect(after, `${described}: a refused request wrote to the database`).toBe(before)
           }
+          const must = mustBe(sent, key)
+          if (must !== undefined) {
+            expect(reply.status, described).toBe(must.status)
+            expect(reply.text, described).toMatch(must.message)
+          }
         })
 
         // the issue's reproductions first, then generated ones; the seed is printed should one fail
@@ -353,7 +480,19 @@ describe("bad requests, generated", () => {
           [{ method: "POST", path: "/schedules/%00/run-now" }, `Bearer ${key}`],
           [{ method: "POST", path: "/schedules/a%00/disable" }, `Bearer ${key}`],
           [{ method: "GET", path: "/schedules/prop-nightly%00" }, `Bearer ${key}`],
-          [{ method: "DELETE", path: "/schedules/B039-%00" }, `Bearer ${key}`]
+          [{ method: "DELETE", path: "/schedules/B039-%00" }, `Bearer ${key}`],
+          // the last edges: NUL at the admin listener's routes, bytes that are not UTF-8, other charsets, dates that do not exist
+          [{ method: "DELETE", path: "/limits/%00", listener: "admin" }, ""],
+          [{ method: "PUT", path: "/limits/%00", listener: "admin", body: { kind: "json", value: { maxRunning: 1 } } }, ""],
+          [{ method: "POST", path: "/stages/%00/pause", listener: "admin" }, ""],
+          [{ method: "GET", path: "/limits?stage=%00", listener: "admin" }, ""],
+          [{ method: "GET", path: "/jobs/%00" }, ""],
+          [{ method: "POST", path: "/jobs", body: { kind: "bytes", bytes: Buffer.from([...Buffer.from("{\"stage\":\"echo\",\"payload\":{\"n\":1},\"subjectId\":\""), 0xff, 0xfe, 0x22, 0x7d]) } }, `Bearer ${key}`],
+          [{ method: "POST", path: "/jobs", body: { kind: "bytes", bytes: Buffer.from([...Buffer.from("{\"stage\":\"echo\",\"payload\":{\"n\":1},\"subjectId\":\""), 0xed, 0xa0, 0x80, 0x22, 0x7d]) } }, `Bearer ${key}`],
+          [{ method: "PUT", path: "/limits/echo", listener: "admin", body: { kind: "bytes", bytes: Buffer.from([...Buffer.from("{\"rate\":\""), 0xc0, 0xaf, 0x22, 0x7d]) } }, ""],
+          [{ method: "POST", path: "/jobs", body: { kind: "json", value: { stage: "echo", payload: { n: 1 } } }, contentType: "application/json; charset=utf-16" }, `Bearer ${key}`],
+          [{ method: "POST", path: "/jobs", body: { kind: "json", value: { stage: "echo", payload: { n: 1 } } }, contentType: "application/json; charset=latin1" }, `Bearer ${key}`],
+          [{ method: "POST", path: "/jobs", body: { kind: "json", value: { stage: "echo", payload: { n: 1 }, runAt: "2026-02-30T10:00:00Z" } } }, `Bearer ${key}`]
         ]
         const outcome = yield* Effect.promise(() => fc.check(property, { numRuns: 400, examples, endOnFailure: true }))
         expect(failures).toEqual([])

@@ -343,6 +343,62 @@ describe("HTTP API", () => {
         expect((yield* call(base, "GET", "/healthz")).status).toBe(200)
       }))
 
+    it.effect("strict input: a NUL in any path or query is 400 on both listeners; bytes that are not UTF-8 are 400 naming the offset; another charset is 415; a date that does not exist is 400", () =>
+      Effect.gen(function*() {
+        const base = yield* baseUrl
+        const admin = yield* adminUrl
+        const { a } = yield* keysFor
+        const refused = (reply: { status: number; json: any }, status: number, tag: string, text: RegExp) => {
+          expect([reply.status, reply.json?._tag], JSON.stringify(reply.json)).toEqual([status, tag])
+          expect(reply.json.message).toMatch(text)
+        }
+
+        // NUL: PostgreSQL cannot store it, and no name or id holds one
+        refused(yield* call(admin, "DELETE", "/limits/%00"), 400, "BadRequest", /NUL/)
+        refused(yield* call(admin, "PUT", "/limits/%00", { body: { cap: 1 } }), 400, "BadRequest", /NUL/)
+        refused(yield* call(admin, "POST", "/stages/ec%00ho/pause"), 400, "BadRequest", /NUL/)
+        for (const path of ["/jobs/%00", "/jobs/1%00", "/dlq/%00/retry", "/calls/%00", "/schedules/a%00b", "/jobs?stage=%00", "/jobs?x%00=1", "/dashboard/jobs/%00"]) {
+          refused(yield* call(base, "GET", path, { key: a }), 400, "BadRequest", /NUL/)
+        }
+        // before the key is asked for: nothing about keys is learnt from it
+        refused(yield* call(base, "DELETE", "/schedules/%00"), 400, "BadRequest", /NUL/)
+        // an escaped percent sign is text, not a NUL
+        expect((yield* call(base, "GET", "/jobs/%2500", { key: a })).status).toBe(404)
+
+        // bytes that are not UTF-8 inside a JSON string are refused, not stored as U+FFFD
+        const head = "{\"stage\":\"echo\",\"payload\":{\"n\":1},\"runAt\":\"2099-01-01T00:00:00Z\",\"subjectId\":\""
+        const withBytes = (...bytes: Array<number>) =>
+          Buffer.concat([Buffer.from(head), Buffer.from(bytes), Buffer.from("\"}")])
+        const json = { "content-type": "application/json" }
+        refused(yield* call(base, "POST", "/jobs", { key: a, rawBody: withBytes(0xff, 0xfe), headers: json }), 400, "BadRequest", new RegExp(`not valid UTF-8.*byte offset ${head.length} \\(FF FE`))
+        refused(yield* call(base, "POST", "/jobs", { key: a, rawBody: withBytes(0x61, 0xed, 0xa0, 0x80), headers: json }), 400, "BadRequest", new RegExp(`byte offset ${head.length + 1} \\(ED A0 80`))
+        refused(yield* call(base, "POST", "/jobs", { key: a, rawBody: withBytes(0xc0, 0xaf), headers: json }), 400, "BadRequest", /not valid UTF-8/)
+        refused(yield* call(base, "POST", "/jobs", { key: a, rawBody: withBytes(0xf0, 0x9f, 0x8e), headers: json }), 400, "BadRequest", /not valid UTF-8/)
+        // real UTF-8 is kept exactly
+        const kept = yield* call(base, "POST", "/jobs", { key: a, rawBody: withBytes(...Buffer.from("é🎉")), headers: json })
+        expect(kept.status, kept.text).toBe(201)
+        expect((yield* call(base, "GET", `/jobs/${kept.json.id}`, { key: a })).json.subjectId).toBe("é🎉")
+
+        // a body in another charset is not read as UTF-8
+        const body = JSON.stringify({ stage: "echo", payload: { n: 1 }, runAt: "2099-01-01T00:00:00Z" })
+        for (const contentType of ["application/json; charset=utf-16", "application/json;charset=latin1", "application/json; charset=\"ISO-8859-1\""]) {
+          refused(yield* call(base, "POST", "/jobs", { key: a, rawBody: body, headers: { "content-type": contentType } }), 415, "UnsupportedMediaType", /UTF-8/)
+        }
+        for (const contentType of ["application/json; charset=UTF-8", "application/json; charset=\"utf-8\"", "application/json"]) {
+          expect((yield* call(base, "POST", "/jobs", { key: a, rawBody: body, headers: { "content-type": contentType } })).status).toBe(201)
+        }
+
+        // a day or time that does not exist is refused, not rolled into the next month
+        for (const runAt of ["2026-02-30T10:00:00Z", "2027-02-29T10:00:00Z", "2026-04-31", "2026-03-01T24:00:00Z", "2026-03-01T10:60:00Z", "2026-03-01T10:00:00+25:00", "March 7, 2099"]) {
+          const reply = yield* call(base, "POST", "/jobs", { key: a, body: { stage: "echo", payload: { n: 1 }, runAt } })
+          expect([reply.status, reply.json._tag], runAt).toEqual([400, "HttpApiDecodeError"])
+          expect(reply.json.message, runAt).toContain("ISO 8601")
+        }
+        const leap = yield* call(base, "POST", "/jobs", { key: a, body: { stage: "echo", payload: { n: 1 }, runAt: "2096-02-29T10:00:00+01:00" } })
+        expect(leap.status).toBe(201)
+        expect((yield* call(base, "GET", `/jobs/${leap.json.id}`, { key: a })).json.availableAt).toBe("2096-02-29T09:00:00.000Z")
+      }))
+
     it.effect("/metrics is Prometheus text and its counters move when jobs run", () =>
       Effect.gen(function*() {
         const base = yield* baseUrl

@@ -47,15 +47,19 @@ export const workerOptions: Worker.WorkerOptions = {
   concurrency: {}
 }
 
-/** Server + worker (echo only) + queue + keys + fs storage over the given Db layer; the call stages are known, not run. */
-export const layerService = <E>(dbLayer: Layer.Layer<Db.Db, E>) => {
-  const stages = [echo, manual, ...makeCallStages()]
-  const storage = Layer.unwrapScoped(
+/** Filesystem storage in a fresh temporary folder, removed with the layer. */
+export const layerTempStorage = (prefix: string) =>
+  Layer.unwrapScoped(
     Effect.acquireRelease(
-      Effect.sync(() => Fs.mkdtempSync(Path.join(Os.tmpdir(), "pgfiber-http-storage-"))),
+      Effect.sync(() => Fs.mkdtempSync(Path.join(Os.tmpdir(), prefix))),
       (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
     ).pipe(Effect.map((dir) => Storage.layerFs(dir).pipe(Layer.orDie)))
   )
+
+/** Server + worker (echo only) + queue + keys + fs storage over the given Db layer; the call stages are known, not run. */
+export const layerService = <E>(dbLayer: Layer.Layer<Db.Db, E>) => {
+  const stages = [echo, manual, ...makeCallStages()]
+  const storage = layerTempStorage("pgfiber-http-storage-")
   return Server.layer({
     host: "127.0.0.1",
     port: 0,
