@@ -66,9 +66,10 @@ export interface Subject {
   /**
    * The producer side, with a pool of `connections` (default 4). The steady workload's producer process asks
    * for 20, so that its pool (node-postgres runs one statement per connection at a time) is never what holds its
-   * single enqueues back. The database can: PostgreSQL serialises the commits of transactions that NOTIFY, each
-   * through its WAL flush (wait event Lock:object), so with a slow disk graphile-worker's `add_job` tops out
-   * below 300 a second (about 190 on a loaded 2-core machine), whatever the pool.
+   * single enqueues back. The database can: PostgreSQL serialises the commits of transactions that NOTIFY (every
+   * subject's enqueue does), each through its WAL flush (wait event Lock:object), so with a slow disk single
+   * enqueues can top out below 300 a second whatever the pool (graphile-worker's `add_job` at about 190, pgfiber's
+   * at about 220, on a 2-core machine at load 11).
    */
   readonly producer: (url: string, connections?: number) => Promise<Producer>
   /** Drains that cannot finish in this time are cut off and their rate reported as measured so far. */
