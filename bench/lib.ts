@@ -71,6 +71,8 @@ export interface Cluster {
   readonly version: string
   readonly settings: Record<string, string>
   readonly createDatabase: (name: string) => Promise<string>
+  /** The same database's URL, as the role `producerRole`: its statements are told apart from the worker's. */
+  readonly asProducer: (dbUrl: string) => string
   readonly dropDatabase: (name: string) => Promise<void>
   /** Stops and starts the server on the same port and data (the chaos run's restart). */
   readonly restart: (downMs: number) => Promise<void>
@@ -98,6 +100,9 @@ export const startCluster = async (options: {
     select name, current_setting(name) as setting from pg_settings where name in ${admin(names)}`
   const settings = Object.fromEntries(rows.map((r) => [r.name, r.setting]))
   if ((options.flags ?? []).join(" ").includes("pg_stat_statements")) await admin`create extension if not exists pg_stat_statements`
+  // a superuser like the worker's role (every subject's tables are the worker's role's), under its own name
+  await admin.unsafe(`drop role if exists ${producerRole}`)
+  await admin.unsafe(`create role ${producerRole} login superuser password '${new URL(url).password}'`)
   return {
     url,
     port: server.port,
@@ -115,6 +120,11 @@ export const startCluster = async (options: {
         await sql.end({ timeout: 5 })
       }
       return dbUrl
+    },
+    asProducer: (dbUrl) => {
+      const u = new URL(dbUrl)
+      u.username = producerRole
+      return u.toString()
     },
     dropDatabase: async (name) => {
       await admin.unsafe(`drop database if exists ${name} with (force)`).catch(() => undefined)
@@ -148,6 +158,44 @@ export const statementsByQuery = async (admin: Sql, database: string, limit = 12
     where d.datname = ${database}
     order by s.total_exec_time desc limit ${limit}`
 
+/** The role a separate producer process connects as (`Cluster.asProducer`); pg_stat_statements keeps its statements apart. */
+export const producerRole = "bench_producer"
+
+export interface StatementTally {
+  readonly total: number
+  readonly claim: number
+  readonly settle: number
+  readonly enqueue: number
+}
+
+const emptyTally: StatementTally = { total: 0, claim: 0, settle: 0, enqueue: 0 }
+
+/**
+ * A database's statements since the last reset, counted by kind (a subject's `StatementKinds`), for the
+ * producer role and for everyone else (the worker; the harness sends none while it measures).
+ */
+export const tallyStatements = async (
+  admin: Sql, database: string, kinds: { readonly claim: RegExp; readonly settle: RegExp; readonly enqueue: RegExp }
+): Promise<{ readonly worker: StatementTally; readonly producer: StatementTally }> => {
+  const rows = await admin<Array<{ calls: string; query: string; producer: boolean }>>`
+    select s.calls::text, s.query, coalesce(r.rolname = ${producerRole}, false) as producer
+    from pg_stat_statements s join pg_database d on d.oid = s.dbid left join pg_roles r on r.oid = s.userid
+    where d.datname = ${database}`
+  const add = (t: StatementTally, calls: number, query: string): StatementTally => ({
+    total: t.total + calls,
+    claim: t.claim + (kinds.claim.test(query) ? calls : 0),
+    settle: t.settle + (kinds.settle.test(query) ? calls : 0),
+    enqueue: t.enqueue + (kinds.enqueue.test(query) ? calls : 0)
+  })
+  let worker = emptyTally
+  let producer = emptyTally
+  for (const r of rows) {
+    if (r.producer) producer = add(producer, Number(r.calls), r.query)
+    else worker = add(worker, Number(r.calls), r.query)
+  }
+  return { worker, producer }
+}
+
 export const resetStatements = (admin: Sql) => admin`select pg_stat_statements_reset()`
 
 export const openConnections = async (admin: Sql, database: string) => {
@@ -162,6 +210,19 @@ export type ChildMessage =
   | { readonly t: "starting"; readonly at: number }
   | { readonly t: "ready"; readonly at: number }
   | { readonly t: "start"; readonly seq: number; readonly at: number }
+  /** The steady workload's handler starts, batched. */
+  | { readonly t: "starts"; readonly seqs: ReadonlyArray<number>; readonly ats: ReadonlyArray<number> }
+  /** The steady workload's producer: when each enqueue call started, batched. */
+  | { readonly t: "enqueued"; readonly seqs: ReadonlyArray<number>; readonly ats: ReadonlyArray<number> }
+  | {
+    readonly t: "produced"
+    readonly calls: number
+    readonly failed: number
+    readonly lateMs: number
+    /** How long an enqueue call took to return (committed), over the whole run. */
+    readonly callP50Ms: number
+    readonly callP99Ms: number
+  }
   | { readonly t: "first"; readonly at: number }
   | { readonly t: "drained"; readonly at: number; readonly handled: number }
   | { readonly t: "tick"; readonly at: number }

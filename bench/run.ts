@@ -2,8 +2,11 @@
  * `npm run bench`: one embedded PostgreSQL, every subject on a fresh database per run, the same workloads
  * interleaved (A B C D, A B C D, …), medians of the runs. Writes bench/results/latest.{json,md}.
  *
- * Flags: --runs N (3) · --quick (1 run, small sizes: a smoke test) · --only bulk,latency,idle,backlog,history,fairness,raw,dashboards · --render
- *        --subjects pgfiber,pgfiber-noretain,graphile,graphile-batched,pgboss · --profile (CPU-profile the pgfiber bulk worker)
+ * Flags: --runs N (3) · --quick (1 run, small sizes: a smoke test) · --render
+ *        --only bulk,steady,latency,idle,backlog,history,fairness,raw,dashboards
+ *        --handlers async,io,sync (the bulk drain's handlers) · --rates 100,300 (the steady workload's jobs/s)
+ *        --subjects pgfiber,pgfiber-noretain,graphile,graphile-batched,pgboss
+ *        --profile (CPU-profile pgfiber's worker in its first bulk drain with each handler, and at the highest steady rate)
  *        --out DIR (bench/results)
  */
 import * as Fs from "node:fs"
@@ -11,10 +14,10 @@ import * as Os from "node:os"
 import * as Path from "node:path"
 import { benchDir, log, machineInfo, median, msSince, nowNs, packageVersion, startCluster } from "./lib.js"
 import * as Dashboards from "./dashboards.js"
-import * as Graphile from "./subjects/graphile.js"
+import { all as allSubjects } from "./subjects/index.js"
 import * as PgBoss from "./subjects/pgboss.js"
 import * as Pgfiber from "./subjects/pgfiber.js"
-import type { Subject } from "./subjects/types.js"
+import { type HandlerKind, ioJobMs, type Subject } from "./subjects/types.js"
 import * as W from "./workloads.js"
 
 const args = process.argv.slice(2)
@@ -26,13 +29,21 @@ const option = (name: string) => {
 
 const quick = flag("quick")
 const runs = Number(option("runs") ?? (quick ? 1 : 3))
-const only = new Set((option("only") ?? "bulk,latency,idle,backlog,history,fairness,raw,dashboards").split(","))
+const only = new Set((option("only") ?? "bulk,steady,latency,idle,backlog,history,fairness,raw,dashboards").split(","))
+const handlerKinds: ReadonlyArray<HandlerKind> = ["async", "io", "sync"]
+const handlers = (option("handlers")?.split(",") ?? handlerKinds).filter((h): h is HandlerKind => handlerKinds.includes(h as HandlerKind))
+const rates = (option("rates") ?? "100,300").split(",").map(Number)
 const outDir = Path.resolve(option("out") ?? Path.join(benchDir, "results"))
 // CPU profiles are large and machine-specific: kept out of the repository (.data is ignored)
 const profileDir = Path.join(benchDir, "..", ".data", "bench-profiles")
 const sizes = {
   bulkJobs: quick ? 5_000 : 20_000,
   batchSize: 1_000,
+  /** The bulk drain's concurrency with I/O-bound jobs (10 with the others): its bound is ioConcurrency × 1000 / ioJobMs jobs/s. */
+  ioConcurrency: 100,
+  ioJobMs,
+  steadyWarmupMs: quick ? 2_000 : 5_000,
+  steadyWindowMs: quick ? 8_000 : 30_000,
   latencyJobs: quick ? 50 : 200,
   spacingMs: 20,
   idleWindowMs: quick ? 10_000 : 30_000,
@@ -51,9 +62,10 @@ const sizes = {
   archivedToPrune: quick ? 50_000 : 1_000_000
 }
 
-const allSubjects: ReadonlyArray<Subject> = [Pgfiber.subject, Pgfiber.noRetention, Graphile.defaults, Graphile.batched, PgBoss.subject]
 const wanted = option("subjects")?.split(",")
 const subjects = wanted ? allSubjects.filter((s) => wanted.includes(s.key)) : allSubjects
+// the steady workload compares pgfiber with its peers; retention off adds nothing there
+const steadySubjects = subjects.filter((s) => s.key !== Pgfiber.noRetention.key)
 
 type Runs<T> = Record<string, Array<T | { error: string }>>
 const ok = <T>(xs: ReadonlyArray<T | { error: string }> | undefined): Array<T> =>
@@ -98,7 +110,8 @@ const main = async () => {
   await W.compileSubjects(subjects)
   log(`workers compiled to plain JavaScript (.data/bench-build), run under plain node`)
   const machine = machineInfo(cluster.version)
-  const bulk: Runs<W.BulkResult> = {}
+  const bulk: Partial<Record<HandlerKind, Runs<W.BulkResult>>> = {}
+  const steady: Record<string, Runs<W.SteadyResult>> = {}
   const latency: Runs<W.LatencyResult> = {}
   const idle: Runs<W.IdleResult> = {}
   const idleScheduled: Array<W.IdleResult | { error: string }> = []
@@ -123,24 +136,51 @@ const main = async () => {
   }
   try {
     if (only.has("bulk")) {
-      log(`== bulk: enqueue ${sizes.bulkJobs} in batches of ${sizes.batchSize}, then one worker (concurrency ${W.concurrency}) drains`)
+      log(`== bulk: enqueue ${sizes.bulkJobs} in batches of ${sizes.batchSize}, then one worker drains; handlers ${handlers.join(", ")} ` +
+        `(concurrency ${W.concurrency}, ${sizes.ioConcurrency} for io)`)
       for (let run = 1; run <= runs; run++) {
-        for (const s of subjects) {
-          const execArgv = flag("profile") && s.key === "pgfiber" && run === 1
-            ? ["--cpu-prof", "--cpu-prof-dir", profileDir]
-            : undefined
-          const r = await attempt(`bulk ${s.key} run ${run}`, () =>
-            W.bulk(cluster, s, run, { jobs: sizes.bulkJobs, batchSize: sizes.batchSize, ...(execArgv ? { execArgv } : {}) }))
-          if (!("error" in r)) {
-            log(`    enqueue ${Math.round(r.enqueuePerSec)} jobs/s · drain ${Math.round(r.drainPerSec)} jobs/s${r.capped ? ` (cut off at ${r.completed} done)` : ""} · ${r.statementsPerJob.toFixed(2)} statements/job · worker CPU ${r.workerCpuMsPer1kJobs.toFixed(0)} · server CPU ${r.serverCpuMsPer1kJobs.toFixed(0)} ms per 1k jobs`)
+        for (const handler of handlers) {
+          for (const s of subjects) {
+            const execArgv = flag("profile") && s.key === "pgfiber" && run === 1
+              ? ["--cpu-prof", "--cpu-prof-dir", profileDir, "--cpu-prof-name", `pgfiber-bulk-${handler}.cpuprofile`]
+              : undefined
+            const c = handler === "io" ? sizes.ioConcurrency : W.concurrency
+            const r = await attempt(`bulk ${s.key} ${handler} handler run ${run}`, () =>
+              W.bulk(cluster, s, run, { jobs: sizes.bulkJobs, batchSize: sizes.batchSize, handler, concurrency: c, ...(execArgv ? { execArgv } : {}) }))
+            if (!("error" in r)) {
+              log(`    enqueue ${Math.round(r.enqueuePerSec)} jobs/s · drain ${Math.round(r.drainPerSec)} jobs/s${r.capped ? ` (cut off at ${r.completed} done)` : ""} ` +
+                `(${Math.round(r.drainAfterFirstJobPerSec)} from the first job) · ${r.claimsPer1kJobs.toFixed(1)} claims, ${r.settlesPer1kJobs.toFixed(1)} settles per 1k jobs · ` +
+                `${r.statementsPerJob.toFixed(2)} statements/job · worker CPU ${r.workerCpuMsPer1kJobs.toFixed(0)} · server CPU ${r.serverCpuMsPer1kJobs.toFixed(0)} ms per 1k jobs`)
+            }
+            push(bulk[handler] ??= {}, s.key, r)
           }
-          push(bulk, s.key, r)
         }
         // the raw ceiling joins each round, so it is measured under the same conditions as the subjects
         if (only.has("raw")) await rawRound(run)
       }
     } else if (only.has("raw")) {
       for (let run = 1; run <= runs; run++) await rawRound(run)
+    }
+    if (only.has("steady")) {
+      log(`== steady: single jobs from a producer process at ${rates.join(", ")} jobs/s, async handler, concurrency ${W.concurrency}; ` +
+        `${sizes.steadyWindowMs / 1000} s window after ${sizes.steadyWarmupMs / 1000} s of warm-up`)
+      for (let run = 1; run <= runs; run++) {
+        for (const rate of rates) {
+          for (const s of steadySubjects) {
+            const execArgv = flag("profile") && s.key === "pgfiber" && run === 1 && rate === Math.max(...rates)
+              ? ["--cpu-prof", "--cpu-prof-dir", profileDir, "--cpu-prof-name", `pgfiber-steady-${rate}.cpuprofile`]
+              : undefined
+            const r = await attempt(`steady ${rate}/s ${s.key} run ${run}`, () =>
+              W.steady(cluster, s, run, { ratePerSec: rate, warmupMs: sizes.steadyWarmupMs, windowMs: sizes.steadyWindowMs, ...(execArgv ? { execArgv } : {}) }))
+            if (!("error" in r)) {
+              log(`    ${Math.round(r.handledPerSec)} jobs/s handled · worker CPU ${r.workerCpuMsPerJob.toFixed(2)} · server CPU ${r.serverCpuMsPerJob.toFixed(2)} ms/job · ` +
+                `statements/job worker ${r.workerStatementsPerJob.toFixed(2)} (claims ${r.claimsPerJob.toFixed(2)}, settles ${r.settlesPerJob.toFixed(2)}), ` +
+                `producer ${r.producerStatementsPerJob.toFixed(2)} · enqueue call p50 ${r.enqueueCallP50Ms.toFixed(2)}, p99 ${r.enqueueCallP99Ms.toFixed(2)} ms · p50 ${r.p50Ms.toFixed(2)} · p99 ${r.p99Ms.toFixed(2)} ms${r.missing ? ` · ${r.missing} missing` : ""}`)
+            }
+            push(steady[String(rate)] ??= {}, s.key, r)
+          }
+        }
+      }
     }
     if (only.has("latency")) {
       log(`== latency: ${sizes.latencyJobs} single enqueues ${sizes.spacingMs} ms apart to an idle worker`)
@@ -255,10 +295,11 @@ const main = async () => {
       pgBoss: packageVersion("pg-boss")
     },
     subjects: subjects.map((s) => ({ key: s.key, label: s.label, notes: s.notes })),
-    summary: summarize(subjects, bulk, latency, idle, backlog, raw, idleScheduled, idleRateLimited, fairness, dashboards),
+    summary: summarize(subjects, bulk, steady, latency, idle, backlog, raw, idleScheduled, idleRateLimited, fairness, dashboards),
     fairness,
     idleRateLimited,
     bulk,
+    steady,
     latency,
     idle,
     idleScheduled,
@@ -273,32 +314,98 @@ const main = async () => {
   Fs.writeFileSync(Path.join(outDir, "latest.md"), markdown)
   process.stdout.write(markdown)
   log(`bench: finished in ${elapsedS.toFixed(0)} s; wrote ${Path.relative(process.cwd(), outDir)}/latest.{json,md}`)
-  if (flag("profile")) log(`CPU profile of the pgfiber worker's first bulk run: ${Path.relative(process.cwd(), profileDir)}/`)
+  if (flag("profile")) log(`CPU profiles of the pgfiber worker (first bulk run per handler, steady at the highest rate): ${Path.relative(process.cwd(), profileDir)}/`)
 }
 
 // ---- summary ------------------------------------------------------------------------------------------------
 
 interface SubjectSummary {
   enqueuePerSec: number
-  drainPerSec: number
-  drainCapped: boolean
-  drainFromSpawnPerSec: number
-  firstJobMs: number
-  statementsPerJob: number
-  workerCpuMsPer1kJobs: number
-  serverCpuMsPer1kJobs: number
   p50Ms: number
   p95Ms: number
   p99Ms: number
   idleStatementsPer10s: number
   idleConnections: number
   rssIdleMiB: number
+  /** The async handler's drain (the sync one's in results from before the handlers were told apart). */
   rssPeakMiB: number
 }
 
+/** One subject's bulk drain with one kind of handler, medians of the runs. */
+interface DrainSummary {
+  concurrency: number
+  drainPerSec: number
+  drainAfterFirstJobPerSec: number
+  drainCapped: boolean
+  firstJobMs: number
+  statementsPerJob: number
+  claimsPer1kJobs: number
+  settlesPer1kJobs: number
+  workerCpuMsPer1kJobs: number
+  serverCpuMsPer1kJobs: number
+  rssPeakMiB: number
+}
+
+/** One subject at one steady rate, medians of the runs. */
+interface SteadySummary {
+  handledPerSec: number
+  workerCpuMsPerJob: number
+  serverCpuMsPerJob: number
+  producerCpuMsPerJob: number
+  workerStatementsPerJob: number
+  producerStatementsPerJob: number
+  claimsPerJob: number
+  settlesPerJob: number
+  p50Ms: number
+  p99Ms: number
+  enqueueCallP50Ms: number
+  enqueueCallP99Ms: number
+  missing: number
+}
+
+const summarizeDrains = (results: Runs<W.BulkResult>): Record<string, DrainSummary> =>
+  Object.fromEntries(Object.entries(results).map(([key, runs]) => {
+    const b = ok(runs)
+    const med = (f: (r: W.BulkResult) => number) => median(b.map(f))
+    return [key, {
+      concurrency: b[0]?.concurrency ?? Number.NaN,
+      drainPerSec: med((r) => r.drainPerSec),
+      drainAfterFirstJobPerSec: med((r) => r.drainAfterFirstJobPerSec),
+      drainCapped: b.some((r) => r.capped),
+      firstJobMs: med((r) => r.firstJobMs ?? Number.NaN),
+      statementsPerJob: med((r) => r.statementsPerJob),
+      claimsPer1kJobs: med((r) => r.claimsPer1kJobs),
+      settlesPer1kJobs: med((r) => r.settlesPer1kJobs),
+      workerCpuMsPer1kJobs: med((r) => r.workerCpuMsPer1kJobs),
+      serverCpuMsPer1kJobs: med((r) => r.serverCpuMsPer1kJobs),
+      rssPeakMiB: med((r) => r.rssPeakMiB ?? Number.NaN)
+    }]
+  }))
+
+const summarizeSteady = (results: Runs<W.SteadyResult>): Record<string, SteadySummary> =>
+  Object.fromEntries(Object.entries(results).map(([key, runs]) => {
+    const med = (f: (r: W.SteadyResult) => number) => median(ok(runs).map(f))
+    return [key, {
+      handledPerSec: med((r) => r.handledPerSec),
+      workerCpuMsPerJob: med((r) => r.workerCpuMsPerJob),
+      serverCpuMsPerJob: med((r) => r.serverCpuMsPerJob),
+      producerCpuMsPerJob: med((r) => r.producerCpuMsPerJob),
+      workerStatementsPerJob: med((r) => r.workerStatementsPerJob),
+      producerStatementsPerJob: med((r) => r.producerStatementsPerJob),
+      claimsPerJob: med((r) => r.claimsPerJob),
+      settlesPerJob: med((r) => r.settlesPerJob),
+      p50Ms: med((r) => r.p50Ms),
+      p99Ms: med((r) => r.p99Ms),
+      enqueueCallP50Ms: med((r) => r.enqueueCallP50Ms),
+      enqueueCallP99Ms: med((r) => r.enqueueCallP99Ms),
+      missing: med((r) => r.missing)
+    }]
+  }))
+
 const summarize = (
   subjects: ReadonlyArray<Subject>,
-  bulk: Runs<W.BulkResult>,
+  bulk: Partial<Record<HandlerKind, Runs<W.BulkResult>>>,
+  steady: Record<string, Runs<W.SteadyResult>>,
   latency: Runs<W.LatencyResult>,
   idle: Runs<W.IdleResult>,
   backlog: { small: Array<W.BacklogResult | { error: string }>; large: Array<W.BacklogResult | { error: string }> },
@@ -310,27 +417,19 @@ const summarize = (
 ) => {
   const per: Record<string, SubjectSummary> = {}
   for (const s of subjects) {
-    const b = ok(bulk[s.key])
+    // the enqueue is the same whatever the handler: every bulk run's
+    const enqueues = Object.values(bulk).flatMap((runs) => ok(runs?.[s.key]))
     const l = ok(latency[s.key])
     const i = ok(idle[s.key])
     per[s.key] = {
-      enqueuePerSec: median(b.map((r) => r.enqueuePerSec)),
-      drainPerSec: median(b.map((r) => r.drainPerSec)),
-      drainCapped: b.some((r) => r.capped),
-      drainFromSpawnPerSec: median(b.map((r) => r.drainFromSpawnPerSec)),
-      // results from before this column was measured have none
-      firstJobMs: median(b.map((r) => r.firstJobMs ?? Number.NaN)),
-      statementsPerJob: median(b.map((r) => r.statementsPerJob)),
-      workerCpuMsPer1kJobs: median(b.map((r) => r.workerCpuMsPer1kJobs)),
-      // results from before this column was measured have none
-      serverCpuMsPer1kJobs: median(b.map((r) => r.serverCpuMsPer1kJobs ?? Number.NaN)),
+      enqueuePerSec: median(enqueues.map((r) => r.enqueuePerSec)),
       p50Ms: median(l.map((r) => r.p50Ms)),
       p95Ms: median(l.map((r) => r.p95Ms)),
       p99Ms: median(l.map((r) => r.p99Ms)),
       idleStatementsPer10s: median(i.map((r) => r.statementsPer10s)),
       idleConnections: median(i.map((r) => r.connections)),
       rssIdleMiB: median(i.map((r) => r.rssMiB ?? Number.NaN)),
-      rssPeakMiB: median(b.map((r) => r.rssPeakMiB ?? Number.NaN))
+      rssPeakMiB: median(ok(bulk.async?.[s.key]).map((r) => r.rssPeakMiB ?? Number.NaN))
     }
   }
   const rawOk = ok(raw)
@@ -338,6 +437,8 @@ const summarize = (
   const large = median(ok(backlog.large).map((r) => r.perSec))
   return {
     subjects: per,
+    drains: Object.fromEntries(Object.entries(bulk).map(([h, runs]) => [h, summarizeDrains(runs ?? {})])) as Partial<Record<HandlerKind, Record<string, DrainSummary>>>,
+    steady: Object.fromEntries(Object.entries(steady).map(([rate, runs]) => [rate, summarizeSteady(runs)])),
     idleScheduledStatementsPer10s: median(ok(idleScheduled).map((r) => r.statementsPer10s)),
     idleRateLimitedStatementsPer10s: median(ok(idleRateLimited).map((r) => r.statementsPer10s)),
     fairness: {
@@ -364,10 +465,19 @@ const summarize = (
 
 // ---- markdown -----------------------------------------------------------------------------------------------
 
+/** What each handler is, in every subject (`subjects/hooks.ts` and the worker scripts). */
+const handlerLabels: Record<HandlerKind, string> = {
+  async: "async no-op handler (`async (job) => record(job)`; pgfiber wraps it as `(p) => Effect.promise(() => handler(p))`)",
+  io: `I/O-bound handler (the async no-op, then \`await\` a ${ioJobMs} ms timer)`,
+  sync: "synchronous no-op handler, a labelled extra row for earlier figures, not what users write (pgfiber `Effect.sync`; " +
+    "graphile-worker awaits the plain function's undefined; pg-boss's batch handler, async as pg-boss requires, calls it per job)"
+}
+
 const n0 = (x: number) => (Number.isFinite(x) ? Math.round(x).toLocaleString("en-US") : "–")
 const n1 = (x: number) => (Number.isFinite(x) ? x.toFixed(1) : "–")
 const n2 = (x: number) => (Number.isFinite(x) ? x.toFixed(2) : "–")
 const ratio = (a: number, b: number) => (Number.isFinite(a) && Number.isFinite(b) && b > 0 ? `${(a / b).toFixed(1)}×` : "–")
+const ratio2 = (a: number, b: number) => (Number.isFinite(a) && Number.isFinite(b) && b > 0 ? `${(a / b).toFixed(2)}×` : "–")
 const pct = (a: number, b: number) => (Number.isFinite(a) && Number.isFinite(b) && b > 0 ? `${Math.round((a / b) * 100)} %` : "–")
 
 const render = (r: {
@@ -389,6 +499,7 @@ const render = (r: {
 }) => {
   const S = r.summary.subjects
   const keys = r.subjects.map((s) => s.key)
+  const labels = r.subjects.map((s) => s.label)
   const row = (label: string, f: (s: SubjectSummary) => string) =>
     `| ${label} | ${keys.map((k) => (S[k] ? f(S[k]!) : "–")).join(" | ")} |`
   const m = r.machine
@@ -399,22 +510,92 @@ const render = (r: {
   lines.push(`shared_buffers ${r.postgresSettings.shared_buffers ?? "?"}, fsync ${r.postgresSettings.fsync ?? "?"}, synchronous_commit ${r.postgresSettings.synchronous_commit ?? "?"}).`)
   lines.push(`graphile-worker ${r.versions.graphileWorker}, pg-boss ${r.versions.pgBoss}. Medians of ${r.runs} interleaved run(s)${r.quick ? " (--quick: reduced sizes)" : ""}; the whole run took ${Math.round(r.elapsedSeconds / 60 * 10) / 10} min.`)
   lines.push(`The machine is shared with other work: the median 1-minute load average when a measurement started was ${r.machine.medianLoadDuringMeasurements} on ${m.cores} cores.`)
+  lines.push(`Every worker runs the same handler, written as users write it (the async no-op unless a table says otherwise).`)
   lines.push("")
-  lines.push(`| | ${r.subjects.map((s) => s.label).join(" | ")} |`)
+  lines.push(`| | ${labels.join(" | ")} |`)
   lines.push(`| --- | ${keys.map(() => "---:").join(" | ")} |`)
   lines.push(row(`bulk enqueue, jobs/s (${n0(r.sizes.bulkJobs)} in batches of ${n0(r.sizes.batchSize)})`, (s) => n0(s.enqueuePerSec)))
-  lines.push(row(`bulk drain, jobs/s (concurrency 10, start-up included)`, (s) => `${n0(s.drainPerSec)}${s.drainCapped ? " ¹" : ""}`))
-  lines.push(row(`of which start-up: worker start to its first handler call, ms`, (s) => n0(s.firstJobMs)))
-  lines.push(row(`statements per job while draining`, (s) => (s.statementsPerJob < 0.1 ? s.statementsPerJob.toFixed(4) : n2(s.statementsPerJob))))
-  lines.push(row(`worker CPU while draining, ms per 1,000 jobs`, (s) => n0(s.workerCpuMsPer1kJobs)))
-  lines.push(row(`database server CPU while draining (every PostgreSQL process), ms per 1,000 jobs`, (s) => n0(s.serverCpuMsPer1kJobs)))
   lines.push(row(`wake-up latency p50 / p95 / p99, ms`, (s) => `${n2(s.p50Ms)} / ${n2(s.p95Ms)} / ${n2(s.p99Ms)}`))
   lines.push(row(`idle: statements per 10 s`, (s) => n1(s.idleStatementsPer10s)))
   lines.push(row(`idle: open connections`, (s) => n0(s.idleConnections)))
-  lines.push(row(`worker RSS idle / peak while draining, MiB (every worker compiled, under plain node)`, (s) => `${n0(s.rssIdleMiB)} / ${n0(s.rssPeakMiB)}`))
+  lines.push(row(`worker RSS idle / peak while draining (async handler), MiB (every worker compiled, under plain node)`, (s) => `${n0(s.rssIdleMiB)} / ${n0(s.rssPeakMiB)}`))
   if (pf) {
-    lines.push(row(`ratio: pgfiber's drain ÷ the subject's`, (s) => (s === pf ? "1×" : ratio(pf.drainPerSec, s.drainPerSec))))
     lines.push(row(`ratio: the subject's p50 wake-up ÷ pgfiber's (> 1: pgfiber wakes sooner)`, (s) => (s === pf ? "1×" : ratio(s.p50Ms, pf.p50Ms))))
+  }
+  lines.push("")
+
+  // the handlers' drains and the steady rates: pgfiber's targets (issue #27) beside each row, against
+  // graphile-worker's performance-page configuration measured in the same run
+  const peer = "graphile-batched"
+  const peerLabel = r.subjects.find((s) => s.key === peer)?.label ?? "graphile-worker (batched)"
+  const verdict = (what: string, met: boolean | null) => `${what}: ${met === null ? "–" : met ? "met" : "**missed**"}`
+  const drains = r.summary.drains ?? {}
+  const drainRows = (handler: HandlerKind, D: Record<string, DrainSummary>) => {
+    const p = D.pgfiber
+    const g = D[peer]
+    const both = p !== undefined && g !== undefined
+    const cells = (f: (d: DrainSummary) => string) => keys.map((k) => (D[k] ? f(D[k]!) : "–")).join(" | ")
+    const line = (label: string, f: (d: DrainSummary) => string, target = "") => lines.push(`| ${label} | ${cells(f)} | ${target} |`)
+    const c = p?.concurrency ?? g?.concurrency ?? Number.NaN
+    lines.push(`| bulk drain, ${handlerLabels[handler]}; ${n0(r.sizes.bulkJobs)} jobs, concurrency ${n0(c)} | ${labels.join(" | ")} | pgfiber's target |`)
+    lines.push(`| --- | ${keys.map(() => "---:").join(" | ")} | --- |`)
+    line(`drain, jobs/s (worker start to the last completion)`, (d) => `${n0(d.drainPerSec)}${d.drainCapped ? " ¹" : ""}`)
+    line(`running drain, jobs/s (first handler call to the last completion)`, (d) => n0(d.drainAfterFirstJobPerSec))
+    if (handler === "io") {
+      const bound = (c * 1000) / r.sizes.ioJobMs
+      line(`running drain as a share of the bound (${n0(c)} × 1,000 / ${r.sizes.ioJobMs} ms = ${n0(bound)} jobs/s)`, (d) => pct(d.drainAfterFirstJobPerSec, bound),
+        verdict("≥ 95 %", p ? p.drainAfterFirstJobPerSec >= 0.95 * bound : null))
+      line(`running drain ÷ ${peerLabel}'s`, (d) => (g ? ratio2(d.drainAfterFirstJobPerSec, g.drainAfterFirstJobPerSec) : "–"),
+        verdict("≥ 1.1×", both ? p.drainAfterFirstJobPerSec >= 1.1 * g.drainAfterFirstJobPerSec : null))
+    } else {
+      line(`drain ÷ ${peerLabel}'s`, (d) => (g ? ratio2(d.drainPerSec, g.drainPerSec) : "–"),
+        handler === "async" ? verdict("≥ 1.0×", both ? p.drainPerSec >= g.drainPerSec : null) : "")
+    }
+    line(`of which start-up: worker start to its first handler call, ms`, (d) => n0(d.firstJobMs))
+    line(`claim statements per 1,000 jobs`, (d) => n1(d.claimsPer1kJobs),
+      handler === "async" ? verdict("≤ 5", p ? p.claimsPer1kJobs <= 5 : null) : "")
+    line(`settle (complete) statements per 1,000 jobs`, (d) => n1(d.settlesPer1kJobs))
+    line(`statements per job, all`, (d) => (d.statementsPerJob < 0.1 ? d.statementsPerJob.toFixed(4) : n2(d.statementsPerJob)))
+    line(`worker CPU, ms per 1,000 jobs`, (d) => n0(d.workerCpuMsPer1kJobs),
+      handler === "async" ? verdict(`≤ ${peerLabel}'s`, both ? p.workerCpuMsPer1kJobs <= g.workerCpuMsPer1kJobs : null) : "")
+    line(`database server CPU (every PostgreSQL process), ms per 1,000 jobs`, (d) => n0(d.serverCpuMsPer1kJobs))
+    line(`worker RSS peak, MiB`, (d) => n0(d.rssPeakMiB))
+    lines.push("")
+  }
+  for (const handler of handlerKinds) {
+    const D = drains[handler]
+    if (D && Object.keys(D).length > 0) drainRows(handler, D)
+  }
+
+  for (const [rate, T] of Object.entries(r.summary.steady ?? {})) {
+    const skeys = keys.filter((k) => T[k] !== undefined)
+    if (skeys.length === 0) continue
+    const p = T.pgfiber
+    const g = T[peer]
+    const both = p !== undefined && g !== undefined
+    // a figure, and beside a peer's figure pgfiber's as a multiple of it
+    const cells = (f: (t: SteadySummary) => string) => skeys.map((k) => f(T[k]!)).join(" | ")
+    const vsPeer = (f: (t: SteadySummary) => number, fmt: (x: number) => string) => (t: SteadySummary) =>
+      t === g || !g ? fmt(f(t)) : `${fmt(f(t))} (${ratio2(f(t), f(g))})`
+    const line = (label: string, f: (t: SteadySummary) => string, target = "") => lines.push(`| ${label} | ${cells(f)} | ${target} |`)
+    lines.push(`| steady ${rate} jobs/s: single jobs, one enqueue call each, from a producer process (open loop); async handler, concurrency ${W.concurrency}; ` +
+      `${n0(r.sizes.steadyWindowMs / 1000)} s after ${n0(r.sizes.steadyWarmupMs / 1000)} s of warm-up. (×: ÷ ${peerLabel}'s) | ` +
+      `${skeys.map((k) => r.subjects.find((s) => s.key === k)!.label).join(" | ")} | pgfiber's target |`)
+    lines.push(`| --- | ${skeys.map(() => "---:").join(" | ")} | --- |`)
+    line(`jobs handled per s (kept up: ≈ ${rate})`, (t) => n0(t.handledPerSec))
+    line(`worker CPU, ms per job`, vsPeer((t) => t.workerCpuMsPerJob, n2),
+      verdict(`≤ ${peerLabel}'s`, both ? p.workerCpuMsPerJob <= g.workerCpuMsPerJob : null))
+    line(`database server CPU (the producer's inserts included), ms per job`, vsPeer((t) => t.serverCpuMsPerJob, n2),
+      verdict(`≤ ${peerLabel}'s`, both ? p.serverCpuMsPerJob <= g.serverCpuMsPerJob : null))
+    line(`worker statements per job`, vsPeer((t) => t.workerStatementsPerJob, n2), verdict("≤ 2", p ? p.workerStatementsPerJob <= 2 : null))
+    line(`of which claims / settles per job`, (t) => `${n2(t.claimsPerJob)} / ${n2(t.settlesPerJob)}`)
+    line(`producer statements per job`, (t) => n2(t.producerStatementsPerJob))
+    line(`the producer's enqueue calls, p50 / p99, ms (large: the producer or the machine could not keep up)`,
+      (t) => `${n2(t.enqueueCallP50Ms)} / ${n2(t.enqueueCallP99Ms)}`)
+    line(`producer CPU, ms per job`, (t) => n2(t.producerCpuMsPerJob))
+    line(`latency, enqueue call → handler start, p50 / p99, ms`, (t) => `${n2(t.p50Ms)} / ${n2(t.p99Ms)}${g && t !== g ? ` (p50 ${ratio2(t.p50Ms, g.p50Ms)})` : ""}`,
+      verdict(`p50 ≤ ${peerLabel}'s`, both ? p.p50Ms <= g.p50Ms : null))
+    lines.push("")
   }
   const h = r.history
   if (h && (ok(h.largeOn).length > 0 || ok(h.prune).length > 0)) {
@@ -432,14 +613,15 @@ const render = (r: {
     }
     lines.push("")
   }
-  const off = S["pgfiber-noretain"]
-  if (pf && off) {
+  const on = drains.async?.pgfiber
+  const off = drains.async?.["pgfiber-noretain"]
+  if (on && off) {
     lines.push("")
     lines.push(`Kept history (retention 7 days, finished jobs handed to jobs_archive in the settle statement) vs retention off ` +
-      `(deleted at once): bulk drain ${n0(pf.drainPerSec)} vs ${n0(off.drainPerSec)} jobs/s, retention on at ${pct(pf.drainPerSec, off.drainPerSec)} of off.`)
+      `(deleted at once): bulk drain (async handler) ${n0(on.drainPerSec)} vs ${n0(off.drainPerSec)} jobs/s, retention on at ${pct(on.drainPerSec, off.drainPerSec)} of off.`)
   }
   lines.push("")
-  if (keys.includes("pgboss")) {
+  if (Object.values(drains).some((D) => Object.values(D ?? {}).some((d) => d.drainCapped))) {
     lines.push(`¹ cut off after ${(PgBoss.subject.drainCapMs / 1000)} s: the drain did not finish in time; the rate is what completed until then.`)
     lines.push("")
   }
@@ -458,29 +640,34 @@ const render = (r: {
     lines.push("")
   }
   const raw = r.summary.raw
+  // the ceiling and issue #12's drain targets were set with the synchronous handler: compared with that row
+  const pfSync = drains.sync?.pgfiber
+  const gbSync = drains.sync?.[peer]
   if (Number.isFinite(raw.unbatchedPerSec)) {
-    lines.push(`| raw SQL ceiling (pgfiber's own statements, no runtime) | jobs/s | pgfiber as a fraction |`)
+    lines.push(`| raw SQL ceiling (pgfiber's own statements, no runtime) | jobs/s | pgfiber (synchronous handler) as a fraction |`)
     lines.push(`| --- | ---: | ---: |`)
     lines.push(`| enqueue: insert … from unnest, 1,000 per statement | ${n0(raw.enqueuePerSec)} | ${pf ? pct(pf.enqueuePerSec, raw.enqueuePerSec) : "–"} |`)
-    lines.push(`| claim 1 + complete 1, 10 connections (unbatched) | ${n0(raw.unbatchedPerSec)} | ${pf ? pct(pf.drainPerSec, raw.unbatchedPerSec) : "–"} |`)
-    lines.push(`| claim 10 + complete 10, 1 connection (pgfiber's batch shape) | ${n0(raw.batched10PerSec)} | ${pf ? pct(pf.drainPerSec, raw.batched10PerSec) : "–"} |`)
-    lines.push(`| claim 100 + complete 100, 2 connections (batched) | ${n0(raw.batched100PerSec)} | ${pf ? pct(pf.drainPerSec, raw.batched100PerSec) : "–"} |`)
+    lines.push(`| claim 1 + complete 1, 10 connections (unbatched) | ${n0(raw.unbatchedPerSec)} | ${pfSync ? pct(pfSync.drainPerSec, raw.unbatchedPerSec) : "–"} |`)
+    lines.push(`| claim 10 + complete 10, 1 connection (pgfiber's batch shape) | ${n0(raw.batched10PerSec)} | ${pfSync ? pct(pfSync.drainPerSec, raw.batched10PerSec) : "–"} |`)
+    lines.push(`| claim 100 + complete 100, 2 connections (batched) | ${n0(raw.batched100PerSec)} | ${pfSync ? pct(pfSync.drainPerSec, raw.batched100PerSec) : "–"} |`)
     lines.push("")
   }
   if (pf) {
     const g = S.graphile
-    const gb = S["graphile-batched"]
     const t = (label: string, measured: string, met: boolean | null) =>
       measured.startsWith("–") ? `| ${label} | not measured | – |` : `| ${label} | ${measured} | ${met === null ? "–" : met ? "met" : "**missed**"} |`
     lines.push(`| target | measured | |`)
     lines.push(`| --- | --- | --- |`)
-    // issue #12's targets, as ratios against the peers measured in the same run
-    lines.push(t("bulk drain ≥ 1.25× graphile-worker's performance-page configuration", gb ? `${ratio(pf.drainPerSec, gb.drainPerSec)} (${(pf.drainPerSec / gb.drainPerSec).toFixed(2)})` : "–",
-      gb ? pf.drainPerSec >= 1.25 * gb.drainPerSec : null))
-    lines.push(t("bulk drain ≥ 70 % of the raw batched SQL ceiling (claim 100 + complete 100)", Number.isFinite(raw.batched100PerSec) ? pct(pf.drainPerSec, raw.batched100PerSec) : "–",
-      Number.isFinite(raw.batched100PerSec) ? pf.drainPerSec >= 0.7 * raw.batched100PerSec : null))
-    lines.push(t("worker CPU per 1,000 jobs ≤ graphile-worker's (performance-page configuration)", gb ? `${n0(pf.workerCpuMsPer1kJobs)} vs ${n0(gb.workerCpuMsPer1kJobs)} ms` : "–",
-      gb ? pf.workerCpuMsPer1kJobs <= gb.workerCpuMsPer1kJobs : null))
+    // issue #12's targets, as ratios against the peers measured in the same run (issue #27's are beside their rows above)
+    lines.push(t("bulk drain (synchronous handler) ≥ 1.25× graphile-worker's performance-page configuration",
+      pfSync && gbSync ? `${ratio(pfSync.drainPerSec, gbSync.drainPerSec)} (${(pfSync.drainPerSec / gbSync.drainPerSec).toFixed(2)})` : "–",
+      pfSync && gbSync ? pfSync.drainPerSec >= 1.25 * gbSync.drainPerSec : null))
+    lines.push(t("bulk drain (synchronous handler) ≥ 70 % of the raw batched SQL ceiling (claim 100 + complete 100)",
+      pfSync && Number.isFinite(raw.batched100PerSec) ? pct(pfSync.drainPerSec, raw.batched100PerSec) : "–",
+      pfSync && Number.isFinite(raw.batched100PerSec) ? pfSync.drainPerSec >= 0.7 * raw.batched100PerSec : null))
+    lines.push(t("worker CPU per 1,000 jobs (synchronous handler) ≤ graphile-worker's (performance-page configuration)",
+      pfSync && gbSync ? `${n0(pfSync.workerCpuMsPer1kJobs)} vs ${n0(gbSync.workerCpuMsPer1kJobs)} ms` : "–",
+      pfSync && gbSync ? pfSync.workerCpuMsPer1kJobs <= gbSync.workerCpuMsPer1kJobs : null))
     lines.push(t("wake-up p50 ≤ graphile-worker's default p50", g ? `${n2(pf.p50Ms)} vs ${n2(g.p50Ms)} ms` : "–", g ? pf.p50Ms <= g.p50Ms : null))
     lines.push(t("wake-up p99 ≤ 5 ms", `${n2(pf.p99Ms)} ms`, pf.p99Ms <= 5))
     lines.push(t("≤ 1 statement per 10 s per idle process", n1(pf.idleStatementsPer10s), pf.idleStatementsPer10s <= 1))

@@ -1,7 +1,9 @@
 /**
- * The workloads, each measured once per call on a fresh database: bulk (enqueue + drain), latency (enqueue →
- * handler start), idle (statements and connections of idle workers), backlog (pgfiber drain at 10k vs 1M
- * queued) and the raw-SQL ceiling. `run.ts` interleaves the calls and takes medians.
+ * The workloads, each measured once per call on a fresh database: bulk (enqueue + drain, with each kind of
+ * handler), steady (single jobs from a producer process at a fixed rate), latency (enqueue → handler start),
+ * idle (statements and connections of idle workers), backlog (pgfiber drain at 10k vs 1M queued) and the
+ * raw-SQL ceiling. Every worker runs the async handler (`subjects/hooks.ts`) unless the workload says
+ * otherwise. `run.ts` interleaves the calls and takes medians.
  */
 import { Effect, Redacted } from "effect"
 import * as Db from "../src/layers/Db.js"
@@ -9,9 +11,9 @@ import * as Migrations from "../src/queue/Migrations.js"
 import * as JobsSql from "../src/queue/JobsSql.js"
 import {
   type Cluster, connect, cpuMsOf, log, msSince, nowNs, openConnections, percentile, resetStatements, rssOf, serverCpuMsOf, sleep,
-  claimedAt, compileWorker, spawnWorker, statementCount, statementsByQuery, type WorkerChild
+  claimedAt, compileWorker, spawnWorker, statementCount, statementsByQuery, tallyStatements, type WorkerChild
 } from "./lib.js"
-import type { Subject, WorkerConfig } from "./subjects/types.js"
+import type { HandlerKind, Subject, WorkerConfig } from "./subjects/types.js"
 import { queueName } from "./subjects/types.js"
 
 export const concurrency = 10
@@ -31,17 +33,22 @@ const spawnOptions = (subject: Subject, execArgv?: ReadonlyArray<string>) => {
   return { ...(execArgv ? { execArgv } : {}), ...(compiled !== undefined ? { compiled } : {}) }
 }
 
+interface StartOptions extends Partial<Pick<WorkerConfig, "handler" | "concurrency" | "fair" | "rate">> {
+  readonly execArgv?: ReadonlyArray<string> | undefined
+}
+
 const startWorker = (
-  subject: Subject, url: string, mode: WorkerConfig["mode"], expect: number, execArgv?: ReadonlyArray<string>,
-  extra: Pick<WorkerConfig, "fair" | "rate"> = {}
+  subject: Subject, url: string, mode: WorkerConfig["mode"], expect: number,
+  { execArgv, handler = "async", concurrency: c = concurrency, ...extra }: StartOptions = {}
 ) =>
   spawnWorker(subject.workerScript, {
     subject: subject.key,
     variant: subject.variant,
     url,
     mode,
+    handler,
     expect,
-    concurrency,
+    concurrency: c,
     ...extra
   } satisfies WorkerConfig, spawnOptions(subject, execArgv))
 
@@ -59,6 +66,8 @@ const requireMessage = async <T extends "starting" | "ready">(worker: WorkerChil
 // ---- bulk ---------------------------------------------------------------------------------------------------
 
 export interface BulkResult {
+  readonly handler: HandlerKind
+  readonly concurrency: number
   readonly jobs: number
   readonly batchSize: number
   readonly enqueueMs: number
@@ -71,9 +80,15 @@ export interface BulkResult {
   readonly moduleLoadMs: number
   /** From the worker's start to its first handler call: connecting, the layers, the first claim. */
   readonly firstJobMs: number | null
+  /** The drain from the first handler call to the last completion: the running rate, start-up excluded. */
+  readonly drainAfterFirstJobPerSec: number
   readonly completed: number
   readonly capped: boolean
   readonly statementsPerJob: number
+  /** The subject's claim statements (`Subject.statements`) during the drain, per 1,000 jobs. */
+  readonly claimsPer1kJobs: number
+  /** Its settle (complete) statements, per 1,000 jobs. */
+  readonly settlesPer1kJobs: number
   /** The worker process's CPU time (user + system) during the drain, per 1,000 jobs. */
   readonly workerCpuMsPer1kJobs: number
   /** The database server's CPU time (every PostgreSQL process) during the drain, per 1,000 jobs. */
@@ -89,9 +104,10 @@ const firstAt = (worker: WorkerChild, startingAt: number): number | null => {
 }
 
 export const bulk = async (
-  cluster: Cluster, subject: Subject, run: number, options: { jobs: number; batchSize: number; execArgv?: ReadonlyArray<string> }
+  cluster: Cluster, subject: Subject, run: number,
+  options: { jobs: number; batchSize: number; handler: HandlerKind; concurrency: number; execArgv?: ReadonlyArray<string> }
 ): Promise<BulkResult> => {
-  const name = dbName("bulk", subject.key, run)
+  const name = dbName(`bulk_${options.handler}`, subject.key, run)
   const url = await cluster.createDatabase(name)
   try {
     await subject.install(url)
@@ -103,7 +119,9 @@ export const bulk = async (
       }
       const enqueueMs = msSince(t0)
       await resetStatements(cluster.admin)
-      const worker = startWorker(subject, url, "bulk", options.jobs, options.execArgv)
+      const worker = startWorker(subject, url, "bulk", options.jobs, {
+        execArgv: options.execArgv, handler: options.handler, concurrency: options.concurrency
+      })
       try {
         const starting = await requireMessage(worker, "starting", 30_000)
         const cpuAtStart = cpuMsOf(worker.pid)
@@ -124,9 +142,14 @@ export const bulk = async (
         const cpuAtEnd = cpuMsOf(worker.pid)
         const serverCpuAtEnd = serverCpuMsOf(cluster.dataDir)
         const statements = await statementCount(cluster.admin, name)
+        const { worker: tally } = await tallyStatements(cluster.admin, name, subject.statements)
         const topStatements = await statementsByQuery(cluster.admin, name, 6)
         const drainMs = (endNs - starting.at) / 1e6
+        const firstJobMs = firstAt(worker, starting.at)
+        const per1k = (n: number) => (completed > 0 ? (n / completed) * 1000 : Number.NaN)
         return {
+          handler: options.handler,
+          concurrency: options.concurrency,
           jobs: options.jobs,
           batchSize: options.batchSize,
           enqueueMs,
@@ -135,10 +158,13 @@ export const bulk = async (
           drainPerSec: completed / (drainMs / 1000),
           drainFromSpawnPerSec: completed / ((endNs - worker.spawnedAt) / 1e9),
           moduleLoadMs: (starting.at - worker.spawnedAt) / 1e6,
-          firstJobMs: firstAt(worker, starting.at),
+          firstJobMs,
+          drainAfterFirstJobPerSec: firstJobMs === null ? Number.NaN : completed / ((drainMs - firstJobMs) / 1000),
           completed,
           capped: drained === null,
           statementsPerJob: completed > 0 ? statements / completed : Number.NaN,
+          claimsPer1kJobs: per1k(tally.claim),
+          settlesPer1kJobs: per1k(tally.settle),
           workerCpuMsPer1kJobs: cpuAtStart !== null && cpuAtEnd !== null && completed > 0
             ? ((cpuAtEnd - cpuAtStart) / completed) * 1000
             : Number.NaN,
@@ -229,6 +255,150 @@ export const latency = async (
   }
 }
 
+// ---- steady rate --------------------------------------------------------------------------------------------
+
+/** What the harness passes to the steady workload's producer process (`steadyProducer.ts`). */
+export interface SteadyProducerConfig {
+  readonly subject: string
+  /** The database's URL as `producerRole`. */
+  readonly url: string
+  readonly ratePerSec: number
+  readonly durationMs: number
+  /** The producer's pool (`Subject.producer`). */
+  readonly connections: number
+}
+
+/** The steady producer's pool: enough that its calls never wait for a connection at 300 jobs/s (`Subject.producer`). */
+const steadyProducerConnections = 20
+
+export interface SteadyResult {
+  readonly ratePerSec: number
+  readonly concurrency: number
+  readonly warmupMs: number
+  /** The measured window, after the warm-up. */
+  readonly windowMs: number
+  /** Enqueue calls that started in the window: what "per job" divides by. */
+  readonly jobs: number
+  /** Handlers that started in the window ÷ its length: whether the worker kept up with the producer. */
+  readonly handledPerSec: number
+  /** The producer's scheduling: how late its latest enqueue call started, ms (open loop: it never waits for one). */
+  readonly producerLateMs: number
+  /** How long its enqueue calls took to return, p50 / p99 over the whole run, ms: a queue of calls shows here. */
+  readonly enqueueCallP50Ms: number
+  readonly enqueueCallP99Ms: number
+  readonly workerCpuMsPerJob: number
+  /** Every PostgreSQL process's CPU over the window (the producer's inserts and the worker's statements). */
+  readonly serverCpuMsPerJob: number
+  readonly producerCpuMsPerJob: number
+  readonly workerStatementsPerJob: number
+  readonly producerStatementsPerJob: number
+  readonly claimsPerJob: number
+  readonly settlesPerJob: number
+  /** Enqueue call started → handler started, on the shared monotonic clock, for the window's jobs. */
+  readonly p50Ms: number
+  readonly p95Ms: number
+  readonly p99Ms: number
+  readonly maxMs: number
+  /** The window's jobs whose handler had not started 5 s after the producer stopped. */
+  readonly missing: number
+  readonly topStatements: ReadonlyArray<{ calls: string; total_ms: number; mean_ms: number; query: string }>
+}
+
+/**
+ * A worker (the async handler, concurrency 10) fed single jobs by a producer in a process of its own: one
+ * `enqueueOne` call every 1/rate s on a fixed schedule (open loop: a slow call delays none after it). After
+ * `warmupMs` the window opens: CPU of the worker, the server and the producer, and statements by who sent them
+ * (the producer connects as `producerRole`), until `windowMs` later.
+ */
+export const steady = async (
+  cluster: Cluster, subject: Subject, run: number,
+  options: { ratePerSec: number; warmupMs: number; windowMs: number; execArgv?: ReadonlyArray<string> }
+): Promise<SteadyResult> => {
+  const name = dbName(`steady_${options.ratePerSec}`, subject.key, run)
+  const url = await cluster.createDatabase(name)
+  try {
+    await subject.install(url)
+    const worker = startWorker(subject, url, "steady", 0, { execArgv: options.execArgv })
+    try {
+      await requireMessage(worker, "ready", 60_000)
+      await sleep(1000) // idle: start-up catch-up claims are over
+      const started = new Map<number, number>()
+      const enqueued = new Map<number, number>()
+      worker.onMessage((m) => {
+        if (m.t === "starts") m.seqs.forEach((seq, i) => started.has(seq) || started.set(seq, m.ats[i]!))
+      })
+      const producer = spawnWorker("steadyProducer.ts", {
+        subject: subject.key,
+        url: cluster.asProducer(url),
+        ratePerSec: options.ratePerSec,
+        durationMs: options.warmupMs + options.windowMs + 1000,
+        connections: steadyProducerConnections
+      } satisfies SteadyProducerConfig)
+      try {
+        producer.onMessage((m) => {
+          if (m.t === "enqueued") m.seqs.forEach((seq, i) => enqueued.set(seq, m.ats[i]!))
+        })
+        // generous: the producer runs under tsx, slow to start on a loaded machine
+        const ready = await requireMessage(producer, "ready", 120_000)
+        const warmLeftMs = options.warmupMs - (nowNs() - ready.at) / 1e6
+        if (warmLeftMs > 0) await sleep(warmLeftMs)
+        await resetStatements(cluster.admin)
+        const cpu0 = { worker: cpuMsOf(worker.pid), server: serverCpuMsOf(cluster.dataDir), producer: cpuMsOf(producer.pid) }
+        const from = nowNs()
+        await sleep(options.windowMs)
+        const cpu1 = { worker: cpuMsOf(worker.pid), server: serverCpuMsOf(cluster.dataDir), producer: cpuMsOf(producer.pid) }
+        const to = nowNs()
+        const tally = await tallyStatements(cluster.admin, name, subject.statements)
+        const topStatements = await statementsByQuery(cluster.admin, name, 8)
+        const produced = await producer.waitFor("produced", options.windowMs + 30_000)
+        if (produced === null) throw new Error(`the producer did not finish; stderr:\n${producer.stderrTail()}`)
+        if (produced.failed > 0) throw new Error(`${produced.failed} enqueue calls failed; stderr:\n${producer.stderrTail()}`)
+        const inWindow = [...enqueued].filter(([, at]) => at >= from && at < to)
+        const deadline = nowNs() + 5_000 * 1e6
+        while (inWindow.some(([seq]) => !started.has(seq)) && nowNs() < deadline) await sleep(50)
+        const samples = inWindow.flatMap(([seq, at]) => {
+          const s = started.get(seq)
+          return s === undefined ? [] : [(s - at) / 1e6]
+        })
+        const handled = [...started.values()].filter((at) => at >= from && at < to).length
+        const jobs = inWindow.length
+        const perJob = (x: number | null, y: number | null) => (x !== null && y !== null && jobs > 0 ? (y - x) / jobs : Number.NaN)
+        const windowMs = (to - from) / 1e6
+        return {
+          ratePerSec: options.ratePerSec,
+          concurrency,
+          warmupMs: options.warmupMs,
+          windowMs,
+          jobs,
+          handledPerSec: handled / (windowMs / 1000),
+          producerLateMs: produced.lateMs,
+          enqueueCallP50Ms: produced.callP50Ms,
+          enqueueCallP99Ms: produced.callP99Ms,
+          workerCpuMsPerJob: perJob(cpu0.worker, cpu1.worker),
+          serverCpuMsPerJob: perJob(cpu0.server, cpu1.server),
+          producerCpuMsPerJob: perJob(cpu0.producer, cpu1.producer),
+          workerStatementsPerJob: tally.worker.total / jobs,
+          producerStatementsPerJob: tally.producer.total / jobs,
+          claimsPerJob: tally.worker.claim / jobs,
+          settlesPerJob: tally.worker.settle / jobs,
+          p50Ms: percentile(samples, 50),
+          p95Ms: percentile(samples, 95),
+          p99Ms: percentile(samples, 99),
+          maxMs: Math.max(...samples),
+          missing: jobs - samples.length,
+          topStatements
+        }
+      } finally {
+        await producer.stop(10_000)
+      }
+    } finally {
+      await stopWorker(worker)
+    }
+  } finally {
+    await cluster.dropDatabase(name)
+  }
+}
+
 // ---- idle ---------------------------------------------------------------------------------------------------
 
 export interface IdleResult {
@@ -291,6 +461,7 @@ export const idleScheduled = async (
     variant: subject.variant,
     url,
     mode: "idle",
+    handler: "async",
     expect: 0,
     concurrency,
     schedule: "* * * * *"
@@ -529,7 +700,7 @@ export const fairness = async (
       if (present < options.queued) await fillJobs(url, options.queued - present, 100_000, options.orgs)
       await sql`vacuum analyze jobs`
       await resetStatements(cluster.admin)
-      const worker = startWorker(subject, url, "bulk", Number.MAX_SAFE_INTEGER, undefined, { fair })
+      const worker = startWorker(subject, url, "bulk", Number.MAX_SAFE_INTEGER, { fair })
       try {
         const starting = await requireMessage(worker, "starting", 30_000)
         const waitMs = options.windowMs - (nowNs() - starting.at) / 1e6
@@ -572,7 +743,7 @@ export const idleRateLimited = async (
   const url = await cluster.createDatabase(name)
   await migratePgfiber(url)
   await fillJobs(url, 10)
-  const worker = startWorker(subject, url, "idle", 0, undefined, { rate: options.rate })
+  const worker = startWorker(subject, url, "idle", 0, { rate: options.rate })
   try {
     await requireMessage(worker, "ready", 120_000)
     await sleep(options.warmMs)

@@ -24,6 +24,13 @@ const utilsFor = async (url: string, max: number) => {
   } }
 }
 
+/** get_job(s) (its src/sql/getJobs.ts, with or without the local queue), complete_job(s), add_job(s). */
+const statements = {
+  claim: /attempts = jobs\.attempts \+ (\$\d+|1),\s*locked_by = /,
+  settle: /delete from \S*_private_jobs/,
+  enqueue: /add_jobs?\(/
+}
+
 const install = async (url: string) => {
   const { utils, release } = await utilsFor(url, 1)
   try {
@@ -33,8 +40,8 @@ const install = async (url: string) => {
   }
 }
 
-const producer = async (url: string): Promise<Producer> => {
-  const { utils, release } = await utilsFor(url, 4)
+const producer = async (url: string, connections = 4): Promise<Producer> => {
+  const { utils, release } = await utilsFor(url, connections)
   const sql = connect(url, { max: 1 })
   return {
     enqueueBatch: async (seqs) => void (await utils.addJobs(seqs.map((seq) => ({ identifier: queueName, payload: { seq } })))),
@@ -53,8 +60,9 @@ export const defaults: Subject = {
   label: "graphile-worker",
   variant: "defaults",
   workerScript: "subjects/graphileWorker.ts",
-  notes: "run() with concurrency 10, everything else default (LISTEN/NOTIFY on, pollInterval 2 s, no batching)",
+  notes: "run() with the workload's concurrency (10; 100 for I/O-bound jobs), everything else default (LISTEN/NOTIFY on, pollInterval 2 s, no batching, a pool of 10 connections)",
   drainCapMs: 60_000,
+  statements,
   install,
   producer
 }
@@ -64,8 +72,9 @@ export const batched: Subject = {
   label: "graphile-worker (batched)",
   variant: "batched",
   workerScript: "subjects/graphileWorker.ts",
-  notes: "concurrency 10 with the documented batching: localQueue.size 500, completeJobBatchDelay 0, failJobBatchDelay 0",
+  notes: "the workload's concurrency with the documented batching: localQueue.size 500, completeJobBatchDelay 0, failJobBatchDelay 0",
   drainCapMs: 60_000,
+  statements,
   install,
   producer
 }

@@ -1,7 +1,7 @@
 /**
  * pg-boss 12 as a subject, with its own LISTEN/NOTIFY (`useListenNotify` on the instance, `notify: true` on
- * the queue): a send NOTIFYs and wakes the worker at once; polling stays as its backstop. Concurrency 10 is one
- * `work()` with `batchSize: 10` and `burstWhenBatchFull` (fetch again at once while fetches come back full):
+ * the queue): a send NOTIFYs and wakes the worker at once; polling stays as its backstop. Concurrency c is one
+ * `work()` with `batchSize: c` and `burstWhenBatchFull` (fetch again at once while fetches come back full):
  * without a burst trigger a notify-enabled worker waits `notifyPollingIntervalSeconds` (30 s) between fetches
  * unless a NOTIFY arrives, and a drain of an existing backlog gets none.
  */
@@ -17,9 +17,9 @@ const install = async (url: string) => {
   await boss.stop({ graceful: false })
 }
 
-const producer = async (url: string): Promise<Producer> => {
+const producer = async (url: string, connections = 4): Promise<Producer> => {
   // a producer only sends: no maintenance, no cron
-  const boss = new PgBoss({ connectionString: url, supervise: false, schedule: false, max: 4 })
+  const boss = new PgBoss({ connectionString: url, supervise: false, schedule: false, max: connections })
   boss.on("error", () => undefined)
   await boss.start()
   const sql = connect(url, { max: 1 })
@@ -41,8 +41,14 @@ export const subject: Subject = {
   label: "pg-boss",
   variant: "notify",
   workerScript: "subjects/pgbossWorker.ts",
-  notes: "pg-boss 12: useListenNotify with a notify queue; work() with batchSize 10 and burstWhenBatchFull, pollingIntervalSeconds 0.5 (the minimum) as the backstop",
+  notes: "pg-boss 12: useListenNotify with a notify queue; work() with batchSize = the workload's concurrency (10; 100 for I/O-bound jobs, run side by side) and burstWhenBatchFull, pollingIntervalSeconds 0.5 (the minimum) as the backstop",
   drainCapMs: 60_000,
+  // fetch (its plans' fetchNextJob), complete (completeJobs), send / insert
+  statements: {
+    claim: /state = (\$\d+|'active'),\s*started_on = /i,
+    settle: /completed_on = \S*job_now\(\),\s*state = /i,
+    enqueue: /insert into \S*\.?job\s*\(/i
+  },
   install,
   producer
 }

@@ -1,6 +1,6 @@
 /**
  * pgfiber as a subject: enqueue through `Queue.enqueue` (one INSERT … SELECT FROM unnest per batch), run by
- * `pgfiberWorker.ts`: `Worker.layer` with one stage at concurrency 10, launched under `NodeRuntime.runMain`.
+ * `pgfiberWorker.ts`: `Worker.layer` with one stage at the workload's concurrency, launched under `NodeRuntime.runMain`.
  */
 import { Effect, Layer, ManagedRuntime, Redacted } from "effect"
 import * as Db from "../../src/layers/Db.js"
@@ -12,16 +12,23 @@ import { type Producer, queueName, type Subject } from "./types.js"
 
 export const schema = "pgfiber"
 
-const runtimeFor = (url: string) =>
-  ManagedRuntime.make(PgQueue.layer().pipe(Layer.provideMerge(Db.layerWith({ url: Redacted.make(url), schema, poolMax: 4 }))))
+const runtimeFor = (url: string, connections = 4) =>
+  ManagedRuntime.make(PgQueue.layer().pipe(Layer.provideMerge(Db.layerWith({ url: Redacted.make(url), schema, poolMax: connections }))))
 
 export const subject: Subject = {
   key: "pgfiber",
   label: "pgfiber",
   variant: "default",
   workerScript: "subjects/pgfiberWorker.ts",
-  notes: "concurrency 10; LISTEN/NOTIFY wake-ups; claims sized to free capacity; completions group-committed; finished jobs kept 7 days (jobs_archive)",
+  notes: "the workload's concurrency (10; 100 for I/O-bound jobs); LISTEN/NOTIFY wake-ups; claims sized to free capacity; completions group-committed; finished jobs kept 7 days (jobs_archive)",
   drainCapMs: 60_000,
+  statements: {
+    // `Queue.claimBatch`: claimReady, claimReadyIfAll or claimShares (src/queue/JobsSql.ts), each setting the lease
+    claim: /status = (\$\d+|'running'), locked_by = \$\d+, locked_until = now\(\) \+/,
+    // completeOutcomes (completions only) or settleOutcomes (any outcome)
+    settle: /delete from jobs j\s+using unnest\(|as i\(id, lease, kind, delay_ms/,
+    enqueue: /insert into jobs \(/
+  },
   install: async (url) => {
     const runtime = runtimeFor(url)
     try {
@@ -30,8 +37,8 @@ export const subject: Subject = {
       await runtime.dispose()
     }
   },
-  producer: async (url): Promise<Producer> => {
-    const runtime = runtimeFor(url)
+  producer: async (url, connections): Promise<Producer> => {
+    const runtime = runtimeFor(url, connections)
     const sql = connect(url, { max: 1, schema })
     const enqueue = (seqs: ReadonlyArray<number>) =>
       runtime.runPromise(Effect.flatMap(Queue.Queue, (q) => q.enqueue(seqs.map((seq) => ({ stage: queueName, payload: { seq } })))))

@@ -7,19 +7,22 @@ import { Duration, Effect, Layer, Redacted, Schema } from "effect"
 // the package as a user installs it: `pgfiber` resolves (by its own `exports`) to the compiled dist/
 import { Db, PgQueue, PgSchedules, Scheduler, Stage, Worker } from "pgfiber"
 import { nowNs, tell } from "../lib.js"
-import { makeHandler, readConfig } from "./hooks.js"
+import { makeJob, readConfig } from "./hooks.js"
 import { schema } from "./pgfiber.js"
 import { queueName } from "./types.js"
 
 const config = readConfig()
-const onJob = makeHandler(config)
+const job = makeJob(config)
 
 const bench = Stage.make({
   name: queueName,
   payload: Schema.Struct({ seq: Schema.Number }),
   concurrency: config.concurrency,
   limits: { fair: config.fair ?? true, ...(config.rate ? { rate: config.rate } : {}) },
-  handler: ({ seq }) => process.env.BENCH_ASYNC ? Effect.promise(async () => onJob(seq)) : Effect.sync(() => onJob(seq))
+  // a plain function wrapped as its own synchronous code would be, a Promise-returning one as the README shows
+  handler: config.handler === "sync"
+    ? ({ seq }) => Effect.sync(() => job.sync(seq))
+    : ({ seq }) => Effect.promise(() => job.async(seq))
 })
 
 const reportReady = Layer.effectDiscard(
