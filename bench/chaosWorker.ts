@@ -5,7 +5,7 @@
  * reports its counters (claimed, completed, fenced) to the chaos harness, which keeps the last report of a
  * worker it SIGKILLs.
  */
-import { NodeRuntime } from "@effect/platform-node"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Duration, Effect, Layer, Metric, Random, Redacted, Schedule, Schema } from "effect"
 import * as Db from "../src/layers/Db.js"
 import * as PgQueue from "../src/queue/PgQueue.js"

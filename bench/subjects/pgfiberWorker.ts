@@ -2,7 +2,7 @@
  * A pgfiber worker process, as deployed: `Worker.layer([stage])` on `PgQueue` and `Db` from the compiled
  * package, launched with `Layer.launch` under `NodeRuntime.runMain` (SIGTERM drains and exits 0).
  */
-import { NodeRuntime } from "@effect/platform-node"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Duration, Effect, Layer, Redacted, Schema } from "effect"
 // the package as a user installs it: `pgfiber` resolves (by its own `exports`) to the compiled dist/
 import { Db, PgQueue, PgSchedules, Scheduler, Stage, Worker } from "pgfiber"

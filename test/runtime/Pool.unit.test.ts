@@ -1,0 +1,144 @@
+/**
+ * The pool's pure parts: the claim-ahead rule (pool/ClaimSizing.ts) and the held jobs' modes and invariants
+ * (pool/Held.ts), without a queue or a clock.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import * as fc from "fast-check"
+import type { Job } from "../../src/queue/Job.js"
+import * as ClaimSizing from "../../src/runtime/pool/ClaimSizing.js"
+import { maxAheadFor } from "../../src/runtime/pool/Core.js"
+import * as Held from "../../src/runtime/pool/Held.js"
+
+const sizing = (concurrency: number, runMs: ReadonlyArray<number>, claimMs: ReadonlyArray<number>) => {
+  let s = ClaimSizing.initial(concurrency, maxAheadFor(concurrency))
+  for (const ms of runMs) s = ClaimSizing.ran(s, ms)
+  for (const ms of claimMs) s = ClaimSizing.claimed(s, ms)
+  return s
+}
+
+describe("claim sizing", () => {
+  it("starts at the concurrency, before anything is measured", () => {
+    expect(ClaimSizing.ahead(ClaimSizing.initial(10, 500))).toBe(10)
+  })
+
+  it("fast jobs: the whole buffer (500), however the handler is written (run times of 0-1 ms)", () => {
+    expect(ClaimSizing.ahead(sizing(10, Array(50).fill(0), [2]))).toBe(500)
+    expect(ClaimSizing.ahead(sizing(10, Array.from({ length: 50 }, (_, i) => i % 3 === 0 ? 1 : 0), [2]))).toBe(500)
+    // refilled at half of it: claims of at least 250
+    expect(ClaimSizing.refillAt(sizing(10, Array(50).fill(0), [2]))).toBe(250)
+  })
+
+  it("jobs that wait 20 ms on 100 slots: 25 ms of work ahead (125 jobs)", () => {
+    expect(ClaimSizing.ahead(sizing(100, Array(50).fill(20), [1]))).toBe(125)
+  })
+
+  it("a slow claim lengthens the horizon to four round trips", () => {
+    expect(ClaimSizing.ahead(sizing(100, Array(50).fill(20), Array(50).fill(20)))).toBe(400)
+  })
+
+  it("long jobs hold one job ahead, so others stay claimable by other processes", () => {
+    expect(ClaimSizing.ahead(sizing(10, Array(50).fill(1_000), [2]))).toBe(1)
+    expect(ClaimSizing.refillAt(sizing(10, Array(50).fill(1_000), [2]))).toBe(0)
+  })
+
+  it("stays within 1 and maxAhead (the fairness and crash bound) for any measurements", () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 200 }),
+        fc.array(fc.double({ min: 0, max: 1e6, noNaN: true }), { maxLength: 30 }),
+        fc.array(fc.double({ min: 0, max: 1e5, noNaN: true }), { maxLength: 30 }),
+        (concurrency, runs, claims) => {
+          const s = sizing(concurrency, runs, claims)
+          const ahead = ClaimSizing.ahead(s)
+          expect(ahead).toBeGreaterThanOrEqual(1)
+          expect(ahead).toBeLessThanOrEqual(maxAheadFor(concurrency))
+          expect(ClaimSizing.refillAt(s)).toBeLessThan(Math.max(ahead, 1))
+        }
+      )
+    )
+  })
+})
+
+const job = (id: number): Job => ({ id: String(id), lease: 1, attempts: 0 }) as unknown as Job
+const slot = (): Held.Slot => ({ current: undefined, fiber: undefined })
+
+describe("held jobs", () => {
+  it("each job moves waiting → running → settling → gone, and the counts follow", () => {
+    const held = Held.make(2, { check: true })
+    const a = held.accept(job(1), 1000)
+    const b = held.accept(job(2), 1000)
+    expect([held.waiting, held.running, held.settling]).toEqual([2, 0, 0])
+    expect(held.nextWaiting()).toBe(a)
+    const s = slot()
+    held.start(a, s, 0)
+    expect(s.current).toBe(a)
+    expect([held.waiting, held.running, held.settling]).toEqual([1, 1, 0])
+    held.finish(a)
+    expect(s.current).toBeUndefined()
+    expect([held.waiting, held.running, held.settling]).toEqual([1, 0, 1])
+    // a job that never starts goes straight to settling (released, or a payload that fails its Schema)
+    expect(held.finishWaiting()).toEqual([b])
+    held.settled(a.job)
+    held.settled(b.job)
+    expect(held.size).toBe(0)
+  })
+
+  it("a job claimed again under a new lease is not let go by its old outcome", () => {
+    const held = Held.make(1, { check: true })
+    const first = job(7)
+    held.accept(first, 1000)
+    held.finishWaiting()
+    held.settled(first)
+    const again = { ...first, lease: 2 } as Job
+    held.accept(again, 1000)
+    held.settled(first)
+    expect(held.get("7")?.job).toBe(again)
+  })
+
+  it("refuses a transition from the wrong mode, and a slot too many", () => {
+    const held = Held.make(1, { check: true })
+    const a = held.accept(job(1), 1000)
+    const b = held.accept(job(2), 1000)
+    expect(() => held.settled(a.job)).toThrow(Held.InvariantBroken)
+    held.start(a, slot(), 0)
+    expect(() => held.start(a, slot(), 0)).toThrow(/running, expected waiting/)
+    expect(() => held.start(b, slot(), 0)).toThrow(/2 running jobs on 1 slots/)
+  })
+
+  it("keeps its invariants through any sequence of transitions", () => {
+    type Step = { kind: "accept" } | { kind: "start" } | { kind: "finish"; pick: number } | { kind: "settle"; pick: number } | { kind: "drop"; pick: number } | { kind: "release" }
+    const step: fc.Arbitrary<Step> = fc.oneof(
+      fc.constant({ kind: "accept" as const }),
+      fc.constant({ kind: "start" as const }),
+      fc.nat().map((pick) => ({ kind: "finish" as const, pick })),
+      fc.nat().map((pick) => ({ kind: "settle" as const, pick })),
+      fc.nat().map((pick) => ({ kind: "drop" as const, pick })),
+      fc.constant({ kind: "release" as const })
+    )
+    fc.assert(
+      fc.property(fc.integer({ min: 1, max: 5 }), fc.array(step, { maxLength: 80 }), (concurrency, steps) => {
+        const held = Held.make(concurrency, { check: true })
+        let next = 0
+        const inMode = (mode: Held.Mode) => [...held.entries()].filter((e) => e.mode === mode)
+        for (const s of steps) {
+          if (s.kind === "accept") held.accept(job(next++), 1000)
+          else if (s.kind === "start") {
+            const entry = held.nextWaiting()
+            if (entry && held.running < concurrency) held.start(entry, slot(), 0)
+          } else if (s.kind === "finish") {
+            const candidates = [...inMode("waiting"), ...inMode("running")]
+            if (candidates.length > 0) held.finish(candidates[s.pick % candidates.length]!)
+          } else if (s.kind === "settle") {
+            const candidates = inMode("settling")
+            if (candidates.length > 0) held.settled(candidates[s.pick % candidates.length]!.job)
+          } else if (s.kind === "drop") {
+            const candidates = [...inMode("running"), ...inMode("settling")]
+            if (candidates.length > 0) held.drop(candidates[s.pick % candidates.length]!)
+          } else held.finishWaiting()
+          held.check()
+          expect(held.waiting + held.running + held.settling).toBe(held.size)
+        }
+      })
+    )
+  })
+})
