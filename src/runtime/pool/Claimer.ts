@@ -71,8 +71,16 @@ export const start = (stage: Stage.Any, core: Core, options: ClaimerOptions) =>
 
     const signal = yield* Q.sliding<void>(1)
     const poke = () => Q.unsafeOffer(signal, undefined)
+    /** How many jobs to claim now; 0 while the jobs in hand suffice (under a backlog: until half the buffer is left). */
+    const wanted = () => {
+      const ahead = backlog && !limited ? ClaimSizing.ahead(sizing) : 0
+      const want = concurrency + ahead - held.running - held.waiting
+      return want <= 0 || (backlog && held.waiting > ClaimSizing.refillAt(sizing)) || held.settling >= maxSettling ? 0 : want
+    }
+    // a slot freed or outcomes settled: wake the claim loop only when it would claim (a fiber's wake-up per job
+    // costs more than this check)
     core.onCapacity = () => {
-      if (!stopping && moreWork) poke()
+      if (!stopping && moreWork && wanted() > 0) poke()
     }
 
     const claimFailed = (e: Queue.QueueError) =>
@@ -84,11 +92,9 @@ export const start = (stage: Stage.Any, core: Core, options: ClaimerOptions) =>
     const claimLoop = Effect.gen(function*() {
       yield* Q.take(signal)
       while (!stopping && moreWork) {
-        const inHand = held.running + held.waiting
-        const ahead = backlog && !limited ? ClaimSizing.ahead(sizing) : 0
-        const want = concurrency + ahead - inHand
         // under a backlog, refill only once the waiting jobs fall to half the buffer: fewer, larger claims
-        if (want <= 0 || (backlog && held.waiting > ClaimSizing.refillAt(sizing)) || held.settling >= maxSettling) break
+        const want = wanted()
+        if (want === 0) break
         // paused by an operator: claim nothing (moreWork stays set; resuming pokes the loop)
         if (control.isPaused(stage.name)) break
         moreWork = false
