@@ -36,6 +36,7 @@ export const minHorizonMs = 25
 /** Weight of a new sample in the running means (an exponentially weighted moving average). */
 const weight = 0.2
 
+/** A pool's measurements; `ran` and `claimed` update them in place (one value per pool, read by `ahead`). */
 export interface Sizing {
   readonly concurrency: number
   readonly maxAhead: number
@@ -49,11 +50,17 @@ export const initial = (concurrency: number, maxAhead: number): Sizing => ({ con
 
 const mean = (previous: number | null, sample: number) => previous === null ? sample : previous + weight * (sample - previous)
 
-/** A job ran for `ms`. */
-export const ran = (s: Sizing, ms: number): Sizing => ({ ...s, meanRunMs: mean(s.meanRunMs, Math.max(0, ms)) })
+/** A job ran for `ms` (the pool's own value, updated in place: this runs once per job). */
+export const ran = (s: Sizing, ms: number): Sizing => {
+  ;(s as { meanRunMs: number | null }).meanRunMs = mean(s.meanRunMs, Math.max(0, ms))
+  return s
+}
 
 /** A claim took `ms` from sending to its jobs in hand. */
-export const claimed = (s: Sizing, ms: number): Sizing => ({ ...s, meanClaimMs: mean(s.meanClaimMs, Math.max(0, ms)) })
+export const claimed = (s: Sizing, ms: number): Sizing => {
+  ;(s as { meanClaimMs: number | null }).meanClaimMs = mean(s.meanClaimMs, Math.max(0, ms))
+  return s
+}
 
 /** How long the buffer must last: several claim round trips, and never less than `minHorizonMs`. */
 export const horizonMs = (s: Sizing) => Math.max(minHorizonMs, 4 * (s.meanClaimMs ?? 0))
