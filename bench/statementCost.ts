@@ -81,7 +81,7 @@ const settleAll = async (sql: Sql, general: boolean) => {
     settled += general
       ? (await JobsSql.settleOutcomes(sql, schema, {
         ids: part, leases: part.map(() => 1), kinds: part.map(() => "complete"), delays: part.map(() => 0),
-        tags: none, messages: none, outputs: none, runMs: part.map(() => 1), retainMs: none
+        tags: none, messages: none, outputs: none, runMs: part.map(() => 1), retainMs: none, progress: none, progressMessages: none
       }, { defaultMs: weekMs, byStage: "{}" })).length
       : part.length - (await JobsSql.completeOutcomes(sql, schema, { ids: part, leases: part.map(() => 1), outputs: none, runMs: part.map(() => 1) },
         null, { defaultMs: weekMs, byStage: "{}" })).length

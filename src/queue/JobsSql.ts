@@ -482,7 +482,8 @@ export const extendLeases = (
 
 /**
  * Settles a batch of outcomes of every kind in one statement (the settler's group commit). Each input row is
- * (id, lease, kind, delay_ms, tag, message, output, run_ms, retain_ms) with kind one of complete | retry |
+ * (id, lease, kind, delay_ms, tag, message, output, run_ms, retain_ms, progress, progress_message) with kind one
+ * of complete | retry |
  * reschedule | dead | release; a retry with no attempt left becomes dead, and a job cancelled while it ran is
  * removed by anything but a completion. A finished job (completed, dead, removed as cancelled) whose retention
  * (`retain_ms`, else its stage's in `retainByStage`, else `retainDefaultMs`) is above zero is handed to
@@ -506,6 +507,9 @@ export const settleOutcomes = (
     readonly outputs: ReadonlyArray<string | null>
     readonly runMs: ReadonlyArray<number | null>
     readonly retainMs: ReadonlyArray<number | null>
+    /** The run's last progress report not yet written (null: none; the job's own stays). */
+    readonly progress: ReadonlyArray<number | null>
+    readonly progressMessages: ReadonlyArray<string | null>
   },
   retention: { readonly defaultMs: number; readonly byStage: string },
   wakeFreed = false
@@ -514,10 +518,11 @@ export const settleOutcomes = (
     with input as (
       select * from unnest(${o.ids}::bigint[], ${o.leases}::int[], ${o.kinds}::text[], ${o.delays}::float8[],
                            ${o.tags}::text[], ${o.messages}::text[], ${o.outputs}::text[], ${o.runMs}::float8[],
-                           ${o.retainMs}::float8[])
-        as i(id, lease, kind, delay_ms, tag, message, output, run_ms, retain_ms)
+                           ${o.retainMs}::float8[], ${o.progress}::float4[], ${o.progressMessages}::text[])
+        as i(id, lease, kind, delay_ms, tag, message, output, run_ms, retain_ms, progress, progress_message)
     ), held as (
       select j.id, j.stage, i.delay_ms, i.tag, i.message, i.output, i.run_ms,
+             i.progress is not null as reported, i.progress, i.progress_message,
              coalesce(i.retain_ms, (${retention.byStage}::jsonb ->> j.stage)::float8, ${retention.defaultMs}::float8) as retain_ms,
              case when i.kind = 'complete' then 'complete'
                   when j.status = 'cancelled' then 'remove'
@@ -529,11 +534,13 @@ export const settleOutcomes = (
       for update of j
     ), deleted as (
       delete from jobs j using held h where j.id = h.id and h.action in ('complete', 'remove')
-      returning j.*, h.action, h.output as result, h.run_ms as run_ms_now, h.retain_ms as keep_ms
+      returning j.*, h.action, h.output as result, h.run_ms as run_ms_now, h.retain_ms as keep_ms,
+        h.reported, h.progress as progress_now, h.progress_message as progress_message_now
     ), died as (
       delete from jobs j using held h where j.id = h.id and h.action = 'dead'
       -- a job claimed with its attempts already spent (the reaper recorded the last one) keeps count and history
       returning j.*, h.message as dead_message, h.run_ms as run_ms_now, h.retain_ms as keep_ms,
+        h.reported, h.progress as progress_now, h.progress_message as progress_message_now,
         case when j.attempts >= j.max_attempts then j.attempts else j.attempts + 1 end as final_attempts,
         case when j.attempts >= j.max_attempts then j.errors
              else j.errors || jsonb_build_array(jsonb_build_object('attempt', j.attempts + 1, 'at', now(),
@@ -549,13 +556,17 @@ export const settleOutcomes = (
       insert into jobs_archive (${archiveColumns(sql)})
       select id, stage, org_id, subject_id, payload, priority,
              case when action = 'complete' then 'completed' else 'cancelled' end, attempts, max_attempts, polls,
-             dedupe_key, errors, last_error, case when action = 'complete' then result::jsonb end, progress,
-             progress_message, timeout_ms, created_at, started_at, now(), coalesce(run_ms_now, last_run_ms),
+             dedupe_key, errors, last_error, case when action = 'complete' then result::jsonb end,
+             case when reported then progress_now else progress end,
+             case when reported then progress_message_now else progress_message end,
+             timeout_ms, created_at, started_at, now(), coalesce(run_ms_now, last_run_ms),
              now() + keep_ms * interval '1 millisecond'
       from deleted where keep_ms > 0
       union all
       select id, stage, org_id, subject_id, payload, priority, 'dead', final_attempts, max_attempts, polls,
-             dedupe_key, final_errors, dead_message, null, progress, progress_message, timeout_ms,
+             dedupe_key, final_errors, dead_message, null,
+             case when reported then progress_now else progress end,
+             case when reported then progress_message_now else progress_message end, timeout_ms,
              created_at, started_at, now(), coalesce(run_ms_now, last_run_ms), now() + keep_ms * interval '1 millisecond'
       from died where keep_ms > 0
     ), requeued as (
@@ -565,6 +576,8 @@ export const settleOutcomes = (
           attempts = j.attempts + (h.action = 'retry')::int,
           polls = j.polls + (h.action = 'reschedule')::int,
           last_run_ms = coalesce(h.run_ms, j.last_run_ms),
+          progress = case when h.reported then h.progress else j.progress end,
+          progress_message = case when h.reported then h.progress_message else j.progress_message end,
           last_error = case when h.action = 'retry' then h.message else j.last_error end,
           errors = case when h.action = 'retry'
                         then j.errors || jsonb_build_array(jsonb_build_object(

@@ -364,6 +364,10 @@ export const make = (options: QueueOptions = {}) =>
       const j = heldBy(o.lease)
       if (!j || j.status === "queued") return { settled: "fenced" }
       if (o.runMs !== undefined) j.lastRunMs = o.runMs
+      if (o.progress !== undefined) {
+        j.progress = o.progress.value
+        j.progressMessage = o.progress.message
+      }
       if (o._tag === "Complete" && invalid === undefined) {
         jobs.delete(j.id)
         keep({ ...j, output: o.output === undefined ? null : JSON.parse(JSON.stringify(o.output)) }, "completed", now, retain)

@@ -16,6 +16,11 @@ export interface OutcomeError {
 export type Outcome = Outcomes & {
   /** The run's length in ms, as the worker measured it (recorded as the job's `last_run_ms`). */
   readonly runMs?: number | undefined
+  /**
+   * The run's last progress report, when no heartbeat has written it yet (heartbeats write it at most once a
+   * second): written with the outcome, so a finished job shows what its handler reported last.
+   */
+  readonly progress?: { readonly value: number; readonly message: string | null } | undefined
 }
 
 type Outcomes =

@@ -367,7 +367,11 @@ export const make = (options: QueueOptions = {}) =>
 
     const settle = (outcomes: ReadonlyArray<Outcome.Outcome>, settleOptions: SettleOptions = {}) => {
       if (outcomes.length === 0) return Effect.succeed([] as ReadonlyArray<Settled>)
-      if (outcomes.every((o) => o._tag === "Complete" && o.followUps.length === 0)) return completeAll(outcomes, settleOptions)
+      // a last progress report to write goes by the general statement, which writes it (rare: a report within the
+      // last second of a run)
+      if (outcomes.every((o) => o._tag === "Complete" && o.followUps.length === 0 && o.progress === undefined)) {
+        return completeAll(outcomes, settleOptions)
+      }
       // follow-ups are validated before anything is written; a job whose follow-ups are invalid dies instead
       const followUps: Array<ReadonlyArray<ValidJob>> = []
       const input = {
@@ -379,7 +383,9 @@ export const make = (options: QueueOptions = {}) =>
         messages: [] as Array<string | null>,
         outputs: [] as Array<string | null>,
         runMs: [] as Array<number | null>,
-        retainMs: [] as Array<number | null>
+        retainMs: [] as Array<number | null>,
+        progress: [] as Array<number | null>,
+        progressMessages: [] as Array<string | null>
       }
       const retainMs = settleOptions.retain === undefined ? null : Math.max(0, Duration.toMillis(settleOptions.retain))
       let anyFollowUps = false
@@ -414,6 +420,8 @@ export const make = (options: QueueOptions = {}) =>
         input.outputs.push(o._tag === "Complete" && kind === "complete" && o.output !== undefined ? JSON.stringify(o.output) : null)
         input.runMs.push(o.runMs ?? null)
         input.retainMs.push(retainMs)
+        input.progress.push(o.progress?.value ?? null)
+        input.progressMessages.push(o.progress?.message ?? null)
       })
       const write = Effect.gen(function*() {
         const rows = yield* db.run((sql) =>

@@ -661,6 +661,27 @@ export const contract = (target: ContractTarget) =>
           expect([done.status, done.progress, done.progressMessage, done.timeoutMs]).toEqual(["completed", 40, "transcribing 2 of 5", 90_000])
         }))
 
+      test("the run's last progress report, not yet written by a heartbeat, is written with its outcome", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("last_progress")
+          const [a, b, c] = yield* q.enqueue([{ stage }, { stage }, { stage, maxAttempts: 3 }])
+          const [ja, jb, jc] = yield* q.claim(stage, 3, worker("w"))
+          yield* q.heartbeat([{ ...ja!, reported: { value: 88, message: "step 7/8" } }], Duration.seconds(30))
+          const last = { value: 100, message: "step 8/8" }
+          // a completion beside one that reports nothing: the nothing keeps what the heartbeat wrote
+          expect(yield* q.settle([
+            { ...Queue.Outcome.complete(ja!), progress: last },
+            Queue.Outcome.complete(jb!),
+            { ...Queue.Outcome.retry(jc!, Duration.zero, { tag: "Transient", message: "again" }), progress: { value: 30, message: null } }
+          ])).toEqual(["completed", "completed", "retried"])
+          const done = (yield* q.get(a!.id))!
+          expect([done.status, done.progress, done.progressMessage]).toEqual(["completed", 100, "step 8/8"])
+          expect((yield* q.get(b!.id))!.progress).toBeNull()
+          const retried = (yield* q.get(c!.id))!
+          expect([retried.status, retried.progress, retried.progressMessage]).toEqual(["queued", 30, null])
+        }))
+
       test("a paused stage claims nothing while enqueues succeed; resume lets claims through, and listeners hear both", () =>
         Effect.gen(function*() {
           const q = yield* Queue.Queue

@@ -65,9 +65,18 @@ export const make = <A, I, R>(
     const fork = Runtime.runFork(runtime)
     let stopped = false
 
-    /** Hands a job's outcome to the settler; its slot (if it had one) is free from here on. */
+    /**
+     * Hands a job's outcome to the settler; its slot (if it had one) is free from here on. A progress report the
+     * heartbeat has not written yet (it writes at most one a second) goes with the outcome: the finished job
+     * shows its handler's last report.
+     */
     const finish = (entry: Held.Entry, decided: JobRun.Decided, seconds: number | undefined) => {
       held.finish(entry)
+      const reported = entry.reported
+      if (reported !== undefined) {
+        entry.reported = undefined
+        decided = { ...decided, outcome: { ...decided.outcome, progress: reported } }
+      }
       settler.post({ job: entry.job, decided, seconds })
     }
 
