@@ -264,7 +264,6 @@ const adviceFor = (log: string, dataDir: string, port: number): string => {
 }
 
 /** The record of a shared server: `<data>/postgres.json` (0600) and `<data>/postgres.users/<pid>`, one per process using it. */
-/** The record of a shared server: `<data>/postgres.json` (0600) and `<data>/postgres.users/<pid>`, one per process using it. */
 const sharing = (dataDir: string) => {
   const recordFile = `${dataDir}.json`
   const usersDir = `${dataDir}.users`
