@@ -161,12 +161,23 @@ const postgresUser = (): { uid: number; gid: number } | undefined => {
   }
 }
 
+/** Whether a process runs: a zombie (dead, not yet reaped by its parent, e.g. another pgfiber process) does not. */
 export const isAlive = (pid: number): boolean => {
   try {
     process.kill(pid, 0)
-    return true
   } catch (e) {
     return (e as NodeJS.ErrnoException).code === "EPERM"
+  }
+  return !isZombie(pid)
+}
+
+/** Linux's /proc/<pid>/stat says `Z` after the command's name; elsewhere (no /proc) assume not. */
+const isZombie = (pid: number): boolean => {
+  try {
+    const stat = Fs.readFileSync(`/proc/${pid}/stat`, "utf8")
+    return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) === "Z"
+  } catch {
+    return false
   }
 }
 
@@ -367,7 +378,8 @@ export const start = (options: EmbeddedPgOptions): Effect.Effect<EmbeddedPgServe
     const stopTimeout = options.stopTimeout ?? Duration.seconds(10)
     const shared = options.share === true && !temporary ? sharing(dataDir) : undefined
     const flags = ["-c", "listen_addresses=127.0.0.1", ...(options.postgresFlags ?? [])]
-    /** How each server this process spawned ended, by pid ("killed by SIGKILL"), for the log. */
+    /** The servers this process spawned, and how each ended, by pid ("killed by SIGKILL"), for the log. */
+    const children = new Set<number>()
     const exits = new Map<number, string>()
     let state: ServerState = { mode: "down" }
     const running = (pid: number) => void (state = { mode: "running", pid })
@@ -409,6 +421,7 @@ export const start = (options: EmbeddedPgOptions): Effect.Effect<EmbeddedPgServe
         if (child.pid !== undefined) exits.set(child.pid, exited)
       })
       child.unref()
+      if (child.pid !== undefined) children.add(child.pid)
       const ready = yield* waitUntil(() => {
         if (exited !== undefined) return true
         const found = readPostmasterPid(dataDir)
@@ -505,6 +518,8 @@ export const start = (options: EmbeddedPgOptions): Effect.Effect<EmbeddedPgServe
       /** A server that died is said so in the log and restarted on its port and data; a restart that cannot succeed is reported as lost. */
       const recover = (pid: number) =>
         Effect.gen(function*() {
+          // our own child's exit status arrives with its reaping, a moment after it is seen dead
+          if (children.has(pid)) yield* waitUntil(() => exits.has(pid), Duration.seconds(2))
           const how = exits.get(pid)
           yield* Effect.logError(
             `embedded PostgreSQL (pid ${pid}, port ${port}) stopped unexpectedly (${how ?? "its process is gone"}): ` +
