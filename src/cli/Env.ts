@@ -48,7 +48,7 @@ export const migrateOnStart = Config.boolean("PGFIBER_MIGRATE_ON_START").pipe(Co
  * Postgres for a command that does not migrate, checked first: on a database without this build's migrations it
  * fails with one line saying to run `pgfiber migrate` (exit 2), instead of `relation "jobs" does not exist`.
  */
-export const layerDbMigrated = Layer.effectDiscard(Migrations.requireCurrent()).pipe(Layer.provideMerge(Db.layer))
+export const layerDbChecked = Layer.effectDiscard(Migrations.requireCurrent()).pipe(Layer.provideMerge(Db.layer))
 
 /**
  * Postgres and the queue for operator commands: never migrates (an operator's `stats` from a newer build must
@@ -57,7 +57,7 @@ export const layerDbMigrated = Layer.effectDiscard(Migrations.requireCurrent()).
 export const layerOps = (stages: ReadonlyArray<KnownStage>) =>
   Layer.mergeAll(ApiKeys.layer, Layer.succeed(Submit.KnownStages, stages)).pipe(
     Layer.provideMerge(PgQueue.layer({ knownStages: stages.map((s) => s.name), retention: App.retentionOf(stages) })),
-    Layer.provideMerge(layerDbMigrated)
+    Layer.provideMerge(layerDbChecked)
   )
 
 /**
@@ -66,7 +66,7 @@ export const layerOps = (stages: ReadonlyArray<KnownStage>) =>
  * and the HTTP API share.
  */
 export const layerService = (stages: ReadonlyArray<KnownStage>, migrate: boolean) => {
-  const db: Layer.Layer<Db.Db, Layer.Layer.Error<typeof App.layerDb> | Migrations.NotMigrated> = migrate ? App.layerDb : layerDbMigrated
+  const db: Layer.Layer<Db.Db, Layer.Layer.Error<typeof App.layerDb> | Migrations.NotMigrated> = migrate ? App.layerDb : layerDbChecked
   return Layer.mergeAll(ApiKeys.layer, Layer.succeed(Submit.KnownStages, stages)).pipe(
     Layer.provideMerge(PgQueue.layer({ knownStages: stages.map((s) => s.name), retention: App.retentionOf(stages) })),
     Layer.provideMerge(Layer.merge(db, Events.layer()))

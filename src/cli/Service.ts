@@ -96,7 +96,7 @@ export const tick = Command.make(
         const result = yield* fireDue.pipe(
           Effect.zipRight(Tick.run({ max: o.max, stages: selection.stages, workerId: `${workerId}:tick`, concurrency, limits })),
           Effect.provide(Env.stageServices(selection)),
-          Effect.provide(PgQueue.layer({ knownStages: known.map((s) => s.name), retention: App.retentionOf(known) }).pipe(Layer.provideMerge(Env.layerDbMigrated))),
+          Effect.provide(PgQueue.layer({ knownStages: known.map((s) => s.name), retention: App.retentionOf(known) }).pipe(Layer.provideMerge(Env.layerDbChecked))),
           Effect.provide(Tracing.layer)
         )
         if (o.json) return yield* Output.json(result)
