@@ -6,7 +6,8 @@
  * - SIGINT to node alone, and the same with an external DATABASE_URL, exit 0 too;
  * - after a `kill -9` of the service, the next start finds the server it left, says so, and comes up by itself;
  * - after a `kill -9` of its embedded server, the service says why, restarts it on the same data and port, serves
- *   again (a CLI command run meanwhile uses that server), and Ctrl-C leaves no PostgreSQL process of the folder.
+ *   again (a CLI command run meanwhile uses that server, waiting for it if need be), and Ctrl-C leaves no
+ *   PostgreSQL process of the folder; a server that cannot be restarted ends the service with exit 1 and the cause.
  */
 import { describe, expect, inject, it } from "vitest"
 import { spawn } from "node:child_process"
@@ -289,6 +290,42 @@ describe("npm start on a machine with no PostgreSQL", () => {
       expect(Fs.existsSync(record)).toBe(false)
       expect(Fs.existsSync(Path.join(pgData, "postmaster.pid"))).toBe(false)
     } finally {
+      cleanup(dataDir, services)
+    }
+  }, 300_000)
+
+  it("a command run while the service's server is down waits for the service to bring it back, says so, and uses it", async () => {
+    const dataDir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "pgfiber-start-"))
+    const services: Array<Service> = []
+    let paused: Service | undefined
+    try {
+      const service = await startHealthy(dataDir, services)
+      const pgPid = serverPid(dataDir)!
+      // the service is held still, so its dead server stays down (a zombie it has not reaped) until we let go
+      process.kill(service.child.pid!, "SIGSTOP")
+      paused = service
+      process.kill(pgPid, "SIGKILL")
+      const child = spawn(process.execPath, [cli, "stats"], { cwd: root, env: baseEnv(dataDir), stdio: ["ignore", "pipe", "pipe"] })
+      let stderr = ""
+      child.stderr.on("data", (d) => (stderr += d))
+      child.stdout.resume()
+      const code = new Promise<number | null>((resolve) => child.on("close", resolve))
+      await waitFor("the command to say it waits", () => stderr.includes(`is not running, but pgfiber process(es) ${service.child.pid} use it`))
+      process.kill(service.child.pid!, "SIGCONT")
+      paused = undefined
+      const exit = await code
+      expect({ code: exit, stderr: exit === 0 ? "" : stderr }).toEqual({ code: 0, stderr: "" })
+      expect(stderr).toContain("using the embedded PostgreSQL already running")
+      expect(stderr).not.toContain("starting it here")
+      expect(stderr).not.toContain("embedded PostgreSQL started")
+      // the one server on the folder is the service's restart of it
+      await waitFor("the service to restart it", () => service.output().includes("embedded PostgreSQL restarted on port"))
+      expect(service.output()).toContain(`embedded PostgreSQL (pid ${pgPid}`)
+      ctrlC(service)
+      expect(await service.exited).toBe(0)
+      await waitFor("every postgres process of the folder to be gone", () => postgresProcessesOf(Path.join(dataDir, "postgres")).length === 0, 60_000)
+    } finally {
+      if (paused !== undefined) process.kill(paused.child.pid!, "SIGCONT")
       cleanup(dataDir, services)
     }
   }, 300_000)
