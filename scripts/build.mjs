@@ -5,6 +5,8 @@
 //    modules of effect and @effect/* one by one costs a CLI command 2 s of CPU; one tree-shaken file, a
 //    quarter of that. Packages with native parts, binaries or their own files stay outside the bundle.
 // `node scripts/build.mjs --cli` rebuilds only the bundle (a couple of seconds; the test setup runs it).
+// Both are atomic for a CLI that runs meanwhile (a test run spawning it, `npm start`): the whole build goes to a
+// fresh folder beside dist/ and then takes its place; the bundle alone replaces each file by a rename.
 import { execFileSync } from "node:child_process"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
@@ -24,10 +26,10 @@ export const external = [
 ]
 
 /**
- * Bundles src/main.ts into dist/cli.js, with what only some commands load (the HTTP server) split into
- * dist/cli-chunks/. Each file is written to a temporary name, then renamed: a running CLI never sees half a file.
+ * Bundles src/main.ts into dist/cli.js (or `<outdir>/cli.js`), with what only some commands load (the HTTP server)
+ * split into cli-chunks/. Each file is written to a temporary name, then renamed: a running CLI never sees half a file.
  */
-export const buildCli = async () => {
+export const buildCli = async (outdir = Path.join(root, "dist")) => {
   const esbuild = await import("esbuild")
   const result = await esbuild.build({
     entryPoints: { cli: Path.join(root, "src", "main.ts") },
@@ -45,7 +47,7 @@ export const buildCli = async () => {
     minifySyntax: true,
     sourcemap: "linked",
     sourcesContent: false,
-    outdir: Path.join(root, "dist"),
+    outdir,
     write: false,
     logLevel: "warning"
   })
@@ -56,22 +58,36 @@ export const buildCli = async () => {
     Fs.renameSync(tmp, file.path)
   }
   // chunks are named by content hash: drop the previous builds' ones
-  const chunks = Path.join(root, "dist", "cli-chunks")
+  const chunks = Path.join(outdir, "cli-chunks")
   const written = new Set(result.outputFiles.map((f) => f.path))
   for (const name of Fs.readdirSync(chunks)) {
     if (!written.has(Path.join(chunks, name))) Fs.rmSync(Path.join(chunks, name), { force: true })
   }
 }
 
-const main = async () => {
-  if (!process.argv.includes("--cli")) {
-    Fs.rmSync(Path.join(root, "dist"), { recursive: true, force: true })
-    execFileSync(process.execPath, [Path.join(root, "node_modules", "typescript", "bin", "tsc"), "-p", "tsconfig.build.json"], {
+/**
+ * The whole build into `.dist-<pid>/` (a sibling of dist/, so the source maps' relative paths hold), which then
+ * replaces dist/ by two renames: a CLI started meanwhile loads the old build or the new one, never an empty dist/.
+ */
+const buildAll = async () => {
+  const dist = Path.join(root, "dist")
+  const staging = Path.join(root, `.dist-${process.pid}`)
+  const previous = Path.join(root, `.dist-old-${process.pid}`)
+  try {
+    Fs.rmSync(staging, { recursive: true, force: true })
+    execFileSync(process.execPath, [Path.join(root, "node_modules", "typescript", "bin", "tsc"), "-p", "tsconfig.build.json", "--outDir", staging], {
       cwd: root,
       stdio: "inherit"
     })
+    await buildCli(staging)
+    if (Fs.existsSync(dist)) Fs.renameSync(dist, previous)
+    Fs.renameSync(staging, dist)
+  } finally {
+    Fs.rmSync(staging, { recursive: true, force: true })
+    Fs.rmSync(previous, { recursive: true, force: true })
   }
-  await buildCli()
 }
+
+const main = () => (process.argv.includes("--cli") ? buildCli() : buildAll())
 
 if (process.argv[1] && Path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) await main()

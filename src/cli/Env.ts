@@ -5,6 +5,7 @@
 import { Config, Effect, Layer } from "effect"
 import * as App from "../App.js"
 import * as Db from "../layers/Db.js"
+import * as Migrations from "../queue/Migrations.js"
 import * as PgQueue from "../queue/PgQueue.js"
 import * as Events from "../runtime/Events.js"
 import type * as Stage from "../runtime/Stage.js"
@@ -44,21 +45,30 @@ export const stageServices = (selection: App.Selection): Layer.Layer<any, unknow
 export const migrateOnStart = Config.boolean("PGFIBER_MIGRATE_ON_START").pipe(Config.withDefault(true))
 
 /**
+ * Postgres for a command that does not migrate, checked first: on a database without this build's migrations it
+ * fails with one line saying to run `pgfiber migrate` (exit 2), instead of `relation "jobs" does not exist`.
+ */
+export const layerDbChecked = Layer.effectDiscard(Migrations.requireCurrent()).pipe(Layer.provideMerge(Db.layer))
+
+/**
  * Postgres and the queue for operator commands: never migrates (an operator's `stats` from a newer build must
  * not change a production schema), so a fresh database needs `pgfiber migrate` first.
  */
 export const layerOps = (stages: ReadonlyArray<KnownStage>) =>
   Layer.mergeAll(ApiKeys.layer, Layer.succeed(Submit.KnownStages, stages)).pipe(
     Layer.provideMerge(PgQueue.layer({ knownStages: stages.map((s) => s.name), retention: App.retentionOf(stages) })),
-    Layer.provideMerge(Db.layer)
+    Layer.provideMerge(layerDbChecked)
   )
 
 /**
- * Postgres and the queue for the long-running commands, migrated first when PGFIBER_MIGRATE_ON_START allows,
- * with the process's job-events bus (Events.ts) that the queue, the workers and the HTTP API share.
+ * Postgres and the queue for the long-running commands, migrated first when PGFIBER_MIGRATE_ON_START allows (else
+ * checked, as for operator commands), with the process's job-events bus (Events.ts) that the queue, the workers
+ * and the HTTP API share.
  */
-export const layerService = (stages: ReadonlyArray<KnownStage>, migrate: boolean) =>
-  Layer.mergeAll(ApiKeys.layer, Layer.succeed(Submit.KnownStages, stages)).pipe(
+export const layerService = (stages: ReadonlyArray<KnownStage>, migrate: boolean) => {
+  const db: Layer.Layer<Db.Db, Layer.Layer.Error<typeof App.layerDb> | Migrations.NotMigrated> = migrate ? App.layerDb : layerDbChecked
+  return Layer.mergeAll(ApiKeys.layer, Layer.succeed(Submit.KnownStages, stages)).pipe(
     Layer.provideMerge(PgQueue.layer({ knownStages: stages.map((s) => s.name), retention: App.retentionOf(stages) })),
-    Layer.provideMerge(Layer.merge(migrate ? App.layerDb : Db.layer, Events.layer()))
+    Layer.provideMerge(Layer.merge(db, Events.layer()))
   )
+}

@@ -4,8 +4,8 @@
  * | code | meaning |
  * | --- | --- |
  * | 0 | done (for `start`/`worker`: stopped by SIGINT/SIGTERM after a graceful shutdown) |
- * | 1 | failed: database unreachable, migration refused, server could not listen, unexpected error |
- * | 2 | usage: bad arguments, invalid JSON, a payload failing its stage's Schema, an unknown stage |
+ * | 1 | failed: database unreachable, migration refused, server could not listen, embedded PostgreSQL lost, unexpected error |
+ * | 2 | usage: bad arguments, invalid JSON, a payload failing its stage's Schema, an unknown stage, a database not migrated yet (`pgfiber migrate`) |
  * | 3 | not found: no such job, dead letter, call or key (in the org asked about) |
  * | 4 | conflict: the thing exists but is not in a state that allows it (a dead letter already retried) |
  * | 78 | configuration: an environment variable has a bad value (the message names it) |
@@ -49,6 +49,7 @@ export const classify = (error: unknown): Classified => {
     case "InvalidKeyRequest":
     case "InvalidCall":
     case "InvalidSchedule":
+    case "NotMigrated":
       return { code: ExitCode.usage, message }
     case "NotFound":
     case "JobNotFound":

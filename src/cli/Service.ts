@@ -9,6 +9,7 @@ import { Effect, Layer } from "effect"
 import * as App from "../App.js"
 import type * as ServerModule from "../http/Server.js"
 import * as Db from "../layers/Db.js"
+import * as EmbeddedPg from "../layers/EmbeddedPg.js"
 import * as Storage from "../layers/Storage.js"
 import * as Migrations from "../queue/Migrations.js"
 import * as PgQueue from "../queue/PgQueue.js"
@@ -44,12 +45,13 @@ const runService = (stageList: string, http: boolean) =>
     yield* Effect.logInfo(http ? "pgfiber starting: HTTP API and workers" : "pgfiber worker starting").pipe(
       Effect.annotateLogs({ stages: selection.stages.map((s) => s.name) })
     )
-    return yield* Layer.launch(
+    // an embedded server that died and could not be restarted ends the service, naming the cause
+    return yield* EmbeddedPg.endWhenLost(Layer.launch(
       app.pipe(
         Layer.provide(Env.layerService(known, migrate)),
         Layer.provide(Tracing.layer)
       )
-    )
+    ))
   })
 
 export const start = Command.make("start", { stages: stagesOption }, ({ stages }) => runService(stages, true)).pipe(
@@ -94,7 +96,7 @@ export const tick = Command.make(
         const result = yield* fireDue.pipe(
           Effect.zipRight(Tick.run({ max: o.max, stages: selection.stages, workerId: `${workerId}:tick`, concurrency, limits })),
           Effect.provide(Env.stageServices(selection)),
-          Effect.provide(PgQueue.layer({ knownStages: known.map((s) => s.name), retention: App.retentionOf(known) }).pipe(Layer.provideMerge(Db.layer))),
+          Effect.provide(PgQueue.layer({ knownStages: known.map((s) => s.name), retention: App.retentionOf(known) }).pipe(Layer.provideMerge(Env.layerDbChecked))),
           Effect.provide(Tracing.layer)
         )
         if (o.json) return yield* Output.json(result)

