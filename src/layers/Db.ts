@@ -14,7 +14,9 @@
  *   caught by `ConnectionFaultGuard`, which logs known connection faults and nothing else;
  * - while the database is known to be down, work started outside a transaction fails within `failFastAfter`
  *   (a 503 in about a second), instead of waiting out porsager's reconnect backoff;
- * - `listen` owns the LISTEN connection and reports when it drops, so the Waker can say `down` and poll.
+ * - `listen` owns the LISTEN connection and reports when it drops, so the Waker can say `down` and poll;
+ * - closing waits only for the Db's own statements still out, at most `closeWithin`, never for what a lost
+ *   connection left behind in porsager, so a shutdown after a restart or backend kills is as quick as any other.
  */
 import { Config, Context, Data, Deferred, Duration, Effect, Exit, FiberRef, Layer, Option, Queue as Q, Redacted, Schedule, type Scope } from "effect"
 import postgres from "postgres"
@@ -185,8 +187,13 @@ export const outageRetry = (first: Duration.DurationInput) => Schedule.exponenti
 /** porsager's reconnect backoff, capped at a second (its own grows to 20 s), jittered: back to full speed soon after a restart. */
 const reconnectBackoff = (retries: number) => Math.min(1, 0.05 * 2 ** retries) * (0.75 + Math.random() / 2)
 
-/** Wraps a porsager query so interrupting the fiber cancels it on the server. */
-export const runQuery = <A>(thunk: () => PromiseLike<A>): Effect.Effect<A, DbError> =>
+/** A Db's statements sent and not yet answered (nor failed), the ones given up on included: what its close waits for. */
+export interface InFlight {
+  count: number
+}
+
+/** Wraps a porsager query so interrupting the fiber cancels it on the server; counted in `inFlight` until it settles. */
+export const runQuery = <A>(thunk: () => PromiseLike<A>, inFlight?: InFlight): Effect.Effect<A, DbError> =>
   Effect.async<A, DbError>((resume) => {
     let query: PromiseLike<A>
     try {
@@ -195,9 +202,16 @@ export const runQuery = <A>(thunk: () => PromiseLike<A>): Effect.Effect<A, DbErr
       resume(Effect.fail(toDbError(cause)))
       return
     }
+    if (inFlight) inFlight.count++
     query.then(
-      (rows) => resume(Effect.succeed(rows)),
-      (cause) => resume(Effect.fail(toDbError(cause)))
+      (rows) => {
+        if (inFlight) inFlight.count--
+        resume(Effect.succeed(rows))
+      },
+      (cause) => {
+        if (inFlight) inFlight.count--
+        resume(Effect.fail(toDbError(cause)))
+      }
     )
     return Effect.sync(() => {
       // porsager: cancelling a query that no connection has sent yet (`state` null) leaks the connection that was
@@ -216,6 +230,45 @@ export const runQuery = <A>(thunk: () => PromiseLike<A>): Effect.Effect<A, DbErr
         }
       }
     })
+  })
+
+/**
+ * How long closing a Db waits for its statements still out (`InFlight`: ones their callers gave up on, left to run
+ * with their answers ignored) before it closes their connections anyway. By then everything built on the Db has
+ * finished, so nothing waits for those answers.
+ */
+export const closeWithin = Duration.seconds(1)
+
+/**
+ * With no statement of the Db's out, how long closing lets the connections say goodbye (a Terminate each) before
+ * it drops them. porsager's `end` would also wait for what a lost connection left behind in it (a statement that
+ * failed with its connection but is still that connection's current one, a reconnect stuck with a query queued)
+ * until its timeout; after a restart or backend kills, that held every shutdown for 5 s per pool.
+ */
+const closeIdleWithin = Duration.millis(100)
+
+/**
+ * Ends porsager instances together: within `closeIdleWithin` when none of the Db's statements is out, else within
+ * `closeWithin`, and then says what was still out.
+ */
+const closeAll = (instances: ReadonlyArray<{ readonly name: string; readonly sql: Sql }>, inFlight: InFlight) =>
+  Effect.suspend(() => {
+    const out = inFlight.count
+    const within = Duration.toSeconds(out === 0 ? closeIdleWithin : closeWithin)
+    return Effect.forEach(instances, ({ sql }) => Effect.promise(() => sql.end({ timeout: within }).catch(() => undefined)), {
+      concurrency: "unbounded",
+      discard: true
+    }).pipe(
+      Effect.timed,
+      Effect.flatMap(([took]) =>
+        out === 0 || Duration.lessThan(took, closeWithin)
+          ? Effect.void
+          : Effect.logWarning(
+            `closing ${instances.map((i) => i.name).join(", ")}: ${out} statement(s) still unanswered after ` +
+              `${Duration.format(closeWithin)} (their callers gave up on them); their connections were closed without waiting`
+          )
+      )
+    )
   })
 
 export const tenantRole = "pgfiber_tenant"
@@ -250,19 +303,27 @@ export const make = (options: DbOptions) =>
         ...connectOptions(max, settings),
         ...(statements && options.onStatement ? { debug: (_conn: number, query: string) => options.onStatement!(query) } : {})
       })
-    const close = (sql: Sql) => Effect.promise(() => sql.end({ timeout: 5 }).catch(() => undefined))
-    const connect = (url: Redacted.Redacted<string>, max: number, statements: boolean) =>
-      Effect.acquireRelease(Effect.sync(() => open(url, max, statements)), close)
-    const pool: Sql = yield* connect(options.url, options.poolMax, true)
+    // every statement this Db sends goes through `send`, counted until it settles, so closing knows whether to wait
+    const inFlight: InFlight = { count: 0 }
+    const send = <A>(thunk: () => PromiseLike<A>) => runQuery(thunk, inFlight)
+    // every pool this Db opens, closed together when it closes (one after another, each wait would add up)
+    const opened: Array<{ readonly name: string; readonly sql: Sql }> = []
+    yield* Effect.addFinalizer(() => closeAll(opened, inFlight))
+    const connect = (name: string, url: Redacted.Redacted<string>, max: number, statements: boolean, settings?: Readonly<Record<string, string>>) => {
+      const sql = open(url, max, statements, settings)
+      opened.push({ name, sql })
+      return sql
+    }
+    const pool: Sql = connect("the pool", options.url, options.poolMax, true)
     // the migrations' session-level advisory lock; a separate instance points it past the pooler
-    const session: Sql = options.listenUrl === undefined ? pool : yield* connect(options.listenUrl, 1, false)
+    const session: Sql = options.listenUrl === undefined ? pool : connect("the session connection", options.listenUrl, 1, false)
     // probe on start so a bad DATABASE_URL fails here, not at the first job
-    yield* runQuery(() => pool`select 1`).pipe(
+    yield* send(() => pool`select 1`).pipe(
       Effect.retry({ times: 20, schedule: Schedule.spaced("250 millis"), while: (e) => e.unavailable }),
       Effect.mapError((e) => new DbError({ ...e, message: `DATABASE_URL: cannot connect: ${e.message}` }))
     )
     if (session !== pool) {
-      yield* runQuery(() => session`select 1`).pipe(
+      yield* send(() => session`select 1`).pipe(
         Effect.retry({ times: 20, schedule: Schedule.spaced("250 millis"), while: (e) => e.unavailable }),
         Effect.mapError((e) => new DbError({ ...e, message: `DATABASE_LISTEN_URL: cannot connect: ${e.message}` }))
       )
@@ -292,7 +353,7 @@ export const make = (options: DbOptions) =>
      * the outage (`observe`). `disconnect`: a probe cut short lets its connection attempt go on in the background,
      * so the next probe finds the connection made.
      */
-    const probe = observe(runQuery(() => pool`select 1`)).pipe(
+    const probe = observe(send(() => pool`select 1`)).pipe(
       Effect.disconnect,
       Effect.timeoutFail({ duration: failFastAfter, onTimeout: unavailableFast })
     )
@@ -313,7 +374,7 @@ export const make = (options: DbOptions) =>
 
     /** A statement on the transaction's pinned connection: never sent on a connection that is gone. */
     const onPinned = <A>(sql: Sql, pin: Pin, query: (sql: Sql) => PromiseLike<A>) =>
-      runQuery<A>(() => {
+      send<A>(() => {
         if (!pin.alive()) throw connectionLost()
         return query(sql)
       }).pipe(Effect.tapError((e) => (e.unavailable ? Effect.sync(pin.markDead) : Effect.void)))
@@ -326,7 +387,7 @@ export const make = (options: DbOptions) =>
      */
     const reserveAndBegin = (orgId: string | null) =>
       Effect.gen(function*() {
-        const reserved = yield* runQuery(() => pool.reserve())
+        const reserved = yield* send(() => pool.reserve())
         const conn = reserved as unknown as Sql
         // porsager's connection object, seen once as BEGIN is written to it (its `onexecute` hook)
         let handle: { reserved: unknown } | undefined
@@ -426,7 +487,6 @@ export const make = (options: DbOptions) =>
     // ---- pools whose sessions start with given settings (the claim's planner pins): one per settings object ----
     // (keyed by the object, which callers keep as a constant: no key is computed on the claim's path)
     const settingsPools = new Map<Readonly<Record<string, string>>, SettingsPool>()
-    yield* Effect.addFinalizer(() => Effect.forEach([...settingsPools.values()], (p) => (p.sql ? close(p.sql) : Effect.void), { discard: true }))
     /**
      * The pool for these settings, once its first session showed them in force; null while that is not known, or
      * when the server (or a pooler in between) does not keep them. Behind a transaction-pooling PgBouncer (a
@@ -438,7 +498,7 @@ export const make = (options: DbOptions) =>
         const known = settingsPools.get(settings)
         if (known?.state === "ready") return Effect.succeed(known.sql!)
         if (known?.state === "refused" || known?.state === "checking") return Effect.succeed(null)
-        const entry: SettingsPool = known ?? { state: "checking", sql: open(options.url, settingsPoolMax, true, settings) }
+        const entry: SettingsPool = known ?? { state: "checking", sql: connect("a claim settings pool", options.url, settingsPoolMax, true, settings) }
         entry.state = "checking"
         settingsPools.set(settings, entry)
         const sql = entry.sql!
@@ -446,7 +506,7 @@ export const make = (options: DbOptions) =>
         const values = Object.values(settings)
         // checked in the background: until it answers, the caller takes the transaction path
         return Effect.forkDaemon(
-          runQuery(() =>
+          send(() =>
             sql<Array<{ kept: boolean }>>`select bool_and(current_setting(name) = value) as kept from unnest(${names}::text[], ${values}::text[]) as s(name, value)`
           ).pipe(
             Effect.timeout(Duration.seconds(30)),
@@ -455,14 +515,14 @@ export const make = (options: DbOptions) =>
                 row?.kept === true
                   ? Effect.sync(() => (entry.state = "ready"))
                   : Effect.zipRight(
-                    Effect.zipRight(Effect.sync(() => (entry.state = "refused")), close(sql)),
+                    Effect.zipRight(Effect.sync(() => (entry.state = "refused")), closeAll([{ name: "a claim settings pool", sql }], inFlight)),
                     Effect.logInfo("the database does not keep settings given at connect; claims set theirs in a transaction")
                   ),
               // the database down or slow: ask again at the next use; any other refusal (a pooler that rejects the
               // parameters, a server that does not know one): never
               onFailure: (e) => {
                 entry.state = e._tag === "TimeoutException" || (e.unavailable && e.code !== "08P01") ? "unknown" : "refused"
-                return entry.state === "refused" ? close(sql) : Effect.void
+                return entry.state === "refused" ? closeAll([{ name: "a claim settings pool", sql }], inFlight) : Effect.void
               }
             })
           )
@@ -483,7 +543,7 @@ export const make = (options: DbOptions) =>
               : Effect.flatMap(settingsPool(settings), (ready) =>
                 ready !== null
                   // one round trip: the session already has the settings
-                  ? outside(observe(runQuery(() =>
+                  ? outside(observe(send(() =>
                     runOptions.atomic ? ready.begin(async (sql) => await query(sql as unknown as Sql)) as PromiseLike<A> : query(ready)
                   )))
                   // plain SQL in porsager's own transaction: a killed backend rejects it, and the connection goes
@@ -491,7 +551,7 @@ export const make = (options: DbOptions) =>
                   // pipelined, the settings written first (so the statement is planned under them): BEGIN, one
                   // round trip for both, COMMIT. (porsager sends a statement's first use on a connection alone,
                   // to describe it, so the very first claim still waits for the settings.)
-                  : outside(observe(runQuery(() =>
+                  : outside(observe(send(() =>
                     pool.begin((sql) => {
                       const set = localSettings(sql as unknown as Sql, settings).execute()
                       return Promise.all([set, query(sql as unknown as Sql)]).then(([, result]) => result)
@@ -504,7 +564,7 @@ export const make = (options: DbOptions) =>
           ? onPinned(tx.value.sql, tx.value.pin, query)
           : Effect.flatMap(FiberRef.get(currentOrg), (org) =>
             Option.isNone(org)
-              ? outside(observe(runQuery<A>(() => query(pool))))
+              ? outside(observe(send<A>(() => query(pool))))
               // one statement for an org: its own short transaction under the tenant role
               : begin(Effect.flatMap(current, (t) => Option.isSome(t) ? onPinned(t.value.sql, t.value.pin, query) : Effect.die("no transaction")), org.value)))
 
@@ -534,10 +594,10 @@ export const make = (options: DbOptions) =>
           (sql) =>
             Effect.suspend(() => {
               closing = true
-              return Effect.promise(() => sql.end({ timeout: 2 }).catch(() => undefined))
+              return closeAll([{ name: "the LISTEN connection", sql }], inFlight)
             })
         )
-        const listenOnce = runQuery(() =>
+        const listenOnce = send(() =>
           listener.unsafe(`listen "${channel.replace(/"/g, "\"\"")}"`).then((result) => {
             // in the same tick as the answer, so no close can slip in between
             up = true

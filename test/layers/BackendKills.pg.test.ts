@@ -7,7 +7,7 @@
  * running or dead-lettered, and a fresh batch drains (throughput returns).
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Cause, Duration, Effect, Exit, Redacted, Schedule } from "effect"
+import { Cause, Duration, Effect, Exit, Fiber, Redacted, Schedule, Scope } from "effect"
 import * as Db from "../../src/layers/Db.js"
 import * as Migrations from "../../src/queue/Migrations.js"
 import * as PgQueue from "../../src/queue/PgQueue.js"
@@ -49,6 +49,32 @@ describe("backend kills", () => {
       }
     }).pipe(Effect.scoped), 180_000)
 
+
+  it.live("a Db whose statement's backend was killed mid-statement closes within its bound (porsager keeps the failed statement as the connection's current one, and its `end` waits for it)", () =>
+    Effect.gen(function*() {
+      const schema = freshSchemaName("bkclose")
+      const app = `pgfiber-test-bkclose-${process.pid}-${Date.now().toString(36)}`
+      yield* Effect.addFinalizer(() => dropSchema(schema))
+      const killer = rawSql()
+      yield* Effect.addFinalizer(() => Effect.promise(() => killer.end({ timeout: 5 })))
+      const scope = yield* Scope.make()
+      yield* Effect.addFinalizer(() => Scope.close(scope, Exit.void))
+      const db = yield* Db.make({ url: Redacted.make(databaseUrl()), schema, poolMax: 2, applicationName: app }).pipe(Scope.extend(scope))
+      const sleeping = yield* Effect.fork(Effect.exit(db.run((sql) => sql`select pg_sleep(600)`)))
+      yield* waitFor("the statement to run", Effect.promise(() =>
+        killer`select 1 from pg_stat_activity where application_name = ${app} and state = 'active' and query like '%pg_sleep(600)%'`
+      ).pipe(Effect.map((rows) => rows.length > 0)))
+      yield* Effect.promise(() => killer`select pg_terminate_backend(pid) from pg_stat_activity where application_name = ${app}`)
+      const failed = yield* Fiber.join(sleeping)
+      expect(Exit.isFailure(failed)).toBe(true)
+
+      const closingAt = Date.now()
+      yield* Scope.close(scope, Exit.void)
+      const took = Date.now() - closingAt
+      console.log(`a Db closed ${took} ms after its statement's backend was killed (bound ${Duration.format(Db.closeWithin)})`)
+      // porsager's own 5 s timeout held every such close; the bound plus a margin for a loaded machine
+      expect(took).toBeLessThan(Duration.toMillis(Db.closeWithin) + 2500)
+    }).pipe(Effect.scoped), 180_000)
 
   it.live("every backend of the worker and the producer killed twice a second for 30 s: the process lives, nothing is lost or stuck, throughput returns", () =>
     Effect.gen(function*() {
