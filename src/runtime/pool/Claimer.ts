@@ -102,7 +102,10 @@ export const start = (stage: Stage.Any, core: Core, options: ClaimerOptions) =>
         const claim = queue.claimBatch(stage.name, want, claimOptions)
         // retried only once it has failed: a wake-up's claim builds no retry (0.25 ms of a cold process's time)
         const result = yield* Effect.catchAll(claim, (e) =>
-          Effect.zipRight(claimFailed(e), Effect.retry(Effect.tapError(claim, claimFailed), claimRetry).pipe(Effect.orDie)))
+          Effect.zipRight(claimFailed(e), Effect.retry(Effect.tapError(claim, claimFailed), { schedule: claimRetry, while: () => !stopping })))
+          .pipe(Effect.orElseSucceed(() => null))
+        // shutdown began while the database was away: no more retries, the shutdown must not wait for it
+        if (result === null) break
         const jobs = result.jobs
         sizing = ClaimSizing.claimed(sizing, clock.unsafeCurrentTimeMillis() - sentAt)
         paused = false
