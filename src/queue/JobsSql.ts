@@ -489,7 +489,8 @@ export const extendLeases = (
  * (`retain_ms`, else its stage's in `retainByStage`, else `retainDefaultMs`) is above zero is handed to
  * `jobs_archive` in the same statement; at zero it is only deleted. Each failed attempt's history entry names
  * the worker that held the lease. Returns one row per outcome whose lease still held, with the action taken;
- * the others were fenced. Releases and due requeues wake their stages; with `wakeFreed` (a capped stage) every
+ * the others were fenced. Releases and due requeues wake their stages, requeues for later 'pgfiber:later' (every
+ * Waker re-arms its timer); with `wakeFreed` (a capped stage) every
  * settled job's stage is woken too, so a claimer in any process waiting for a free slot under the cap looks again.
  * Locking: the caller's own leased rows, locked in id order first; a fenced row is never locked. Archive rows are
  * new (keyed by job id).
@@ -589,6 +590,9 @@ export const settleOutcomes = (
       select pg_notify(${channel(schema)}, stage) from (
         select stage from requeued where delay_ms <= 0
         union select stage from held where ${wakeFreed}) s
+      -- a retry or poll for later: every process's next-due timer hears of it, not only this one's
+      union all
+      select pg_notify(${channel(schema)}, ${laterTopic}) where exists (select 1 from requeued where delay_ms > 0)
     )
     select id::text, action, null::text as reason from deleted
     union all select job_id::text, 'dead', reason from buried

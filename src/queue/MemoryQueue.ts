@@ -385,6 +385,7 @@ export const make = (options: QueueOptions = {}) =>
         j.lockedUntil = null
         j.updatedAt = new Date(now)
         if (Duration.toMillis(delay) <= 0) wake(j.stage)
+        else wake(laterTopic)
       }
       switch (o._tag) {
         case "Complete":

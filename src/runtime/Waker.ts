@@ -65,8 +65,10 @@ export type Blocked = number | "capacity" | null
 /**
  * Why a pool is woken. `timer`: the next-due timer fired for its jobs; the timer then sleeps until asked again, so
  * the pool re-arms it after its claim (what else is due later is the timer's to find). Otherwise (a NOTIFY, a
- * catch-up, a poll while LISTEN is down) the timer already knows: jobs written for later NOTIFY `laterTopic`, and a
- * catch-up or a poll re-arms it itself.
+ * catch-up, a poll while LISTEN is down) the timer already knows what is due later: jobs written for later (an
+ * insert, a replacing enqueue, a retry or poll for later, in any process) NOTIFY `laterTopic`, and a catch-up or a
+ * poll re-arms it itself. A pool whose block (a limit) lifts re-arms it after its claim too, since the timer left
+ * a blocked stage out.
  */
 export type WakeReason = "notify" | "timer" | "catchUp"
 

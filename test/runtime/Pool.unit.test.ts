@@ -65,8 +65,8 @@ const slot = (): Held.Slot => ({ current: undefined, fiber: undefined })
 describe("held jobs", () => {
   it("each job moves waiting → running → settling → gone, and the counts follow", () => {
     const held = Held.make(2, { check: true })
-    const a = held.accept(job(1), 1000)
-    const b = held.accept(job(2), 1000)
+    const a = held.accept(job(1), 1000).entry
+    const b = held.accept(job(2), 1000).entry
     expect([held.waiting, held.running, held.settling]).toEqual([2, 0, 0])
     expect(held.nextWaiting()).toBe(a)
     const s = slot()
@@ -95,10 +95,37 @@ describe("held jobs", () => {
     expect(held.get("7")?.job).toBe(again)
   })
 
+  it("a job claimed again while its old entry is held (its lease expired meanwhile) supersedes it, in any mode", () => {
+    const held = Held.make(2, { check: true })
+    const claim = (id: number, lease: number) => ({ ...job(id), lease }) as Job
+    // waiting: the old entry is gone at once, the new one waits in its place
+    const w1 = held.accept(claim(1, 1), 1000).entry
+    const w2 = held.accept(claim(1, 2), 1000)
+    expect(w2.superseded).toBe(w1)
+    expect([held.size, held.waiting]).toEqual([1, 1])
+    expect(held.nextWaiting()).toBe(w2.entry)
+    // running: the old run keeps its slot until stopped, then its (fenced) outcome settles it away
+    const r1 = held.accept(claim(2, 1), 1000).entry
+    held.start(r1, slot(), 0)
+    const r2 = held.accept(claim(2, 2), 1000)
+    expect(r2.superseded).toBe(r1)
+    expect([held.size, held.running, held.waiting]).toEqual([3, 1, 2])
+    held.finish(r1)
+    held.settled(r1.job)
+    expect(held.get("2")).toBe(r2.entry)
+    // settling: likewise
+    held.start(r2.entry, slot(), 0)
+    held.finish(r2.entry)
+    const r3 = held.accept(claim(2, 3), 1000)
+    expect(r3.superseded).toBe(r2.entry)
+    held.settled(r2.entry.job)
+    expect([held.size, held.settling, held.get("2")]).toEqual([2, 0, r3.entry])
+  })
+
   it("refuses a transition from the wrong mode, and a slot too many", () => {
     const held = Held.make(1, { check: true })
-    const a = held.accept(job(1), 1000)
-    const b = held.accept(job(2), 1000)
+    const a = held.accept(job(1), 1000).entry
+    const b = held.accept(job(2), 1000).entry
     expect(() => held.settled(a.job)).toThrow(Held.InvariantBroken)
     held.start(a, slot(), 0)
     expect(() => held.start(a, slot(), 0)).toThrow(/running, expected waiting/)
@@ -106,9 +133,10 @@ describe("held jobs", () => {
   })
 
   it("keeps its invariants through any sequence of transitions", () => {
-    type Step = { kind: "accept" } | { kind: "start" } | { kind: "finish"; pick: number } | { kind: "settle"; pick: number } | { kind: "drop"; pick: number } | { kind: "release" }
+    type Step = { kind: "accept" } | { kind: "reclaim"; pick: number } | { kind: "start" } | { kind: "finish"; pick: number } | { kind: "settle"; pick: number } | { kind: "drop"; pick: number } | { kind: "release" }
     const step: fc.Arbitrary<Step> = fc.oneof(
       fc.constant({ kind: "accept" as const }),
+      fc.nat().map((pick) => ({ kind: "reclaim" as const, pick })),
       fc.constant({ kind: "start" as const }),
       fc.nat().map((pick) => ({ kind: "finish" as const, pick })),
       fc.nat().map((pick) => ({ kind: "settle" as const, pick })),
@@ -119,10 +147,21 @@ describe("held jobs", () => {
       fc.property(fc.integer({ min: 1, max: 5 }), fc.array(step, { maxLength: 80 }), (concurrency, steps) => {
         const held = Held.make(concurrency, { check: true })
         let next = 0
-        const inMode = (mode: Held.Mode) => [...held.entries()].filter((e) => e.mode === mode)
+        // every entry still held, superseded ones included (they are no longer reachable by id)
+        const live = new Set<Held.Entry>()
+        const inMode = (mode: Held.Mode) => [...live].filter((e) => e.mode === mode)
         for (const s of steps) {
-          if (s.kind === "accept") held.accept(job(next++), 1000)
-          else if (s.kind === "start") {
+          if (s.kind === "accept") live.add(held.accept(job(next++), 1000).entry)
+          else if (s.kind === "reclaim") {
+            // the same job claimed again under a newer lease
+            const ids = [...held.entries()]
+            if (ids.length > 0) {
+              const old = ids[s.pick % ids.length]!
+              const { entry, superseded } = held.accept({ ...old.job, lease: old.job.lease + 1 } as Job, 1000)
+              if (superseded?.mode === "waiting") live.delete(superseded)
+              live.add(entry)
+            }
+          } else if (s.kind === "start") {
             const entry = held.nextWaiting()
             if (entry && held.running < concurrency) held.start(entry, slot(), 0)
           } else if (s.kind === "finish") {
@@ -130,13 +169,22 @@ describe("held jobs", () => {
             if (candidates.length > 0) held.finish(candidates[s.pick % candidates.length]!)
           } else if (s.kind === "settle") {
             const candidates = inMode("settling")
-            if (candidates.length > 0) held.settled(candidates[s.pick % candidates.length]!.job)
+            if (candidates.length > 0) {
+              const entry = candidates[s.pick % candidates.length]!
+              held.settled(entry.job)
+              live.delete(entry)
+            }
           } else if (s.kind === "drop") {
             const candidates = [...inMode("running"), ...inMode("settling")]
-            if (candidates.length > 0) held.drop(candidates[s.pick % candidates.length]!)
+            if (candidates.length > 0) {
+              const entry = candidates[s.pick % candidates.length]!
+              held.drop(entry)
+              live.delete(entry)
+            }
           } else held.finishWaiting()
           held.check()
           expect(held.waiting + held.running + held.settling).toBe(held.size)
+          expect(held.size).toBe(live.size)
         }
       })
     )

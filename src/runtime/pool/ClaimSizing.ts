@@ -15,19 +15,16 @@
  * jobs of a second ahead is 1, so a long job waits in this process for at most one slot and others stay
  * claimable by other processes.
  *
- * Why not what was there: the previous rule doubled `ahead` only when the claimer saw no job waiting and a slot
- * idle, and shrank it whenever one waited. A synchronous handler lets one slot run every waiting job before the
- * claimer runs, so the claimer saw an empty buffer and grew it; a handler that yields once (any Promise) lets
- * the claimer run between jobs, so it always saw a few waiting and `ahead` stayed at the concurrency: claims of
- * ~10, ten times as many statements, a fifth of the drain. Run time and round trip are measured the same way
- * whatever the handler's shape.
+ * Run time and round trip are measured the same way whatever the handler's shape (a synchronous one, or one that
+ * awaits a Promise and so lets the claimer run between jobs), so the claims are too; docs/benchmarks.md has the
+ * measurements.
  *
  * Bounds. `maxAhead` (`maxAheadFor`: 50 × concurrency, at most 500, graphile-worker's documented local queue)
  * is the fairness bound (claimed-ahead jobs of one org are run before another org's newer ones) and the crash
  * bound: a process that dies holds at most `concurrency + maxAhead` leased jobs (those not started are not run
  * twice: they are claimed again once their leases expire, with no handler having run), and at most
  * `concurrency + maxUnsettled` handlers' work is repeated (`maxUnsettledFor`, Core.ts).
- * Before any job has run, `ahead` is the concurrency (the previous rule's start).
+ * Before any job has run, `ahead` is the concurrency.
  */
 
 /** The shortest time a claimed-ahead buffer is sized to last. */

@@ -107,7 +107,8 @@ export const start = (stage: Stage.Any, core: Core, options: ClaimerOptions) =>
         // shutdown began while the database was away: no more retries, the shutdown must not wait for it
         if (result === null) break
         const jobs = result.jobs
-        sizing = ClaimSizing.claimed(sizing, clock.unsafeCurrentTimeMillis() - sentAt)
+        // a claim's round trip, not an outage's length: a claim that had to be retried is no sample
+        if (!paused) sizing = ClaimSizing.claimed(sizing, clock.unsafeCurrentTimeMillis() - sentAt)
         paused = false
         lastClaimAt = new Date()
         blocked = result.rateLimitedForMs !== null ? Date.now() + result.rateLimitedForMs : result.capped ? "capacity" : null
@@ -139,9 +140,10 @@ export const start = (stage: Stage.Any, core: Core, options: ClaimerOptions) =>
     const fiber = yield* Effect.forkScoped(claimLoop)
 
     const wake = (reason: Waker.WakeReason) => {
-      // a wake-up (a NOTIFY, a slot freed, the next token) lifts the block until the next claim says otherwise
+      // a wake-up (a NOTIFY, a slot freed, the next token) lifts the block until the next claim says otherwise; the
+      // timer left a blocked stage's due jobs out, so after this claim it must look at them again
+      if (reason === "timer" || blocked !== null) rearmAfterClaim = true
       blocked = null
-      if (reason === "timer") rearmAfterClaim = true
       moreWork = true
       poke()
     }

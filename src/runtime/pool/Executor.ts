@@ -193,26 +193,44 @@ export const make = <A, I, R>(
       options.onCapacity()
     }
 
+    /** A job that never started goes back with no attempt spent. */
+    const released = (entry: Held.Entry): JobRun.Decided => ({ outcome: Outcome.release(entry.lease), kind: "defect" })
+    const releaseWaiting = () => {
+      for (const entry of held.finishWaiting()) settler.post({ job: entry.job, decided: released(entry), seconds: undefined })
+    }
+
     const runningFibers = () => [...slots].flatMap((slot) => (slot.fiber ? [slot.fiber] : []))
 
     return {
       /** Takes claimed jobs into the held value and starts as many as there are free slots. */
       accept: (jobs: ReadonlyArray<Job>) => {
-        for (const job of jobs) held.accept(job, job.timeoutMs ?? Duration.toMillis(stage.timeout))
+        for (const job of jobs) {
+          const { superseded } = held.accept(job, job.timeoutMs ?? Duration.toMillis(stage.timeout))
+          // claimed again while an older run of it still holds a slot here: that run's lease is dead, stop it
+          const fiber = superseded?.mode === "running" ? superseded.slot?.fiber : undefined
+          if (fiber) {
+            fork(Effect.zipRight(
+              Effect.logWarning("lease lost (the job was claimed again after its lease expired); stopping the older run").pipe(
+                Effect.annotateLogs({ jobId: job.id })
+              ),
+              Fiber.interruptFork(fiber)
+            ))
+          }
+        }
+        // accepted after shutdown stopped the starts: they go back at once, like every job that never started
+        if (stopped) releaseWaiting()
         startWaiting()
       },
       /** Outcomes were written: slots held back by the unsettled cap may go on. */
       startWaiting,
       /** Jobs claimed but never started go back at once, with no attempt spent (shutdown, a lost lease). */
       release: (entries: ReadonlyArray<Held.Entry>) => {
-        for (const entry of entries) finish(entry, { outcome: Outcome.release(entry.lease), kind: "defect" }, undefined)
+        for (const entry of entries) finish(entry, released(entry), undefined)
       },
       /** Stops starting jobs; those claimed and not started go back. */
       stopStarting: () => {
         stopped = true
-        for (const entry of held.finishWaiting()) {
-          settler.post({ job: entry.job, decided: { outcome: Outcome.release(entry.lease), kind: "defect" }, seconds: undefined })
-        }
+        releaseWaiting()
       },
       /** Interrupts every running handler; each settles as released. */
       interruptRunning: Effect.suspend(() => Effect.forEach(runningFibers(), Fiber.interrupt, { discard: true })),

@@ -30,23 +30,29 @@ export const start = (
         if (held.size === 0) return
         // progress rides on the beat: each job's latest report, written at most once a second
         const now = clock.unsafeCurrentTimeMillis()
-        const leases = [...held.entries()].map((e): Queue.Beat => {
+        const entries = [...held.entries()]
+        const taken: Array<[Held.Entry, Queue.Progress]> = []
+        const leases = entries.map((e): Queue.Beat => {
           if (e.reported === undefined || e.mode !== "running" || now - e.reportedAt < 1000) return e.lease
           const reported = e.reported
+          taken.push([e, reported])
           e.reported = undefined
           e.reportedAt = now
           return { ...e.lease, reported }
         })
-        const extended = new Set(yield* queue.heartbeat(leases, stage.leaseFor))
-        for (const lease of leases) {
-          const entry = held.get(lease.id)
-          // a settling job's outcome may have been committed after this heartbeat read its lease
-          if (extended.has(lease.id) || !entry || entry.mode === "settling") continue
+        const extended = new Set(yield* queue.heartbeat(leases, stage.leaseFor).pipe(
+          // not written: the reports go with the next beat, or with the outcome (unless a newer one came)
+          Effect.tapErrorCause(() => Effect.sync(() => taken.forEach(([e, reported]) => e.reported ??= reported)))
+        ))
+        for (const entry of entries) {
+          // a settling job's outcome may have been committed after this heartbeat read its lease; an entry a newer
+          // claim of the same job superseded meanwhile was stopped then (Executor.accept)
+          if (extended.has(entry.lease.id) || entry.mode === "settling" || held.get(entry.lease.id) !== entry) continue
           entry.leaseLost = true
           const fiber = entry.slot?.fiber
           if (entry.mode === "running" && fiber) {
             yield* Effect.logWarning("lease lost (cancelled or expired); stopping the job").pipe(
-              Effect.annotateLogs({ stage: stage.name, jobId: lease.id })
+              Effect.annotateLogs({ stage: stage.name, jobId: entry.lease.id })
             )
             yield* Fiber.interruptFork(fiber)
           } else if (entry.mode === "waiting") release([entry])

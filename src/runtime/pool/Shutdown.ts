@@ -25,12 +25,13 @@ export const finalizer = (core: Core, claimer: Claimer, grace: Duration.Duration
     const graceLeft = Effect.map(Clock.currentTimeMillis, (now) => Duration.millis(Math.max(0, graceEnds - now)))
     // the claimer ends by itself once told; only the grace cuts its last claim short (a database that never answers)
     yield* claimer.stop
+    // nothing claimed and not started runs from here on (a claim that lands now goes straight back: Claimer.ts)
+    core.stopStarting()
     const claimEnded = yield* Fiber.await(claimer.fiber).pipe(Effect.interruptible, Effect.timeout(grace), Effect.interruptible, Effect.option)
     if (Option.isNone(claimEnded)) {
       yield* Effect.logWarning("grace period over with a claim still in flight; the jobs it took, if any, go back when their leases expire")
     }
     yield* Fiber.interrupt(claimer.fiber).pipe(Effect.asVoid)
-    core.stopStarting()
     const busy = core.held.running
     if (busy > 0) {
       yield* Effect.logInfo(`shutting down: waiting up to ${Duration.format(yield* graceLeft)} for ${busy} job(s)`)
