@@ -9,7 +9,14 @@ import * as JobError from "../../JobError.js"
 import * as SpeechKit from "../../layers/SpeechKit.js"
 import type * as Limits from "../../queue/Limits.js"
 import type * as RetryPolicy from "../../runtime/RetryPolicy.js"
-import type { RetentionOptions } from "./Retention.js"
+
+/** What Retention.ts removes once a call's transcript is stored (the environment's part is `Retention.config`). */
+export interface RetentionOptions {
+  /** Remove the uploaded recording (the `source` artifact) after the transcript is stored. Default false. */
+  readonly removeSource?: boolean | undefined
+  /** Remove the OGG Opus audio (the `audio` artifact) after the transcript is stored. Default true. */
+  readonly removeAudio?: boolean | undefined
+}
 
 export interface CallStageOptions extends RetentionOptions {
   /** The first poll waits max(pollFirstMin, audio duration × pollFirstFraction). Default 5 s and 1/6. */
