@@ -33,6 +33,7 @@ import * as HttpClientRequest from "@effect/platform/HttpClientRequest"
 import type * as HttpClientResponse from "@effect/platform/HttpClientResponse"
 import { Clock, Config, ConfigError, Context, Duration, Effect, Either, Layer, Option, ParseResult, Redacted, Ref, Schedule, Schema } from "effect"
 import * as JobError from "../JobError.js"
+import * as RetryAfter from "./RetryAfter.js"
 
 export const defaultSttUrl = "https://stt.api.cloud.yandex.net"
 export const defaultOperationUrl = "https://operation.api.cloud.yandex.net"
@@ -472,7 +473,7 @@ const failureOf = (
     const message = `SpeechKit ${call}: HTTP ${response.status}: ${detail}`
     if (response.status === 429) {
       const now = yield* Clock.currentTimeMillis
-      const retryAfter = parseRetryAfter(response.headers["retry-after"], now)
+      const retryAfter = RetryAfter.parse(response.headers["retry-after"], now)
       return new JobError.RateLimited({
         message,
         retryAfter: Duration.min(Option.getOrElse(retryAfter, () => defaultRetryAfter), maxRetryAfter)
@@ -483,15 +484,6 @@ const failureOf = (
     }
     return new JobError.Permanent({ message })
   })
-
-/** `Retry-After` is delay-seconds or an HTTP-date (RFC 9110 §10.2.3); a date in the past means now. */
-const parseRetryAfter = (value: string | undefined, nowMillis: number): Option.Option<Duration.Duration> => {
-  const trimmed = value?.trim()
-  if (!trimmed) return Option.none()
-  if (/^\d+$/.test(trimmed)) return Option.some(Duration.seconds(Number(trimmed)))
-  const date = Date.parse(trimmed)
-  return Number.isNaN(date) ? Option.none() : Option.some(Duration.millis(Math.max(0, date - nowMillis)))
-}
 
 const truncate = (text: string, max: number) => text.length > max ? `${text.slice(0, max)}…` : text
 const trimSlash = (url: string) => url.replace(/\/+$/, "")
