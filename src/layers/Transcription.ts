@@ -21,6 +21,7 @@ import type * as HttpClientResponse from "@effect/platform/HttpClientResponse"
 import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import { Clock, Config, type ConfigError, Context, Duration, Effect, Layer, Option, ParseResult, Predicate, Redacted, Ref, Schema } from "effect"
 import { Permanent, RateLimited, Transient } from "../JobError.js"
+import * as Millis from "./Millis.js"
 import * as RetryAfter from "./RetryAfter.js"
 
 /** Any JSON value: segments are stored as real JSON (jsonb), never as a string holding JSON. */
@@ -183,11 +184,7 @@ export const config = Config.all({
       validation: (url) => url.protocol === "http:" || url.protocol === "https:"
     })
   ),
-  timeout: Config.integer("TRANSCRIBE_TIMEOUT_MS").pipe(
-    Config.validate({ message: "Expected a positive number of milliseconds", validation: (ms) => ms > 0 }),
-    Config.map(Duration.millis),
-    Config.withDefault(defaultTimeout)
-  ),
+  timeout: Millis.config("TRANSCRIBE_TIMEOUT_MS", { min: 1, fallback: defaultTimeout }),
   // An empty TRANSCRIBE_TOKEN means no token, not `Bearer ` with nothing after it.
   token: Config.option(Config.redacted("TRANSCRIBE_TOKEN")).pipe(
     Config.map(Option.filter((token) => Redacted.value(token) !== ""))
