@@ -7,6 +7,7 @@
  * another process that has the configuration can run them. Naming such a stage explicitly fails start-up.
  */
 import { Config, Effect, Layer, Option } from "effect"
+import type * as ServerModule from "./http/Server.js"
 import * as Db from "./layers/Db.js"
 import * as Migrations from "./queue/Migrations.js"
 import * as PgQueue from "./queue/PgQueue.js"
@@ -156,3 +157,20 @@ export const layerWorker = (
   const minuteStats = Layer.unwrapEffect(Effect.map(MinuteStats.config, (o) => Layer.scopedDiscard(MinuteStats.make(o))))
   return scheduler.pipe(Layer.provideMerge(worker), Layer.merge(onStart), Layer.merge(minuteStats))
 }
+
+/**
+ * The HTTP API (and the dashboard it serves) for `pgfiber start`, configured by `HTTP_*` / `ADMIN_*`, its dev
+ * tick limited to the selected stages; the caller provides the worker and the stages' services. The server's
+ * module is loaded only here, when asked for: the HTTP API (with its Swagger page) is half of the bundle every
+ * command would parse.
+ */
+export const layerHttp = (selection: Selection) =>
+  Effect.gen(function*() {
+    const Server: typeof ServerModule = yield* Effect.promise(() => import("./http/Server.js"))
+    return Server.layer<any>({
+      ...(yield* Server.config),
+      workerId: Worker.defaultWorkerId(),
+      tickStages: selection.stages,
+      tickConfig: yield* Worker.config
+    })
+  })

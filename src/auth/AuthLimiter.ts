@@ -12,7 +12,8 @@
  * windows are remembered in each count (the oldest forgotten first), so a flood from many addresses costs
  * bounded memory. In memory, per process: several replicas each keep their own count.
  */
-import { Clock, Config, Context, Effect, Layer, Option } from "effect"
+import { Clock, Config, Context, Duration, Effect, Layer, Option } from "effect"
+import * as Millis from "../layers/Millis.js"
 import * as ApiKeys from "./ApiKeys.js"
 import * as ClientAddress from "./ClientAddress.js"
 
@@ -46,9 +47,8 @@ export const config = Config.all({
     Config.validate({ message: "must be a whole number from 1 to 1000000", validation: (n) => n >= 1 && n <= 1_000_000 }),
     Config.withDefault(defaults.maxFailuresPerAddress)
   ),
-  windowMs: Config.integer("HTTP_AUTH_FAILURES_WINDOW_MS").pipe(
-    Config.validate({ message: "must be a number of milliseconds from 1000 to 86400000", validation: (n) => n >= 1000 && n <= 86_400_000 }),
-    Config.withDefault(defaults.windowMs)
+  windowMs: Millis.config("HTTP_AUTH_FAILURES_WINDOW_MS", { min: 1000, max: 86_400_000, fallback: defaults.windowMs }).pipe(
+    Config.map(Duration.toMillis)
   ),
   trustedProxies: ClientAddress.config
 })

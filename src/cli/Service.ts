@@ -7,7 +7,6 @@
 import { Command, Options } from "@effect/cli"
 import { Effect, Layer } from "effect"
 import * as App from "../App.js"
-import type * as ServerModule from "../http/Server.js"
 import * as Db from "../layers/Db.js"
 import * as EmbeddedPg from "../layers/EmbeddedPg.js"
 import * as Storage from "../layers/Storage.js"
@@ -32,10 +31,8 @@ const runService = (stageList: string, http: boolean) =>
     const selection = yield* Env.select(known, stageList)
     const migrate = yield* Env.migrateOnStart
     const worker = App.layerWorker(selection)
-    // loaded only by `start`: the HTTP API (with its Swagger page) is half of the bundle every command would parse
-    const Server: typeof ServerModule = http ? yield* Effect.promise(() => import("../http/Server.js")) : (undefined as never)
     const app = http
-      ? Server.layer<any>({ ...(yield* Server.config), workerId: Worker.defaultWorkerId(), tickStages: selection.stages, tickConfig: yield* Worker.config }).pipe(
+      ? (yield* App.layerHttp(selection)).pipe(
         Layer.provideMerge(worker),
         // the dev tick runs handlers outside the pools; POST /calls writes to storage even where calls do not run
         Layer.provide(Env.stageServices(selection)),

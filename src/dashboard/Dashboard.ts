@@ -28,6 +28,7 @@ import * as Worker from "../runtime/Worker.js"
 import * as Assets from "./Assets.js"
 import { html, type Html } from "./Html.js"
 import * as Live from "./Live.js"
+import * as Millis from "../layers/Millis.js"
 import * as Pages from "./Pages.js"
 import * as Session from "./Session.js"
 import * as View from "./View.js"
@@ -46,11 +47,7 @@ export interface DashboardOptions {
 export const config = Config.all({
   enabled: Config.boolean("DASHBOARD_ENABLED").pipe(Config.withDefault(true)),
   sessionSecret: Config.option(Config.redacted("DASHBOARD_SESSION_SECRET")),
-  sessionTtl: Config.integer("DASHBOARD_SESSION_TTL_MS").pipe(
-    Config.validate({ message: "must be a number of milliseconds from 60000 to 2592000000", validation: (n) => n >= 60_000 && n <= 2_592_000_000 }),
-    Config.withDefault(12 * 3_600_000),
-    Config.map(Duration.millis)
-  )
+  sessionTtl: Millis.config("DASHBOARD_SESSION_TTL_MS", { min: 60_000, max: 2_592_000_000, fallback: 12 * 3_600_000 })
 })
 
 export const basePath = "/dashboard"

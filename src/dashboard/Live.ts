@@ -10,8 +10,8 @@ import { Config, Context, Duration, Effect, Layer, Option, Queue as Q, Ref, Stre
 import * as Db from "../layers/Db.js"
 import * as Queue from "../queue/Queue.js"
 import * as StatsSql from "../queue/StatsSql.js"
+import * as Millis from "../layers/Millis.js"
 import * as Events from "../runtime/Events.js"
-import * as MinuteStats from "../runtime/MinuteStats.js"
 import * as Waker from "../runtime/Waker.js"
 
 export interface LiveOptions {
@@ -24,8 +24,8 @@ export interface LiveOptions {
 }
 
 export const config: Config.Config<LiveOptions> = Config.all({
-  minInterval: MinuteStats.millisConfig("DASHBOARD_LIVE_MIN_MS", { min: 100, max: 60_000, fallback: 1000 }),
-  idleInterval: MinuteStats.millisConfig("DASHBOARD_LIVE_IDLE_MS", { min: 1000, max: 3_600_000, fallback: 10_000 }),
+  minInterval: Millis.config("DASHBOARD_LIVE_MIN_MS", { min: 100, max: 60_000, fallback: 1000 }),
+  idleInterval: Millis.config("DASHBOARD_LIVE_IDLE_MS", { min: 1000, max: 3_600_000, fallback: 10_000 }),
   minutes: Config.succeed(60)
 })
 

@@ -33,6 +33,8 @@ import * as HttpClientRequest from "@effect/platform/HttpClientRequest"
 import type * as HttpClientResponse from "@effect/platform/HttpClientResponse"
 import { Clock, Config, ConfigError, Context, Duration, Effect, Either, Layer, Option, ParseResult, Redacted, Ref, Schedule, Schema } from "effect"
 import * as JobError from "../JobError.js"
+import * as Millis from "./Millis.js"
+import * as RetryAfter from "./RetryAfter.js"
 
 export const defaultSttUrl = "https://stt.api.cloud.yandex.net"
 export const defaultOperationUrl = "https://operation.api.cloud.yandex.net"
@@ -472,7 +474,7 @@ const failureOf = (
     const message = `SpeechKit ${call}: HTTP ${response.status}: ${detail}`
     if (response.status === 429) {
       const now = yield* Clock.currentTimeMillis
-      const retryAfter = parseRetryAfter(response.headers["retry-after"], now)
+      const retryAfter = RetryAfter.parse(response.headers["retry-after"], now)
       return new JobError.RateLimited({
         message,
         retryAfter: Duration.min(Option.getOrElse(retryAfter, () => defaultRetryAfter), maxRetryAfter)
@@ -483,15 +485,6 @@ const failureOf = (
     }
     return new JobError.Permanent({ message })
   })
-
-/** `Retry-After` is delay-seconds or an HTTP-date (RFC 9110 §10.2.3); a date in the past means now. */
-const parseRetryAfter = (value: string | undefined, nowMillis: number): Option.Option<Duration.Duration> => {
-  const trimmed = value?.trim()
-  if (!trimmed) return Option.none()
-  if (/^\d+$/.test(trimmed)) return Option.some(Duration.seconds(Number(trimmed)))
-  const date = Date.parse(trimmed)
-  return Number.isNaN(date) ? Option.none() : Option.some(Duration.millis(Math.max(0, date - nowMillis)))
-}
 
 const truncate = (text: string, max: number) => text.length > max ? `${text.slice(0, max)}…` : text
 const trimSlash = (url: string) => url.replace(/\/+$/, "")
@@ -512,8 +505,8 @@ export const config: Config.Config<Options> = Config.all({
   operationUrl: Config.string("SPEECHKIT_OPERATION_URL").pipe(Config.withDefault(defaultOperationUrl)),
   model: Config.string("SPEECHKIT_MODEL").pipe(Config.withDefault("general")),
   language: Config.string("SPEECHKIT_LANGUAGE").pipe(Config.withDefault("ru-RU")),
-  timeoutMs: Config.integer("SPEECHKIT_TIMEOUT_MS").pipe(Config.withDefault(30_000)),
-  maxRetryAfterMs: Config.integer("SPEECHKIT_MAX_RETRY_AFTER_MS").pipe(Config.withDefault(600_000)),
+  timeout: Millis.config("SPEECHKIT_TIMEOUT_MS", { min: 1, fallback: 30_000 }),
+  maxRetryAfter: Millis.config("SPEECHKIT_MAX_RETRY_AFTER_MS", { min: 1, fallback: 600_000 }),
   resultNotFoundRetries: Config.integer("SPEECHKIT_RESULT_404_RETRIES").pipe(Config.withDefault(3))
 }).pipe(Config.mapOrFail((raw) => {
   const apiKey = nonEmpty(raw.apiKey, Redacted.value)
@@ -527,12 +520,6 @@ export const config: Config.Config<Options> = Config.all({
   if (Option.isNone(credentials)) {
     return Either.left(ConfigError.MissingData([], "set SPEECHKIT_API_KEY or SPEECHKIT_IAM_TOKEN"))
   }
-  if (raw.timeoutMs <= 0) {
-    return Either.left(ConfigError.InvalidData(["SPEECHKIT_TIMEOUT_MS"], "must be a positive number of milliseconds"))
-  }
-  if (raw.maxRetryAfterMs <= 0) {
-    return Either.left(ConfigError.InvalidData(["SPEECHKIT_MAX_RETRY_AFTER_MS"], "must be a positive number of milliseconds"))
-  }
   if (raw.resultNotFoundRetries < 0) {
     return Either.left(ConfigError.InvalidData(["SPEECHKIT_RESULT_404_RETRIES"], "must be 0 or more"))
   }
@@ -543,8 +530,8 @@ export const config: Config.Config<Options> = Config.all({
     operationUrl: raw.operationUrl,
     model: raw.model,
     language: raw.language,
-    timeout: Duration.millis(raw.timeoutMs),
-    maxRetryAfter: Duration.millis(raw.maxRetryAfterMs),
+    timeout: raw.timeout,
+    maxRetryAfter: raw.maxRetryAfter,
     resultNotFoundRetries: raw.resultNotFoundRetries
   })
 }))

@@ -21,6 +21,8 @@ import type * as HttpClientResponse from "@effect/platform/HttpClientResponse"
 import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import { Clock, Config, type ConfigError, Context, Duration, Effect, Layer, Option, ParseResult, Predicate, Redacted, Ref, Schema } from "effect"
 import { Permanent, RateLimited, Transient } from "../JobError.js"
+import * as Millis from "./Millis.js"
+import * as RetryAfter from "./RetryAfter.js"
 
 /** Any JSON value: segments are stored as real JSON (jsonb), never as a string holding JSON. */
 export type Json = null | boolean | number | string | ReadonlyArray<Json> | { readonly [key: string]: Json }
@@ -149,7 +151,7 @@ const fromStatus = (
     const message = `Transcription service ${endpoint} answered ${response.status}: ${serverMessage(response.text)}`
     if (response.status === 429) {
       const now = yield* Clock.currentTimeMillis
-      const retryAfter = parseRetryAfter(response.headers["retry-after"], now).pipe(
+      const retryAfter = RetryAfter.parse(response.headers["retry-after"], now).pipe(
         Option.getOrElse(() => fallbackRetryAfter)
       )
       return yield* new RateLimited({ message, retryAfter })
@@ -160,19 +162,6 @@ const fromStatus = (
     }
     return yield* new Permanent({ message })
   })
-
-/**
- * `Retry-After` as delay-seconds or an HTTP-date (RFC 9110 §10.2.3), relative to `now` (epoch millis).
- * A date in the past means "now"; an unreadable value is None.
- */
-export const parseRetryAfter = (value: string | undefined, now: number): Option.Option<Duration.Duration> => {
-  const trimmed = value?.trim() ?? ""
-  // Fractional seconds are not in the RFC but cost nothing to honour.
-  if (/^\d+(\.\d+)?$/.test(trimmed)) return Option.some(Duration.millis(Math.round(Number(trimmed) * 1000)))
-  // Date.parse alone is too lenient ("-1" is a year), so require a date's shape: a name and a clock time.
-  const at = /[A-Za-z]{3}/.test(trimmed) && /\d{2}:\d{2}:\d{2}/.test(trimmed) ? Date.parse(trimmed) : Number.NaN
-  return Number.isNaN(at) ? Option.none() : Option.some(Duration.millis(Math.max(0, at - now)))
-}
 
 /** The server's own words: `error` / `message` / `detail` from a JSON body (FastAPI uses `detail`), else the text. */
 const serverMessage = (text: string): string => {
@@ -195,11 +184,7 @@ export const config = Config.all({
       validation: (url) => url.protocol === "http:" || url.protocol === "https:"
     })
   ),
-  timeout: Config.integer("TRANSCRIBE_TIMEOUT_MS").pipe(
-    Config.validate({ message: "Expected a positive number of milliseconds", validation: (ms) => ms > 0 }),
-    Config.map(Duration.millis),
-    Config.withDefault(defaultTimeout)
-  ),
+  timeout: Millis.config("TRANSCRIBE_TIMEOUT_MS", { min: 1, fallback: defaultTimeout }),
   // An empty TRANSCRIBE_TOKEN means no token, not `Bearer ` with nothing after it.
   token: Config.option(Config.redacted("TRANSCRIBE_TOKEN")).pipe(
     Config.map(Option.filter((token) => Redacted.value(token) !== ""))

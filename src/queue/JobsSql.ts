@@ -23,24 +23,33 @@ const columns = (jobs: ReadonlyArray<ValidJob>) => ({
 })
 
 /**
- * Inserts a batch in one statement. Locking: new rows only; a dedupe-key conflict (per org: `jobs_dedupe` is
- * unique on (org_id, dedupe_key), no-org jobs in a space of their own) takes the live row's lock for a no-op
- * update so its id comes back (`deduped`), which waits for a concurrent completion to settle.
+ * The insert both statements below share, so they cannot drift: the batch unnested in its order, each row's
+ * `available_at` its run time or now + its delay. The target is named `j` for the conflict clause that each
+ * statement adds after it (what a duplicate does), and its returning list.
  */
-export const insertJobs = (sql: Sql, jobs: ReadonlyArray<ValidJob>) => {
+const insertBatch = (sql: Sql, jobs: ReadonlyArray<ValidJob>) => {
   const c = columns(jobs)
-  return sql<Array<{ id: string; deduped: boolean }>>`
-    insert into jobs (stage, org_id, subject_id, payload, priority, available_at, max_attempts, dedupe_key, timeout_ms)
+  return sql`
+    insert into jobs as j (stage, org_id, subject_id, payload, priority, available_at, max_attempts, dedupe_key, timeout_ms)
     select stage, org_id, subject_id, payload::jsonb, priority,
            coalesce(run_at, now() + delay_ms * interval '1 millisecond'), max_attempts, dedupe_key, timeout_ms
     from unnest(${c.stages}::text[], ${c.orgs}::text[], ${c.subjects}::text[], ${c.payloads}::text[],
                 ${c.priorities}::int[], ${c.delays}::float8[], ${c.runAts}::timestamptz[], ${c.maxAttempts}::int[],
                 ${c.dedupeKeys}::text[], ${c.timeouts}::int[]) with ordinality
          as t(stage, org_id, subject_id, payload, priority, delay_ms, run_at, max_attempts, dedupe_key, timeout_ms, ord)
-    order by ord
+    order by ord`
+}
+
+/**
+ * Inserts a batch in one statement. Locking: new rows only; a dedupe-key conflict (per org: `jobs_dedupe` is
+ * unique on (org_id, dedupe_key), no-org jobs in a space of their own) takes the live row's lock for a no-op
+ * update so its id comes back (`deduped`), which waits for a concurrent completion to settle.
+ */
+export const insertJobs = (sql: Sql, jobs: ReadonlyArray<ValidJob>) =>
+  sql<Array<{ id: string; deduped: boolean }>>`
+    ${insertBatch(sql, jobs)}
     on conflict (org_id, dedupe_key) where dedupe_key is not null do update set dedupe_key = excluded.dedupe_key
     returning id, (xmax <> 0) as deduped`
-}
 
 /**
  * Inserts a batch whose duplicates update the live job while it is still queued: `replace` takes the new
@@ -48,18 +57,10 @@ export const insertJobs = (sql: Sql, jobs: ReadonlyArray<ValidJob>) => {
  * is left as it is. Updated rows' stages are NOTIFYed (the insert trigger sees only inserted rows), since a
  * run time may have moved earlier (and 'pgfiber:later' when one is not due yet). Locking: new rows, and the live row of each conflicting key.
  */
-export const insertJobsReplacing = (sql: Sql, schema: string, jobs: ReadonlyArray<ValidJob>, mode: "replace" | "debounce") => {
-  const c = columns(jobs)
-  return sql<Array<{ id: string; deduped: boolean; org_id: string | null; dedupe_key: string }>>`
+export const insertJobsReplacing = (sql: Sql, schema: string, jobs: ReadonlyArray<ValidJob>, mode: "replace" | "debounce") =>
+  sql<Array<{ id: string; deduped: boolean; org_id: string | null; dedupe_key: string }>>`
     with written as (
-      insert into jobs as j (stage, org_id, subject_id, payload, priority, available_at, max_attempts, dedupe_key, timeout_ms)
-      select stage, org_id, subject_id, payload::jsonb, priority,
-             coalesce(run_at, now() + delay_ms * interval '1 millisecond'), max_attempts, dedupe_key, timeout_ms
-      from unnest(${c.stages}::text[], ${c.orgs}::text[], ${c.subjects}::text[], ${c.payloads}::text[],
-                  ${c.priorities}::int[], ${c.delays}::float8[], ${c.runAts}::timestamptz[], ${c.maxAttempts}::int[],
-                  ${c.dedupeKeys}::text[], ${c.timeouts}::int[]) with ordinality
-           as t(stage, org_id, subject_id, payload, priority, delay_ms, run_at, max_attempts, dedupe_key, timeout_ms, ord)
-      order by ord
+      ${insertBatch(sql, jobs)}
       on conflict (org_id, dedupe_key) where dedupe_key is not null do update set
         payload = case when j.status = 'queued' then excluded.payload else j.payload end,
         priority = case when j.status = 'queued' then excluded.priority else j.priority end,
@@ -76,7 +77,6 @@ export const insertJobsReplacing = (sql: Sql, schema: string, jobs: ReadonlyArra
       select pg_notify(${channel(schema)}, ${laterTopic}) where exists (select 1 from written where deduped and available_at > now())
     )
     select written.id, written.deduped, written.org_id, written.dedupe_key from written cross join (select count(*) from woken) w`
-}
 
 /**
  * The claim's plan, whatever the statistics say: an ordered scan of `jobs_ready` (stage, then the claim's exact

@@ -7,7 +7,7 @@
 import { Clock, Duration, Effect, Either, Exit, FiberRef, Layer, Option } from "effect"
 import type { Beat, DeadLetter, EnqueueResult, ErrorEntry, Job, Lease, NewJob, StageControl, StageStats, ValidJob } from "./Job.js"
 import { countEnqueued, defaultMaxPayloadBytes, errorEntry, jobFromDeadLetter, JobNotFound, validateAll } from "./Job.js"
-import * as Events from "../runtime/Events.js"
+import * as Events from "./Events.js"
 import * as Limits from "./Limits.js"
 import * as Outcome from "./Outcome.js"
 import type { Settled } from "./Outcome.js"

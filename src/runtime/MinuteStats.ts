@@ -6,6 +6,7 @@
  */
 import { Config, Context, Duration, Effect, Layer, Stream } from "effect"
 import * as Db from "../layers/Db.js"
+import * as Millis from "../layers/Millis.js"
 import * as StatsSql from "../queue/StatsSql.js"
 import * as Events from "./Events.js"
 
@@ -16,21 +17,10 @@ export interface MinuteStatsOptions {
   readonly keep: Duration.Duration
 }
 
-/** A duration in milliseconds from the environment, held between `min` and `max` (the error names the variable). */
-export const millisConfig = (name: string, options: { readonly min: number; readonly max: number; readonly fallback: number }) =>
-  Config.integer(name).pipe(
-    Config.validate({
-      message: `must be a number of milliseconds from ${options.min} to ${options.max}`,
-      validation: (n) => n >= options.min && n <= options.max
-    }),
-    Config.withDefault(options.fallback),
-    Config.map(Duration.millis)
-  )
-
 export const config: Config.Config<MinuteStatsOptions> = Config.all({
-  flushInterval: millisConfig("PGFIBER_STATS_FLUSH_MS", { min: 100, max: 3_600_000, fallback: 60_000 }),
+  flushInterval: Millis.config("PGFIBER_STATS_FLUSH_MS", { min: 100, max: 3_600_000, fallback: 60_000 }),
   // at least an hour: the charts show the last hour
-  keep: millisConfig("PGFIBER_STATS_KEEP_MS", { min: 3_600_000, max: 366 * 86_400_000, fallback: 24 * 3_600_000 })
+  keep: Millis.config("PGFIBER_STATS_KEEP_MS", { min: 3_600_000, max: 366 * 86_400_000, fallback: 24 * 3_600_000 })
 })
 
 export class MinuteStats extends Context.Tag("pgfiber/MinuteStats")<MinuteStats, {

@@ -11,6 +11,7 @@ import * as Os from "node:os"
 import * as Limits from "../queue/Limits.js"
 import * as Stage from "./Stage.js"
 import * as StageControl from "./StageControl.js"
+import * as Millis from "../layers/Millis.js"
 import * as StagePool from "./StagePool.js"
 import * as Waker from "./Waker.js"
 import * as Queue from "../queue/Queue.js"
@@ -35,13 +36,6 @@ export class WorkerInfo extends Context.Tag("pgfiber/WorkerInfo")<WorkerInfo, {
 }>() {}
 
 export const defaultWorkerId = () => `${Os.hostname()}:${process.pid}:${Math.random().toString(36).slice(2, 8)}`
-
-const positiveMillis = (name: string, fallback: number) =>
-  Config.integer(name).pipe(
-    Config.validate({ message: "must be a positive number of milliseconds", validation: (n) => n > 0 }),
-    Config.withDefault(fallback),
-    Config.map(Duration.millis)
-  )
 
 /** `stage=value,stage=value`, the shape of every per-stage setting; each value parsed by `parse`. */
 const perStage = <A>(name: string, expected: string, parse: (value: string) => A | undefined) =>
@@ -103,9 +97,9 @@ const limitOverrides = Config.all({
 
 export const config: Config.Config<WorkerOptions> = Config.all({
   workerId: Config.string("WORKER_ID").pipe(Config.withDefault("")),
-  shutdownGrace: positiveMillis("SHUTDOWN_GRACE_MS", 25_000),
-  sweepInterval: positiveMillis("SWEEP_INTERVAL_MS", 60_000),
-  pollInterval: positiveMillis("POLL_INTERVAL_MS", 2_000),
+  shutdownGrace: Millis.config("SHUTDOWN_GRACE_MS", { min: 1, fallback: 25_000 }),
+  sweepInterval: Millis.config("SWEEP_INTERVAL_MS", { min: 1, fallback: 60_000 }),
+  pollInterval: Millis.config("POLL_INTERVAL_MS", { min: 1, fallback: 2_000 }),
   concurrency: concurrencyOverrides,
   limits: limitOverrides
 }).pipe(Config.map((c) => ({ ...c, workerId: c.workerId || defaultWorkerId() })))

@@ -301,24 +301,6 @@ describe("Transcription.layerMemory", () => {
     }))
 })
 
-describe("Transcription.parseRetryAfter", () => {
-  it("reads seconds and HTTP-dates, clamps past dates, rejects junk", () => {
-    const now = Date.parse("2026-03-01T12:00:00Z")
-    const millis = (value: string | undefined) =>
-      Option.map(Transcription.parseRetryAfter(value, now), Duration.toMillis).pipe(Option.getOrUndefined)
-    expect(millis(" 3 ")).toBe(3_000)
-    expect(millis("Sun, 01 Mar 2026 12:00:30 GMT")).toBe(30_000)
-    expect(millis("Sun, 01 Mar 2026 11:00:00 GMT")).toBe(0)
-    expect(millis("1.5")).toBe(1_500)
-    expect(millis("Sunday, 01-Mar-26 12:01:00 GMT")).toBe(60_000)
-    expect(millis("Sun Mar  1 12:00:05 2026")).toBeDefined()
-    expect(millis("-1")).toBeUndefined()
-    expect(millis("soon")).toBeUndefined()
-    expect(millis("")).toBeUndefined()
-    expect(millis(undefined)).toBeUndefined()
-  })
-})
-
 /** A port nothing listens on: bind, note it, close. */
 const freePort = () =>
   new Promise<number>((resolve) => {

@@ -11,13 +11,10 @@ import * as JobError from "../../JobError.js"
 import * as Storage from "../../layers/Storage.js"
 import * as CallsSql from "./CallsSql.js"
 import * as CallStore from "./CallStore.js"
+import type { RetentionOptions } from "./Settings.js"
 
-export interface RetentionOptions {
-  /** Remove the uploaded recording (the `source` artifact) after the transcript is stored. Default false. */
-  readonly removeSource?: boolean | undefined
-  /** Remove the OGG Opus audio (the `audio` artifact) after the transcript is stored. Default true. */
-  readonly removeAudio?: boolean | undefined
-}
+/** Defined in Settings.ts beside `CallStageOptions`, which extends it (one way: Settings imports nothing here). */
+export type { RetentionOptions } from "./Settings.js"
 
 export interface Retention {
   readonly removeSource: boolean

@@ -6,10 +6,18 @@
 import { Config, Duration, Effect, Option } from "effect"
 import * as Os from "node:os"
 import * as JobError from "../../JobError.js"
+import * as Millis from "../../layers/Millis.js"
 import * as SpeechKit from "../../layers/SpeechKit.js"
 import type * as Limits from "../../queue/Limits.js"
 import type * as RetryPolicy from "../../runtime/RetryPolicy.js"
-import type { RetentionOptions } from "./Retention.js"
+
+/** What Retention.ts removes once a call's transcript is stored (the environment's part is `Retention.config`). */
+export interface RetentionOptions {
+  /** Remove the uploaded recording (the `source` artifact) after the transcript is stored. Default false. */
+  readonly removeSource?: boolean | undefined
+  /** Remove the OGG Opus audio (the `audio` artifact) after the transcript is stored. Default true. */
+  readonly removeAudio?: boolean | undefined
+}
 
 export interface CallStageOptions extends RetentionOptions {
   /** The first poll waits max(pollFirstMin, audio duration × pollFirstFraction). Default 5 s and 1/6. */
@@ -76,21 +84,13 @@ export const defaults = {
   maxResubmits: 2
 } as const
 
-const positiveMillis = (name: string) =>
-  Config.option(
-    Config.integer(name).pipe(
-      Config.validate({ message: "must be a positive number of milliseconds", validation: (n) => n > 0 }),
-      Config.map(Duration.millis)
-    )
-  )
-
 /**
  * The environment's part: `TRANSCRIBE_POLL_CAP_MS`, `TRANSCRIBE_POLL_DEADLINE_MS`, `SPEECHKIT_ALLOW_FILE_URIS`,
  * `SPEECHKIT_MAX_RESUBMITS`, `MEDIA_TEMP_DIR` (and the retention switches, see Retention.ts).
  */
 export const config = Config.all({
-  pollCap: positiveMillis("TRANSCRIBE_POLL_CAP_MS"),
-  pollDeadline: positiveMillis("TRANSCRIBE_POLL_DEADLINE_MS"),
+  pollCap: Config.option(Millis.config("TRANSCRIBE_POLL_CAP_MS", { min: 1 })),
+  pollDeadline: Config.option(Millis.config("TRANSCRIBE_POLL_DEADLINE_MS", { min: 1 })),
   allowFileUris: Config.boolean("SPEECHKIT_ALLOW_FILE_URIS").pipe(Config.withDefault(false)),
   maxResubmits: Config.option(
     Config.integer("SPEECHKIT_MAX_RESUBMITS").pipe(Config.validate({ message: "must be 0 or more", validation: (n) => n >= 0 }))

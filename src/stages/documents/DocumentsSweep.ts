@@ -14,6 +14,7 @@ import { Config, Context, Duration, Effect, Layer, Schema } from "effect"
 import * as Db from "../../layers/Db.js"
 import * as Queue from "../../queue/Queue.js"
 import type * as Schedules from "../../queue/Schedules.js"
+import * as Millis from "../../layers/Millis.js"
 import * as Stage from "../../runtime/Stage.js"
 import * as Documents from "./Documents.js"
 import * as TranscribeDocument from "./TranscribeDocument.js"
@@ -40,17 +41,9 @@ export const defaults: SweepOptions = {
 
 export class Settings extends Context.Tag("pgfiber/DocumentsSweep/Settings")<Settings, SweepOptions>() {}
 
-const millis = (name: string, fallback: Duration.Duration, validation: (ms: number) => boolean, message: string) =>
-  // validated before the default is attached, so an invalid value's error names the variable
-  Config.integer(name).pipe(
-    Config.validate({ message, validation }),
-    Config.map(Duration.millis),
-    Config.withDefault(fallback)
-  )
-
 export const config: Config.Config<SweepOptions> = Config.all({
-  interval: millis("DOCUMENTS_SWEEP_INTERVAL_MS", defaults.interval, (ms) => ms >= 1000, "must be a number of milliseconds, 1000 or more"),
-  stuckAfter: millis("DOCUMENTS_SWEEP_STUCK_AFTER_MS", defaults.stuckAfter, (ms) => ms >= 0, "must be a number of milliseconds, 0 or more"),
+  interval: Millis.config("DOCUMENTS_SWEEP_INTERVAL_MS", { min: 1000, fallback: defaults.interval }),
+  stuckAfter: Millis.config("DOCUMENTS_SWEEP_STUCK_AFTER_MS", { min: 0, fallback: defaults.stuckAfter }),
   batchSize: Config.succeed(defaults.batchSize)
 })
 
