@@ -8,7 +8,8 @@
  * - a shared data folder (`share`, what `npm start` and the CLI use) is used by every pgfiber process at once:
  *   the first one starts the server and records it in `<data>/postgres.json` (mode 0600: it holds the password),
  *   the others find it running and use it, each registered in `<data>/postgres.users/<pid>`; the last one out
- *   stops whatever server runs on the folder and removes the record;
+ *   stops whatever server runs on the folder and removes the record; a server is a pid that postmaster.pid names and
+ *   that is verified as a postmaster of the folder (after a crash its pid may be another process's: never signalled);
  * - a server left behind by a process that is gone (`kill -9`) is found at the next start and reused, with a
  *   warning saying so; from then on it belongs to the new process;
  * - supervised (`supervise`, what the service and the CLI ask for), a server that dies is said so in the log and
@@ -201,10 +202,27 @@ export const readPostmasterPid = (dataDir: string): PostmasterPid | undefined =>
   }
 }
 
-/** A server whose postmaster.pid names a live process; undefined when none runs on the folder. */
-const runningServer = (dataDir: string): PostmasterPid | undefined => {
+/**
+ * Whether `pid` is a live postmaster of `dataDir`, not a process that got its pid after the server crashed (the
+ * stale postmaster.pid still names it). On Linux its working directory is the data folder (the postmaster changes
+ * into it before writing postmaster.pid); elsewhere its command must be `postgres`. What cannot be checked is not it:
+ * never signal a process we cannot tell is the server.
+ */
+export const isPostmasterOf = (pid: number, dataDir: string): boolean => {
+  if (!isAlive(pid)) return false
+  try {
+    if (process.platform === "linux") return Fs.readlinkSync(`/proc/${pid}/cwd`) === Fs.realpathSync(dataDir)
+    const command = ChildProcess.execFileSync("ps", ["-p", String(pid), "-o", "comm="], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] })
+    return Path.basename(command.trim()) === "postgres"
+  } catch {
+    return false
+  }
+}
+
+/** The server whose postmaster.pid names a live postmaster of the folder; undefined when none runs on it. */
+export const runningServer = (dataDir: string): PostmasterPid | undefined => {
   const found = readPostmasterPid(dataDir)
-  return found !== undefined && isAlive(found.pid) ? found : undefined
+  return found !== undefined && isPostmasterOf(found.pid, dataDir) ? found : undefined
 }
 
 const sleep = (ms: number) => Effect.sleep(Duration.millis(ms))
@@ -222,9 +240,10 @@ const waitUntil = (check: () => boolean, timeout: Duration.DurationInput) =>
 
 /**
  * Stops the server with this pid: a fast shutdown (SIGINT: sessions are ended, nothing is lost), then after
- * `timeout` an immediate one (SIGQUIT), then SIGKILL. Never waits for ever.
+ * `timeout` an immediate one (SIGQUIT), then SIGKILL. Never waits for ever. `isServer` says whether the pid is still
+ * the server (by default: still alive); each signal is sent only while it says so.
  */
-export const stopPid = (pid: number, timeout: Duration.DurationInput = Duration.seconds(10)) =>
+export const stopPid = (pid: number, timeout: Duration.DurationInput = Duration.seconds(10), isServer: () => boolean = () => isAlive(pid)) =>
   Effect.gen(function*() {
     const steps: ReadonlyArray<readonly [NodeJS.Signals, Duration.DurationInput]> = [
       ["SIGINT", timeout],
@@ -232,7 +251,7 @@ export const stopPid = (pid: number, timeout: Duration.DurationInput = Duration.
       ["SIGKILL", Duration.seconds(5)]
     ]
     for (const [signal, wait] of steps) {
-      if (!isAlive(pid)) return
+      if (!isServer()) return
       if (signal !== "SIGINT") {
         yield* Effect.logWarning(`embedded PostgreSQL (pid ${pid}) did not stop in time; sending ${signal}`)
       }
@@ -241,7 +260,7 @@ export const stopPid = (pid: number, timeout: Duration.DurationInput = Duration.
       } catch {
         return
       }
-      if (yield* waitUntil(() => !isAlive(pid), wait)) return
+      if (yield* waitUntil(() => !isServer(), wait)) return
     }
     return yield* fail(`the server (pid ${pid}) survived SIGKILL; stop it by hand (kill -9 ${pid})`)
   })
@@ -385,6 +404,8 @@ export const start = (options: EmbeddedPgOptions): Effect.Effect<EmbeddedPgServe
     const running = (pid: number) => void (state = { mode: "running", pid })
     const down = () => void (state = { mode: "down" })
     const currentPid = (): number | undefined => (state.mode === "running" ? state.pid : undefined)
+    /** Whether `pid` is still a server of this folder: our child until its exit is seen, another's when verified. */
+    const isServer = (pid: number) => children.has(pid) && !exits.has(pid) ? isAlive(pid) : isPostmasterOf(pid, dataDir)
 
     const found = shared !== undefined ? yield* findShared(dataDir, shared) : undefined
     let port: number
@@ -461,7 +482,7 @@ export const start = (options: EmbeddedPgOptions): Effect.Effect<EmbeddedPgServe
     const stopServer = Effect.suspend(() => {
       const current = state
       down()
-      return current.mode === "running" ? stopPid(current.pid, stopTimeout) : Effect.void
+      return current.mode === "running" ? stopPid(current.pid, stopTimeout, () => isServer(current.pid)) : Effect.void
     })
 
     if (found === undefined) {
@@ -497,13 +518,14 @@ export const start = (options: EmbeddedPgOptions): Effect.Effect<EmbeddedPgServe
         // the last one out stops the server on the folder, whoever started it (after a restart it may be another's)
         const current = state
         const pids = new Set<number>()
-        if (current.mode === "running") pids.add(current.pid)
+        // only a pid still verified as a server of this folder: after a crash, it may be an unrelated process's now
+        if (current.mode === "running" && isServer(current.pid)) pids.add(current.pid)
         const onFolder = runningServer(dataDir)
         if (onFolder !== undefined) pids.add(onFolder.pid)
         down()
         let stopped = true
         for (const pid of pids) {
-          yield* stopPid(pid, stopTimeout).pipe(Effect.catchAll((e) => Effect.sync(() => (stopped = false)).pipe(Effect.zipRight(Effect.logError(e.message)))))
+          yield* stopPid(pid, stopTimeout, () => isServer(pid)).pipe(Effect.catchAll((e) => Effect.sync(() => (stopped = false)).pipe(Effect.zipRight(Effect.logError(e.message)))))
         }
         if (stopped) shared?.forget()
         if (temporary) {
