@@ -17,6 +17,7 @@
  *   restarted within a minute fails `ServerLost`, which ends the service with the cause;
  * - a command that finds no server on a folder that live pgfiber processes use waits for them to bring it back
  *   (saying so) instead of starting a second one under their feet; if none comes, it starts one on their port;
+ *   one that finds the server stopping (its last user is leaving) waits until it has stopped, then does the same;
  * - stopping has a deadline: a fast shutdown (SIGINT), then an immediate one (SIGQUIT), then SIGKILL.
  */
 import { Config, Context, Data, Deferred, Duration, Effect, Option, Redacted, Schedule, type Scope } from "effect"
@@ -223,6 +224,12 @@ export const isPostmasterOf = (pid: number, dataDir: string): boolean => {
 export const runningServer = (dataDir: string): PostmasterPid | undefined => {
   const found = readPostmasterPid(dataDir)
   return found !== undefined && isPostmasterOf(found.pid, dataDir) ? found : undefined
+}
+
+/** Whether the folder's server is ready, or none runs on it any more (one that was stopping has stopped). */
+const readyOrGone = (dataDir: string) => {
+  const server = runningServer(dataDir)
+  return server === undefined || server.status === "ready"
 }
 
 const sleep = (ms: number) => Effect.sleep(Duration.millis(ms))
@@ -467,9 +474,11 @@ export const start = (options: EmbeddedPgOptions): Effect.Effect<EmbeddedPgServe
       const other = runningServer(dataDir)
       if (other === undefined) return Effect.as(spawnServer, "started" as const)
       return Effect.gen(function*() {
-        const ready = yield* waitUntil(() => runningServer(dataDir)?.status === "ready", Duration.seconds(60))
+        const ready = yield* waitUntil(() => readyOrGone(dataDir), Duration.seconds(60))
         const server = runningServer(dataDir)
-        if (!ready || server === undefined) return yield* fail(`the server (pid ${other.pid}) on ${dataDir} did not become ready within 60 s`)
+        // it was stopping, and has stopped: start it
+        if (server === undefined) return yield* Effect.as(spawnServer, "started" as const)
+        if (!ready) return yield* fail(`the server (pid ${other.pid}) on ${dataDir} did not become ready within 60 s`)
         if (server.port !== port) {
           return yield* fail(`another PostgreSQL (pid ${server.pid}) now serves ${dataDir} on port ${server.port}, not ${port} where this process connects`)
         }
@@ -633,7 +642,10 @@ const awaitOthers = Duration.seconds(60)
  * runs but live pgfiber processes use the folder, their server died or is starting: wait for them to bring it up
  * rather than start a second one under their feet, and say so. Registers this process as a user when it returns one.
  */
-const findShared = (dataDir: string, shared: ReturnType<typeof sharing>) =>
+const findShared = (
+  dataDir: string,
+  shared: ReturnType<typeof sharing>
+): Effect.Effect<{ readonly server: PostmasterPid; readonly adopted: boolean } | undefined, EmbeddedPgError> =>
   Effect.gen(function*() {
     if (runningServer(dataDir) === undefined) {
       const users = shared.others()
@@ -655,10 +667,21 @@ const findShared = (dataDir: string, shared: ReturnType<typeof sharing>) =>
       }
     }
     const found = runningServer(dataDir)!
-    // it may still be starting (another process launched it a moment ago)
-    const ready = yield* waitUntil(() => runningServer(dataDir)?.status === "ready", Duration.seconds(60))
+    // it may still be starting (another process launched it a moment ago), or stopping (its last user is leaving)
+    if (found.status !== "ready") {
+      yield* Effect.logInfo(`the embedded PostgreSQL on ${dataDir} (pid ${found.pid}) is ${found.status || "not ready"}: waiting up to 60 s for it`)
+    }
+    const ready = yield* waitUntil(() => readyOrGone(dataDir), Duration.seconds(60))
     const server = runningServer(dataDir)
-    if (!ready || server === undefined) {
+    if (server === undefined) {
+      // it was stopping: what follows is the path of a folder with no server (wait for its users, or start one)
+      yield* Effect.logWarning(
+        `the embedded PostgreSQL on ${dataDir} (pid ${found.pid}) stopped while this process waited for it` +
+          `${shared.others().length === 0 ? ": starting it here" : ""}`
+      )
+      return yield* findShared(dataDir, shared)
+    }
+    if (!ready) {
       return yield* fail(
         `a PostgreSQL server (pid ${found.pid}) holds ${dataDir} but did not become ready within 60 s: ` +
           `stop it (kill ${found.pid}) and start again, or set PGFIBER_DATA_DIR to another folder`
