@@ -5,8 +5,11 @@
 //    modules of effect and @effect/* one by one costs a CLI command 2 s of CPU; one tree-shaken file, a
 //    quarter of that. Packages with native parts, binaries or their own files stay outside the bundle.
 // `node scripts/build.mjs --cli` rebuilds only the bundle (a couple of seconds; the test setup runs it).
-// Both are atomic for a CLI that runs meanwhile (a test run spawning it, `npm start`): the whole build goes to a
-// fresh folder beside dist/ and then takes its place; the bundle alone replaces each file by a rename.
+// What a CLI that runs meanwhile (a test run spawning it, `npm start`) can rely on: the whole build goes to a fresh
+// folder beside dist/ and then takes its place by two renames, so a CLI started meanwhile loads the old build or the
+// new one, except in the instant between the renames, when dist/ is absent; the bundle alone replaces each file by a
+// rename, its chunks before cli.js. Either way, a CLI already running still finds the chunks it loads lazily
+// (dist/cli-chunks/, named by content hash) after one build: the previous build's are kept, not those of older ones.
 import { execFileSync } from "node:child_process"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
@@ -26,11 +29,37 @@ export const external = [
 ]
 
 /**
+ * The chunks a build's cli.js loads, directly or through another chunk: what a CLI started from that build may
+ * still import lazily from `<dir>/cli-chunks/`.
+ */
+const chunksLoadedBy = (dir) => {
+  const found = new Set()
+  const visit = (file, imports) => {
+    let text
+    try {
+      text = Fs.readFileSync(file, "utf8")
+    } catch {
+      return
+    }
+    for (const [, name] of text.matchAll(imports)) {
+      if (found.has(name)) continue
+      found.add(name)
+      visit(Path.join(dir, "cli-chunks", name), /["']\.\/([\w-]+\.js)["']/g)
+    }
+  }
+  visit(Path.join(dir, "cli.js"), /["']\.\/cli-chunks\/([\w-]+\.js)["']/g)
+  return found
+}
+
+/**
  * Bundles src/main.ts into dist/cli.js (or `<outdir>/cli.js`), with what only some commands load (the HTTP server)
- * split into cli-chunks/. Each file is written to a temporary name, then renamed: a running CLI never sees half a file.
+ * split into cli-chunks/. Each file is written to a temporary name, then renamed: a running CLI never sees half a file;
+ * the chunks come first, so a CLI that loads the new cli.js finds the chunks it imports.
  */
 export const buildCli = async (outdir = Path.join(root, "dist")) => {
   const esbuild = await import("esbuild")
+  // a CLI running from the build in place loads these lazily: they stay until the next build
+  const previous = chunksLoadedBy(outdir)
   const result = await esbuild.build({
     entryPoints: { cli: Path.join(root, "src", "main.ts") },
     splitting: true,
@@ -51,23 +80,27 @@ export const buildCli = async (outdir = Path.join(root, "dist")) => {
     write: false,
     logLevel: "warning"
   })
-  for (const file of result.outputFiles) {
+  const chunks = Path.join(outdir, "cli-chunks")
+  const chunksFirst = [...result.outputFiles].sort((a, b) => Number(Path.dirname(a.path) !== chunks) - Number(Path.dirname(b.path) !== chunks))
+  for (const file of chunksFirst) {
     Fs.mkdirSync(Path.dirname(file.path), { recursive: true })
     const tmp = `${file.path}.${process.pid}.tmp`
     Fs.writeFileSync(tmp, file.contents)
     Fs.renameSync(tmp, file.path)
   }
-  // chunks are named by content hash: drop the previous builds' ones
-  const chunks = Path.join(outdir, "cli-chunks")
+  // chunks are named by content hash: drop those of the builds before the previous one
   const written = new Set(result.outputFiles.map((f) => f.path))
   for (const name of Fs.readdirSync(chunks)) {
-    if (!written.has(Path.join(chunks, name))) Fs.rmSync(Path.join(chunks, name), { force: true })
+    const keep = written.has(Path.join(chunks, name)) || previous.has(name) || previous.has(name.replace(/\.map$/, ""))
+    if (!keep) Fs.rmSync(Path.join(chunks, name), { force: true })
   }
 }
 
 /**
  * The whole build into `.dist-<pid>/` (a sibling of dist/, so the source maps' relative paths hold), which then
- * replaces dist/ by two renames: a CLI started meanwhile loads the old build or the new one, never an empty dist/.
+ * replaces dist/ by two renames: a CLI started meanwhile loads the old build or the new one, unless it starts in the
+ * instant between them (dist/ is absent then). The previous build's chunks are copied in first (their names are
+ * content hashes: no clash), so a CLI already running from it still finds the ones it has not loaded yet.
  */
 const buildAll = async () => {
   const dist = Path.join(root, "dist")
@@ -80,6 +113,13 @@ const buildAll = async () => {
       stdio: "inherit"
     })
     await buildCli(staging)
+    for (const name of chunksLoadedBy(dist)) {
+      for (const file of [name, `${name}.map`]) {
+        const from = Path.join(dist, "cli-chunks", file)
+        const to = Path.join(staging, "cli-chunks", file)
+        if (Fs.existsSync(from) && !Fs.existsSync(to)) Fs.copyFileSync(from, to)
+      }
+    }
     if (Fs.existsSync(dist)) Fs.renameSync(dist, previous)
     Fs.renameSync(staging, dist)
   } finally {

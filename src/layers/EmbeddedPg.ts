@@ -8,7 +8,8 @@
  * - a shared data folder (`share`, what `npm start` and the CLI use) is used by every pgfiber process at once:
  *   the first one starts the server and records it in `<data>/postgres.json` (mode 0600: it holds the password),
  *   the others find it running and use it, each registered in `<data>/postgres.users/<pid>`; the last one out
- *   stops whatever server runs on the folder and removes the record;
+ *   stops whatever server runs on the folder and removes the record; a server is a pid that postmaster.pid names and
+ *   that is verified as a postmaster of the folder (after a crash its pid may be another process's: never signalled);
  * - a server left behind by a process that is gone (`kill -9`) is found at the next start and reused, with a
  *   warning saying so; from then on it belongs to the new process;
  * - supervised (`supervise`, what the service and the CLI ask for), a server that dies is said so in the log and
@@ -16,6 +17,7 @@
  *   restarted within a minute fails `ServerLost`, which ends the service with the cause;
  * - a command that finds no server on a folder that live pgfiber processes use waits for them to bring it back
  *   (saying so) instead of starting a second one under their feet; if none comes, it starts one on their port;
+ *   one that finds the server stopping (its last user is leaving) waits until it has stopped, then does the same;
  * - stopping has a deadline: a fast shutdown (SIGINT), then an immediate one (SIGQUIT), then SIGKILL.
  */
 import { Config, Context, Data, Deferred, Duration, Effect, Option, Redacted, Schedule, type Scope } from "effect"
@@ -201,10 +203,33 @@ export const readPostmasterPid = (dataDir: string): PostmasterPid | undefined =>
   }
 }
 
-/** A server whose postmaster.pid names a live process; undefined when none runs on the folder. */
-const runningServer = (dataDir: string): PostmasterPid | undefined => {
+/**
+ * Whether `pid` is a live postmaster of `dataDir`, not a process that got its pid after the server crashed (the
+ * stale postmaster.pid still names it). On Linux its working directory is the data folder (the postmaster changes
+ * into it before writing postmaster.pid); elsewhere its command must be `postgres`. What cannot be checked is not it:
+ * never signal a process we cannot tell is the server.
+ */
+export const isPostmasterOf = (pid: number, dataDir: string): boolean => {
+  if (!isAlive(pid)) return false
+  try {
+    if (process.platform === "linux") return Fs.readlinkSync(`/proc/${pid}/cwd`) === Fs.realpathSync(dataDir)
+    const command = ChildProcess.execFileSync("ps", ["-p", String(pid), "-o", "comm="], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] })
+    return Path.basename(command.trim()) === "postgres"
+  } catch {
+    return false
+  }
+}
+
+/** The server whose postmaster.pid names a live postmaster of the folder; undefined when none runs on it. */
+export const runningServer = (dataDir: string): PostmasterPid | undefined => {
   const found = readPostmasterPid(dataDir)
-  return found !== undefined && isAlive(found.pid) ? found : undefined
+  return found !== undefined && isPostmasterOf(found.pid, dataDir) ? found : undefined
+}
+
+/** Whether the folder's server is ready, or none runs on it any more (one that was stopping has stopped). */
+const readyOrGone = (dataDir: string) => {
+  const server = runningServer(dataDir)
+  return server === undefined || server.status === "ready"
 }
 
 const sleep = (ms: number) => Effect.sleep(Duration.millis(ms))
@@ -222,9 +247,10 @@ const waitUntil = (check: () => boolean, timeout: Duration.DurationInput) =>
 
 /**
  * Stops the server with this pid: a fast shutdown (SIGINT: sessions are ended, nothing is lost), then after
- * `timeout` an immediate one (SIGQUIT), then SIGKILL. Never waits for ever.
+ * `timeout` an immediate one (SIGQUIT), then SIGKILL. Never waits for ever. `isServer` says whether the pid is still
+ * the server (by default: still alive); each signal is sent only while it says so.
  */
-export const stopPid = (pid: number, timeout: Duration.DurationInput = Duration.seconds(10)) =>
+export const stopPid = (pid: number, timeout: Duration.DurationInput = Duration.seconds(10), isServer: () => boolean = () => isAlive(pid)) =>
   Effect.gen(function*() {
     const steps: ReadonlyArray<readonly [NodeJS.Signals, Duration.DurationInput]> = [
       ["SIGINT", timeout],
@@ -232,7 +258,7 @@ export const stopPid = (pid: number, timeout: Duration.DurationInput = Duration.
       ["SIGKILL", Duration.seconds(5)]
     ]
     for (const [signal, wait] of steps) {
-      if (!isAlive(pid)) return
+      if (!isServer()) return
       if (signal !== "SIGINT") {
         yield* Effect.logWarning(`embedded PostgreSQL (pid ${pid}) did not stop in time; sending ${signal}`)
       }
@@ -241,7 +267,7 @@ export const stopPid = (pid: number, timeout: Duration.DurationInput = Duration.
       } catch {
         return
       }
-      if (yield* waitUntil(() => !isAlive(pid), wait)) return
+      if (yield* waitUntil(() => !isServer(), wait)) return
     }
     return yield* fail(`the server (pid ${pid}) survived SIGKILL; stop it by hand (kill -9 ${pid})`)
   })
@@ -385,6 +411,8 @@ export const start = (options: EmbeddedPgOptions): Effect.Effect<EmbeddedPgServe
     const running = (pid: number) => void (state = { mode: "running", pid })
     const down = () => void (state = { mode: "down" })
     const currentPid = (): number | undefined => (state.mode === "running" ? state.pid : undefined)
+    /** Whether `pid` is still a server of this folder: our child until its exit is seen, another's when verified. */
+    const isServer = (pid: number) => children.has(pid) && !exits.has(pid) ? isAlive(pid) : isPostmasterOf(pid, dataDir)
 
     const found = shared !== undefined ? yield* findShared(dataDir, shared) : undefined
     let port: number
@@ -446,9 +474,11 @@ export const start = (options: EmbeddedPgOptions): Effect.Effect<EmbeddedPgServe
       const other = runningServer(dataDir)
       if (other === undefined) return Effect.as(spawnServer, "started" as const)
       return Effect.gen(function*() {
-        const ready = yield* waitUntil(() => runningServer(dataDir)?.status === "ready", Duration.seconds(60))
+        const ready = yield* waitUntil(() => readyOrGone(dataDir), Duration.seconds(60))
         const server = runningServer(dataDir)
-        if (!ready || server === undefined) return yield* fail(`the server (pid ${other.pid}) on ${dataDir} did not become ready within 60 s`)
+        // it was stopping, and has stopped: start it
+        if (server === undefined) return yield* Effect.as(spawnServer, "started" as const)
+        if (!ready) return yield* fail(`the server (pid ${other.pid}) on ${dataDir} did not become ready within 60 s`)
         if (server.port !== port) {
           return yield* fail(`another PostgreSQL (pid ${server.pid}) now serves ${dataDir} on port ${server.port}, not ${port} where this process connects`)
         }
@@ -461,7 +491,7 @@ export const start = (options: EmbeddedPgOptions): Effect.Effect<EmbeddedPgServe
     const stopServer = Effect.suspend(() => {
       const current = state
       down()
-      return current.mode === "running" ? stopPid(current.pid, stopTimeout) : Effect.void
+      return current.mode === "running" ? stopPid(current.pid, stopTimeout, () => isServer(current.pid)) : Effect.void
     })
 
     if (found === undefined) {
@@ -497,13 +527,14 @@ export const start = (options: EmbeddedPgOptions): Effect.Effect<EmbeddedPgServe
         // the last one out stops the server on the folder, whoever started it (after a restart it may be another's)
         const current = state
         const pids = new Set<number>()
-        if (current.mode === "running") pids.add(current.pid)
+        // only a pid still verified as a server of this folder: after a crash, it may be an unrelated process's now
+        if (current.mode === "running" && isServer(current.pid)) pids.add(current.pid)
         const onFolder = runningServer(dataDir)
         if (onFolder !== undefined) pids.add(onFolder.pid)
         down()
         let stopped = true
         for (const pid of pids) {
-          yield* stopPid(pid, stopTimeout).pipe(Effect.catchAll((e) => Effect.sync(() => (stopped = false)).pipe(Effect.zipRight(Effect.logError(e.message)))))
+          yield* stopPid(pid, stopTimeout, () => isServer(pid)).pipe(Effect.catchAll((e) => Effect.sync(() => (stopped = false)).pipe(Effect.zipRight(Effect.logError(e.message)))))
         }
         if (stopped) shared?.forget()
         if (temporary) {
@@ -611,7 +642,10 @@ const awaitOthers = Duration.seconds(60)
  * runs but live pgfiber processes use the folder, their server died or is starting: wait for them to bring it up
  * rather than start a second one under their feet, and say so. Registers this process as a user when it returns one.
  */
-const findShared = (dataDir: string, shared: ReturnType<typeof sharing>) =>
+const findShared = (
+  dataDir: string,
+  shared: ReturnType<typeof sharing>
+): Effect.Effect<{ readonly server: PostmasterPid; readonly adopted: boolean } | undefined, EmbeddedPgError> =>
   Effect.gen(function*() {
     if (runningServer(dataDir) === undefined) {
       const users = shared.others()
@@ -633,10 +667,21 @@ const findShared = (dataDir: string, shared: ReturnType<typeof sharing>) =>
       }
     }
     const found = runningServer(dataDir)!
-    // it may still be starting (another process launched it a moment ago)
-    const ready = yield* waitUntil(() => runningServer(dataDir)?.status === "ready", Duration.seconds(60))
+    // it may still be starting (another process launched it a moment ago), or stopping (its last user is leaving)
+    if (found.status !== "ready") {
+      yield* Effect.logInfo(`the embedded PostgreSQL on ${dataDir} (pid ${found.pid}) is ${found.status || "not ready"}: waiting up to 60 s for it`)
+    }
+    const ready = yield* waitUntil(() => readyOrGone(dataDir), Duration.seconds(60))
     const server = runningServer(dataDir)
-    if (!ready || server === undefined) {
+    if (server === undefined) {
+      // it was stopping: what follows is the path of a folder with no server (wait for its users, or start one)
+      yield* Effect.logWarning(
+        `the embedded PostgreSQL on ${dataDir} (pid ${found.pid}) stopped while this process waited for it` +
+          `${shared.others().length === 0 ? ": starting it here" : ""}`
+      )
+      return yield* findShared(dataDir, shared)
+    }
+    if (!ready) {
       return yield* fail(
         `a PostgreSQL server (pid ${found.pid}) holds ${dataDir} but did not become ready within 60 s: ` +
           `stop it (kill ${found.pid}) and start again, or set PGFIBER_DATA_DIR to another folder`
