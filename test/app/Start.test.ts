@@ -16,6 +16,7 @@ import * as Net from "node:net"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import postgres from "postgres"
+import { isAlive } from "../../src/layers/EmbeddedPg.js"
 
 const root = Path.resolve(import.meta.dirname, "../..")
 const cli = Path.join(root, "dist", "cli.js")
@@ -103,22 +104,6 @@ const waitFor = async (what: string, check: () => boolean | Promise<boolean>, ms
 const healthy = (service: Service) => async () => {
   if (service.child.exitCode !== null) throw new Error(`the service exited (${service.child.exitCode}):\n${service.output()}`)
   return fetch(`${service.base}/healthz`).then((r) => r.status === 200, () => false)
-}
-
-/** A process that runs: a zombie (dead, not yet reaped by whoever inherited it) is not alive. */
-const isAlive = (pid: number) => {
-  try {
-    process.kill(pid, 0)
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === "EPERM"
-  }
-  try {
-    // /proc/<pid>/stat: "pid (comm) state …"; the command may hold spaces and parentheses, the state follows the last ")"
-    const stat = Fs.readFileSync(`/proc/${pid}/stat`, "utf8")
-    return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z"
-  } catch {
-    return true
-  }
 }
 
 /** The embedded server's pid from the postmaster.pid it writes while it runs. */

@@ -25,7 +25,7 @@ describe("claim sizing", () => {
     expect(ClaimSizing.ahead(sizing(10, Array(50).fill(0), [2]))).toBe(500)
     expect(ClaimSizing.ahead(sizing(10, Array.from({ length: 50 }, (_, i) => i % 3 === 0 ? 1 : 0), [2]))).toBe(500)
     // refilled at half of it: claims of at least 250
-    expect(ClaimSizing.refillAt(sizing(10, Array(50).fill(0), [2]))).toBe(250)
+    expect(ClaimSizing.refillAt(ClaimSizing.ahead(sizing(10, Array(50).fill(0), [2])))).toBe(250)
   })
 
   it("jobs that wait 20 ms on 100 slots: 25 ms of work ahead (125 jobs)", () => {
@@ -38,7 +38,7 @@ describe("claim sizing", () => {
 
   it("long jobs hold one job ahead, so others stay claimable by other processes", () => {
     expect(ClaimSizing.ahead(sizing(10, Array(50).fill(1_000), [2]))).toBe(1)
-    expect(ClaimSizing.refillAt(sizing(10, Array(50).fill(1_000), [2]))).toBe(0)
+    expect(ClaimSizing.refillAt(ClaimSizing.ahead(sizing(10, Array(50).fill(1_000), [2])))).toBe(0)
   })
 
   it("stays within 1 and maxAhead (the fairness and crash bound) for any measurements", () => {
@@ -52,7 +52,7 @@ describe("claim sizing", () => {
           const ahead = ClaimSizing.ahead(s)
           expect(ahead).toBeGreaterThanOrEqual(1)
           expect(ahead).toBeLessThanOrEqual(maxAheadFor(concurrency))
-          expect(ClaimSizing.refillAt(s)).toBeLessThan(Math.max(ahead, 1))
+          expect(ClaimSizing.refillAt(ahead)).toBeLessThan(Math.max(ahead, 1))
         }
       )
     )

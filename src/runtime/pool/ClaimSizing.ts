@@ -70,5 +70,5 @@ export const ahead = (s: Sizing): number => {
   return Math.max(1, Math.min(s.maxAhead, Math.ceil(rate * horizonMs(s))))
 }
 
-/** Under a backlog, refill once the jobs waiting for a slot fall to this many. */
-export const refillAt = (s: Sizing): number => Math.floor(ahead(s) / 2)
+/** Under a backlog, refill once the jobs waiting for a slot fall to this many: half of `ahead(s)`, given. */
+export const refillAt = (buffer: number): number => Math.floor(buffer / 2)

@@ -73,9 +73,11 @@ export const start = (stage: Stage.Any, core: Core, options: ClaimerOptions) =>
     const poke = () => Q.unsafeOffer(signal, undefined)
     /** How many jobs to claim now; 0 while the jobs in hand suffice (under a backlog: until half the buffer is left). */
     const wanted = () => {
-      const ahead = backlog && !limited ? ClaimSizing.ahead(sizing) : 0
+      // computed once: this runs each time a slot frees
+      const buffer = ClaimSizing.ahead(sizing)
+      const ahead = backlog && !limited ? buffer : 0
       const want = concurrency + ahead - held.running - held.waiting
-      return want <= 0 || (backlog && held.waiting > ClaimSizing.refillAt(sizing)) || held.settling >= maxSettling ? 0 : want
+      return want <= 0 || (backlog && held.waiting > ClaimSizing.refillAt(buffer)) || held.settling >= maxSettling ? 0 : want
     }
     // a slot freed or outcomes settled: wake the claim loop only when it would claim (a fiber's wake-up per job
     // costs more than this check)
