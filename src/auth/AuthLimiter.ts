@@ -112,6 +112,9 @@ export type Outcome<A> =
   | { readonly _tag: "Refused" }
   | { readonly _tag: "Throttled"; readonly retryAfterMs: number }
 
+/** A throttled attempt's wait as a `Retry-After` value: whole seconds, rounded up, at least 1. */
+export const retryAfterSeconds = (retryAfterMs: number) => Math.max(1, Math.ceil(retryAfterMs / 1000))
+
 export class AuthLimiter extends Context.Tag("pgfiber/AuthLimiter")<AuthLimiter, {
   /** The client a request comes from: its peer's address, or the one trusted proxies give in `X-Forwarded-For`. */
   readonly clientOf: (peer: string | undefined, forwardedFor: string | undefined) => string

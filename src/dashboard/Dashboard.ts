@@ -321,7 +321,7 @@ export const make = (options: DashboardOptions) =>
           token === "" ? Effect.succeedNone : keys.verifyViewer(Redacted.make(token))
         )
         if (outcome._tag === "Throttled") {
-          const seconds = Math.max(1, Math.ceil(outcome.retryAfterMs / 1000))
+          const seconds = AuthLimiter.retryAfterSeconds(outcome.retryAfterMs)
           return page(Pages.login(base, `Too many failed sign-ins; try again in ${seconds} s.`), 429, { "retry-after": String(seconds) })
         }
         if (outcome._tag === "Refused") return page(Pages.login(base, "That key is not valid (unknown, revoked or mistyped)."), 401)

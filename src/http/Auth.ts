@@ -83,7 +83,7 @@ export const guard = (
           case "Refused":
             return json(401, "Unauthorized", unauthorizedMessage)
           case "Throttled": {
-            const seconds = Math.max(1, Math.ceil(outcome.right.retryAfterMs / 1000))
+            const seconds = AuthLimiter.retryAfterSeconds(outcome.right.retryAfterMs)
             return json(429, "TooManyRequests", `too many failed authentications; retry in ${seconds} s`, { "retry-after": String(seconds) })
           }
         }
