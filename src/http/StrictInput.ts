@@ -11,10 +11,12 @@ import * as Queue from "../queue/Queue.js"
 export const urlProblem = (url: string): string | undefined => {
   const at = url.indexOf("?")
   const path = at < 0 ? url : url.slice(0, at)
+  // eslint-disable-next-line no-control-regex -- finding the NUL is the point
   if (/%00|\u0000/i.test(path)) return "the path contains a NUL character (%00), which no name or id may hold"
   if (at < 0) return undefined
   for (const [name, value] of new URLSearchParams(url.slice(at + 1))) {
     const problem = Queue.textProblem(name) ?? Queue.textProblem(value)
+    // eslint-disable-next-line no-control-regex -- the NUL is taken out of the name the message quotes
     if (problem !== undefined) return `query parameter ${JSON.stringify(name.replace(/\u0000/g, "").slice(0, 40))} ${problem}`
   }
   return undefined

@@ -128,7 +128,6 @@ export interface Stage<A, I, R, O = void> {
   readonly onDeadLetter: ((dead: DeadLettered) => Effect.Effect<void, unknown, R>) | undefined
 }
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
 export type Any = Stage<any, any, any, any>
 export type Requirements<S> = S extends Stage<any, any, infer R, any> ? R : never
 
