@@ -15,7 +15,7 @@ const longFunctionsYetToSplit = [
   "src/layers/EmbeddedPg.ts",
   "src/layers/Media.ts",
   "src/layers/SpeechKit.ts",
-  "src/layers/Storage.ts",
+  "src/layers/storage/S3.ts",
   "src/queue/JobsSql.ts",
   "src/queue/MemoryQueue.ts",
   "src/queue/PgQueue.ts",

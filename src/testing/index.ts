@@ -5,4 +5,4 @@
  */
 export * as SpeechKitSimulator from "./SpeechKitSimulator.js"
 export * as MemoryQueue from "../queue/MemoryQueue.js"
-export { layerMemory as layerMemoryStorage, makeMemory as makeMemoryStorage } from "../layers/Storage.js"
+export { layerMemory as layerMemoryStorage, makeMemory as makeMemoryStorage } from "./MemoryStorage.js"

@@ -7,6 +7,7 @@ import * as NodeOs from "node:os"
 import * as NodePath from "node:path"
 import * as NodeUrl from "node:url"
 import * as Storage from "../../src/layers/Storage.js"
+import * as MemoryStorage from "../../src/testing/MemoryStorage.js"
 import { pseudoRandomBytes } from "../support/bytes.js"
 
 // ---------------------------------------------------------------------------------------------
@@ -174,7 +175,7 @@ const contract = (name: string, layer: Layer.Layer<Storage.Storage, unknown>) =>
 // ---------------------------------------------------------------------------------------------
 // Memory and filesystem
 
-contract("memory", Storage.layerMemory)
+contract("memory", MemoryStorage.layerMemory)
 
 class FsRoot extends Context.Tag("test/FsRoot")<FsRoot, string>() {}
 const fsRootLayer = Layer.scoped(FsRoot, tempDirectory("storage-fs-"))
