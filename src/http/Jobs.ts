@@ -100,7 +100,7 @@ export const deadLetterView = (dl: Queue.DeadLetter) => ({
   retriedJobId: dl.retriedJobId
 })
 
-/** `PGFIBER_DEV_TICK=1` exposes `POST /api/jobs/tick` (seed 004); otherwise it answers 404. */
+/** `PGFIBER_DEV_TICK=1` exposes `POST /api/jobs/tick` (run due jobs on request, for development); otherwise it answers 404. */
 export const devTickConfig = Config.boolean("PGFIBER_DEV_TICK").pipe(Config.withDefault(false))
 
 export interface JobsOptions<R> {

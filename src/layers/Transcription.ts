@@ -1,5 +1,5 @@
 /**
- * The document transcription service (seed 003's internal `POST /transcribe`) as a Layer.
+ * The document transcription service (the internal `POST /transcribe` service) as a Layer.
  *
  * The client speaks the service's HTTP contract: `POST {TRANSCRIBE_URL}` with `{ "url": <media url> }`,
  * answered by `{ segments: [...], language?, confidence?, metadata? }`. It fails only with the shared
@@ -59,7 +59,7 @@ export class Transcription extends Context.Tag("pgfiber/Transcription")<Transcri
 export interface Options {
   /** The service's endpoint, posted to as is. */
   readonly url: URL
-  /** Bound on the whole call, body included. Default 600 seconds (seed 003's `timeout=600`). */
+  /** Bound on the whole call, body included. Default 600 seconds (the service's own limit). */
   readonly timeout?: Duration.DurationInput | undefined
   /** Sent as `Authorization: Bearer …`; never logged. */
   readonly token?: Redacted.Redacted | undefined

@@ -4,7 +4,7 @@
  */
 import { Data, Duration, Effect, Either, Metric, ParseResult, Schema } from "effect"
 
-/** Named priorities; lower runs first (pg-boss's convention, seed 001). Any integer 0..100 is allowed too. */
+/** Named priorities; lower runs first (pg-boss's convention). Any integer 0..100 is allowed too. */
 export const namedPriorities = { fast: 10, normal: 50, bulk: 90 } as const
 export type PriorityName = keyof typeof namedPriorities
 export type Priority = PriorityName | number

@@ -1,5 +1,5 @@
 /**
- * The call pipeline (seed 000): extract_audio → transcribe_start → transcribe_poll (reschedules itself) →
+ * The call pipeline: extract_audio → transcribe_start → transcribe_poll (reschedules itself) →
  * analyze, each stage a job, each idempotent. `callStages` are the four with production settings,
  * `makeCallStages` the same with overrides (tests shorten the polls); `callLayers` is what they need besides
  * Db, built from the environment. `Calls` creates and reads calls.

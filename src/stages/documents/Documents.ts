@@ -21,7 +21,7 @@ export interface ClaimedDocument {
 }
 
 /**
- * seed 003's idempotency guard: `pending → processing`, recording the job. A document already in
+ * the documents' idempotency guard: `pending → processing`, recording the job. A document already in
  * 'processing' under this same job (its previous run's worker died) is taken over; anything else is left
  * alone. Returns the status found (null: no such document, or not the job's org's) and the document when taken.
  * Locking: the document's row, for the length of this one statement.

@@ -1,5 +1,5 @@
 /**
- * Stage `transcribe_document` (seed 003's pull worker): the documents trigger enqueues one job per inserted
+ * Stage `transcribe_document` (the documents' pull worker): the documents trigger enqueues one job per inserted
  * video/audio document; this handler guards on `processing_status`, calls the transcription service,
  * upserts `document_transcriptions` and marks the document completed, or records why not.
  *
@@ -32,14 +32,14 @@ export const stageName = "transcribe_document"
 export const TranscribeDocumentPayload = Schema.Struct({ documentId: Schema.UUID })
 export type TranscribeDocumentPayload = typeof TranscribeDocumentPayload.Type
 
-/** seed 003's MAX_RETRIES. The documents trigger writes the same number into the jobs it enqueues. */
+/** The documents' retry budget. The documents trigger writes the same number into the jobs it enqueues. */
 export const maxAttempts = 5
 
 /** What `document_transcriptions.source` says of transcripts made here. */
 export const source = "ai"
 
 /**
- * Transcription is slow, paid, external work: seed 000's curve (30 s, 1 min, 2 min, 4 min … capped at 10
+ * Transcription is slow, paid, external work: the call pipeline's curve (30 s, 1 min, 2 min, 4 min … capped at 10
  * minutes), so five attempts span about 8 minutes of a service outage; 429s wait for the server's Retry-After.
  */
 export const policy = RetryPolicy.make({ Transient: RetryPolicy.slowBackoff })
@@ -60,7 +60,7 @@ export const jobFor = (document: { readonly id: string; readonly orgId: string }
   dedupeKey: dedupeKeyFor(document.id)
 })
 
-/** seed 003: `canonical_url`, else `metadata.media_url`; blank counts as missing. */
+/** The media URL: `canonical_url`, else `metadata.media_url`; blank counts as missing. */
 export const mediaUrlOf = (document: Pick<Documents.ClaimedDocument, "canonical_url" | "metadata">): string | undefined => {
   const canonical = document.canonical_url?.trim()
   if (canonical) return canonical
@@ -163,7 +163,7 @@ export const makeTranscribeDocument = (options: TranscribeDocumentOptions = {}) 
         return yield* new Permanent({ message: `document ${payload.documentId} does not exist` })
       }
       if (!row.id) {
-        // seed 003 acks a stale or duplicate message; here the job simply completes
+        // a stale or duplicate request is acknowledged: the job simply completes
         return yield* Effect.logInfo(`document is ${row.found_status}, not pending: nothing to do (stale or duplicate job)`)
       }
       const document = row as Documents.ClaimedDocument
