@@ -20,9 +20,6 @@ const longFunctionsYetToSplit = [
   "src/queue/MemoryQueue.ts",
   "src/queue/PgQueue.ts",
   "src/runtime/Waker.ts",
-  "src/runtime/pool/Claimer.ts",
-  "src/runtime/pool/Executor.ts",
-  "src/runtime/pool/Held.ts",
   "src/testing/SpeechKitSimulator.ts"
 ]
 

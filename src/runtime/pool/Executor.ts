@@ -8,7 +8,7 @@
  * Log lines get the job's id and attempt from the slot at logging time (lazily), not from annotations set per
  * job. Jobs that die without running (attempts spent, a payload that fails its Schema) are settled here too.
  */
-import { Cause, Duration, Effect, Exit, Fiber, FiberRef, HashMap, HashSet, Logger, Runtime, Schema } from "effect"
+import { Cause, type Clock, type Context, Duration, Effect, type Either, Exit, Fiber, FiberRef, HashMap, HashSet, Logger, Runtime, Schema } from "effect"
 import * as Db from "../../layers/Db.js"
 import * as Spans from "../../layers/Spans.js"
 import type { Job } from "../../queue/Job.js"
@@ -47,62 +47,10 @@ export const make = <A, I, R>(
     const traced = yield* Spans.isTraced
     const slots = new Set<Held.Slot>()
     const slotByFiber = new Map<number, Held.Slot>()
-    const withJob = (logger: Logger.Logger<unknown, unknown>) =>
-      Logger.make<unknown, unknown>((o) => {
-        const entry = o.fiberId._tag === "Runtime" ? slotByFiber.get(o.fiberId.id)?.current : undefined
-        logger.log(entry === undefined ? o : {
-          ...o,
-          annotations: HashMap.set(HashMap.set(o.annotations, "jobId", entry.job.id), "attempt", entry.job.attempts + 1)
-        })
-      })
-    const loggers = yield* FiberRef.get(FiberRef.currentLoggers)
-    // the slots inherit this fiber's context and the stage's annotation, set once for the pool
-    const runtime = yield* Effect.runtime<R | Queue.Queue>().pipe(
-      Db.asOwner,
-      Effect.annotateLogs({ stage: stage.name }),
-      Effect.locally(FiberRef.currentLoggers, HashSet.map(loggers, withJob))
-    )
-    const fork = Runtime.runFork(runtime)
+    const fork = Runtime.runFork(yield* slotRuntime<R>(stage.name, slotByFiber))
     let stopped = false
 
-    /**
-     * Hands a job's outcome to the settler; its slot (if it had one) is free from here on. A progress report the
-     * heartbeat has not written yet (it writes at most one a second) goes with the outcome: the finished job
-     * shows its handler's last report.
-     */
-    const finish = (entry: Held.Entry, decided: JobRun.Decided, seconds: number | undefined) => {
-      held.finish(entry)
-      const reported = entry.reported
-      if (reported !== undefined) {
-        entry.reported = undefined
-        decided = { ...decided, outcome: { ...decided.outcome, progress: reported } }
-      }
-      settler.post({ job: entry.job, decided, seconds })
-    }
-
-    /** The handler's progress reports: kept for the next heartbeat, published at once to in-process subscribers. */
-    const progressOf = (entry: Held.Entry) => (value: number, message?: string) =>
-      Effect.sync(() => {
-        if (!Number.isFinite(value)) return
-        const text = message === undefined ? null : message.slice(0, Queue.maxProgressMessage)
-        entry.reported = { value, message: text }
-        if (events.active()) {
-          const job = entry.job
-          events.publish([{
-            _tag: "Progress", jobId: job.id, stage: job.stage, orgId: job.orgId, attempt: job.attempts + 1,
-            at: new Date(clock.unsafeCurrentTimeMillis()), progress: value, message: text
-          }])
-        }
-      })
-
-    const handlerOf = (entry: Held.Entry, payload: A): Effect.Effect<unknown, unknown, R> => {
-      const job = entry.job
-      const info = JobRun.jobInfo(job, { timeout: Duration.millis(entry.timeoutMs), progress: progressOf(entry) })
-      const run = JobRun.underJobOrg(job, stage.handler(payload, info))
-      return traced
-        ? Effect.withSpan(run, `stage.${stage.name}`, { attributes: { jobId: job.id, attempt: job.attempts + 1 }, captureStackTrace: false })
-        : run
-    }
+    const finish = finishOf(held, settler)
 
     // finished jobs whose outcomes are not yet written are what a crash would repeat: past the cap (a slow or
     // absent database), the slots wait for the settler instead of running more
@@ -111,19 +59,13 @@ export const make = <A, I, R>(
     /** The next waiting job that should run, started on `slot`; those that die without running settle here. */
     const startNext = (slot: Held.Slot): { entry: Held.Entry; payload: A } | undefined => {
       while (mayStart()) {
-        const entry = held.nextWaiting()!
-        const early = JobRun.exhaustedOnClaim(entry.job)
-        if (early) {
-          finish(entry, early, undefined)
+        const next = readyToRun(held.nextWaiting()!, decode, stage.name)
+        if ("died" in next) {
+          finish(next.entry, next.died, undefined)
           continue
         }
-        const payload = decode(entry.job.payload)
-        if (payload._tag === "Left") {
-          finish(entry, JobRun.invalidPayload(entry.job, `payload does not match the ${stage.name} schema: ${payloadError(payload.left)}`), undefined)
-          continue
-        }
-        held.start(entry, slot, clock.unsafeCurrentTimeMillis())
-        return { entry, payload: payload.right }
+        held.start(next.entry, slot, clock.unsafeCurrentTimeMillis())
+        return next
       }
       return undefined
     }
@@ -134,14 +76,8 @@ export const make = <A, I, R>(
           const taken = startNext(slot)
           if (taken === undefined) return Effect.void
           const { entry, payload } = taken
-          if (events.active()) {
-            const job = entry.job
-            events.publish([{
-              _tag: "Started", jobId: job.id, stage: job.stage, orgId: job.orgId, attempt: job.attempts + 1,
-              at: new Date(entry.startedAt), workerId: job.lockedBy ?? ""
-            }])
-          }
-          return Effect.flatMap(Effect.exit(restore(handlerOf(entry, payload))), (exit) => {
+          if (events.active()) publishStarted(events, entry)
+          return Effect.flatMap(Effect.exit(restore(handlerOf(stage, entry, payload, traced, progressOf(entry, events, clock)))), (exit) => {
             const runMs = clock.unsafeCurrentTimeMillis() - entry.startedAt
             options.onRan(runMs)
             const decided = JobRun.decideExit(stage, entry.job, exit, entry, runMs)
@@ -166,11 +102,7 @@ export const make = <A, I, R>(
           // deciding an outcome itself failed (a policy that throws): the job is left to its lease and the reaper
           Effect.logError("could not decide the job's outcome; the reaper will requeue it", cause).pipe(
             Effect.zipRight(Effect.sync(() => {
-              const entry = slot.current
-              if (entry) {
-                held.drop(entry)
-                options.onDropped()
-              }
+              dropCurrent(held, slot, options.onDropped)
               startWaiting()
             }))
           )
@@ -180,12 +112,7 @@ export const make = <A, I, R>(
     /** Starts slots for waiting jobs, up to the concurrency; a slot takes jobs until none wait. */
     function startWaiting() {
       // a slot forked here may take its first job at once or on its first turn: count the idle ones each time
-      const idle = () => {
-        let n = 0
-        for (const slot of slots) if (slot.current === undefined) n++
-        return n
-      }
-      while (mayStart() && slots.size < concurrency && held.waiting > idle()) {
+      while (mayStart() && slots.size < concurrency && held.waiting > idleSlots(slots)) {
         const slot: Held.Slot = { current: undefined, fiber: undefined }
         slots.add(slot)
         slot.fiber = fork(runSlot(slot))
@@ -193,8 +120,6 @@ export const make = <A, I, R>(
       options.onCapacity()
     }
 
-    /** A job that never started goes back with no attempt spent. */
-    const released = (entry: Held.Entry): JobRun.Decided => ({ outcome: Outcome.release(entry.lease), kind: "defect" })
     const releaseWaiting = () => {
       for (const entry of held.finishWaiting()) settler.post({ job: entry.job, decided: released(entry), seconds: undefined })
     }
@@ -208,14 +133,7 @@ export const make = <A, I, R>(
           const { superseded } = held.accept(job, job.timeoutMs ?? Duration.toMillis(stage.timeout))
           // claimed again while an older run of it still holds a slot here: that run's lease is dead, stop it
           const fiber = superseded?.mode === "running" ? superseded.slot?.fiber : undefined
-          if (fiber) {
-            fork(Effect.zipRight(
-              Effect.logWarning("lease lost (the job was claimed again after its lease expired); stopping the older run").pipe(
-                Effect.annotateLogs({ jobId: job.id })
-              ),
-              Fiber.interruptFork(fiber)
-            ))
-          }
+          if (fiber) fork(stopOlderRun(job, fiber))
         }
         // accepted after shutdown stopped the starts: they go back at once, like every job that never started
         if (stopped) releaseWaiting()
@@ -242,4 +160,121 @@ export const make = <A, I, R>(
 const payloadError = (e: unknown) => {
   const message = (e as { message?: unknown })?.message
   return typeof message === "string" ? message : String(e)
+}
+
+/** Log lines from a slot carry its current job's id and attempt, looked up when a line is logged. */
+const withJobOf = (slotByFiber: ReadonlyMap<number, Held.Slot>) => (logger: Logger.Logger<unknown, unknown>) =>
+  Logger.make<unknown, unknown>((o) => {
+    const entry = o.fiberId._tag === "Runtime" ? slotByFiber.get(o.fiberId.id)?.current : undefined
+    logger.log(entry === undefined ? o : {
+      ...o,
+      annotations: HashMap.set(HashMap.set(o.annotations, "jobId", entry.job.id), "attempt", entry.job.attempts + 1)
+    })
+  })
+
+/** The handler's progress reports: kept for the next heartbeat, published at once to in-process subscribers. */
+const progressOf = (entry: Held.Entry, events: Context.Tag.Service<Events.JobEvents>, clock: Clock.Clock) => (value: number, message?: string) =>
+  Effect.sync(() => {
+    if (!Number.isFinite(value)) return
+    const text = message === undefined ? null : message.slice(0, Queue.maxProgressMessage)
+    entry.reported = { value, message: text }
+    if (events.active()) {
+      const job = entry.job
+      events.publish([{
+        _tag: "Progress", jobId: job.id, stage: job.stage, orgId: job.orgId, attempt: job.attempts + 1,
+        at: new Date(clock.unsafeCurrentTimeMillis()), progress: value, message: text
+      }])
+    }
+  })
+
+const publishStarted = (events: Context.Tag.Service<Events.JobEvents>, entry: Held.Entry) => {
+  const job = entry.job
+  events.publish([{
+    _tag: "Started", jobId: job.id, stage: job.stage, orgId: job.orgId, attempt: job.attempts + 1,
+    at: new Date(entry.startedAt), workerId: job.lockedBy ?? ""
+  }])
+}
+
+/** The stage's handler for one job, under the job's org, in a span when tracing is on. */
+const handlerOf = <A, I, R>(
+  stage: Stage.Stage<A, I, R>,
+  entry: Held.Entry,
+  payload: A,
+  traced: boolean,
+  progress: Stage.JobInfo["progress"]
+): Effect.Effect<unknown, unknown, R> => {
+  const job = entry.job
+  const info = JobRun.jobInfo(job, { timeout: Duration.millis(entry.timeoutMs), progress })
+  const run = JobRun.underJobOrg(job, stage.handler(payload, info))
+  return traced
+    ? Effect.withSpan(run, `stage.${stage.name}`, { attributes: { jobId: job.id, attempt: job.attempts + 1 }, captureStackTrace: false })
+    : run
+}
+
+/** Claimed again while an older run of it still holds a slot here: that run's lease is dead, so it is stopped. */
+const stopOlderRun = (job: Job, fiber: Fiber.RuntimeFiber<void, never>) =>
+  Effect.zipRight(
+    Effect.logWarning("lease lost (the job was claimed again after its lease expired); stopping the older run").pipe(
+      Effect.annotateLogs({ jobId: job.id })
+    ),
+    Fiber.interruptFork(fiber)
+  )
+
+/**
+ * Hands a job's outcome to the settler; its slot (if it had one) is free from here on. A progress report the
+ * heartbeat has not written yet (it writes at most one a second) goes with the outcome: the finished job shows
+ * its handler's last report.
+ */
+const finishOf = (held: Held.Held, settler: { readonly post: (finished: Settler.Finished) => void }) =>
+  (entry: Held.Entry, decided: JobRun.Decided, seconds: number | undefined) => {
+    held.finish(entry)
+    const reported = entry.reported
+    if (reported !== undefined) {
+      entry.reported = undefined
+      decided = { ...decided, outcome: { ...decided.outcome, progress: reported } }
+    }
+    settler.post({ job: entry.job, decided, seconds })
+  }
+
+/** A waiting job with its decoded payload, or the outcome of a job that dies without running. */
+const readyToRun = <A>(
+  entry: Held.Entry,
+  decode: (u: unknown) => Either.Either<A, unknown>,
+  stageName: string
+): { readonly entry: Held.Entry; readonly payload: A } | { readonly entry: Held.Entry; readonly died: JobRun.Decided } => {
+  const early = JobRun.exhaustedOnClaim(entry.job)
+  if (early) return { entry, died: early }
+  const payload = decode(entry.job.payload)
+  if (payload._tag === "Left") {
+    return { entry, died: JobRun.invalidPayload(entry.job, `payload does not match the ${stageName} schema: ${payloadError(payload.left)}`) }
+  }
+  return { entry, payload: payload.right }
+}
+
+/** The slots inherit the pool's context and the stage's annotation, set once; their log lines name their job. */
+const slotRuntime = <R>(stageName: string, slotByFiber: ReadonlyMap<number, Held.Slot>) =>
+  Effect.gen(function*() {
+    const loggers = yield* FiberRef.get(FiberRef.currentLoggers)
+    return yield* Effect.runtime<R | Queue.Queue>().pipe(
+      Db.asOwner,
+      Effect.annotateLogs({ stage: stageName }),
+      Effect.locally(FiberRef.currentLoggers, HashSet.map(loggers, withJobOf(slotByFiber)))
+    )
+  })
+
+/** A job that never started goes back with no attempt spent. */
+const released = (entry: Held.Entry): JobRun.Decided => ({ outcome: Outcome.release(entry.lease), kind: "defect" })
+
+const idleSlots = (slots: ReadonlySet<Held.Slot>) => {
+  let n = 0
+  for (const slot of slots) if (slot.current === undefined) n++
+  return n
+}
+
+/** Deciding the outcome of a slot's job failed: the job is dropped, left to its lease and the reaper. */
+const dropCurrent = (held: Held.Held, slot: Held.Slot, onDropped: () => void) => {
+  const entry = slot.current
+  if (entry === undefined) return
+  held.drop(entry)
+  onDropped()
 }

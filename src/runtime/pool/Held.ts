@@ -85,23 +85,100 @@ export interface Held {
 
 export const checkingByDefault = () => globalThis.process?.env?.PGFIBER_CHECK_INVARIANTS === "1"
 
-export const make = (concurrency: number, options: { readonly check?: boolean } = {}): Held => {
-  const byId = new Map<string, Entry>()
-  const queue: Array<Entry> = []
+/** The held value: the entries by id, the waiting queue in claim order, the superseded entries, two counters. */
+class HeldJobs implements Held {
+  private readonly byId = new Map<string, Entry>()
+  private readonly queue: Array<Entry> = []
   // entries whose id a newer claim of the same job took over, until their outcome is settled or dropped
-  const superseded = new Set<Entry>()
-  let running = 0
-  let settling = 0
-  const checking = options.check ?? checkingByDefault()
+  private readonly superseded = new Set<Entry>()
+  private runningCount = 0
+  private settlingCount = 0
 
-  const broken = (what: string): never => {
-    throw new InvariantBroken(`pool invariant broken: ${what}`)
+  constructor(private readonly concurrency: number, private readonly checking: boolean) {}
+
+  get size() {
+    return this.byId.size + this.superseded.size
   }
-  const expect = (entry: Entry, ...modes: ReadonlyArray<Mode>) => {
-    if (!modes.includes(entry.mode)) broken(`job ${entry.job.id} is ${entry.mode}, expected ${modes.join(" or ")}`)
+  get waiting() {
+    return this.queue.length
+  }
+  get running() {
+    return this.runningCount
+  }
+  get settling() {
+    return this.settlingCount
+  }
+  get = (id: string) => this.byId.get(id)
+  entries = () => this.byId.values()
+  nextWaiting = () => this.queue[0]
+
+  accept = (job: Job, timeoutMs: number) => {
+    const old = this.byId.get(job.id)
+    if (old !== undefined) {
+      // claimed again under a new lease while the old entry is held: the old lease is dead
+      old.leaseLost = true
+      if (old.mode === "waiting") this.leaveQueue(old)
+      else this.superseded.add(old)
+    }
+    const entry: Entry = {
+      job, lease: { id: job.id, lease: job.lease }, mode: "waiting", slot: undefined, startedAt: 0, timedOut: false,
+      leaseLost: false, timeoutMs, reported: undefined, reportedAt: 0
+    }
+    this.byId.set(job.id, entry)
+    this.queue.push(entry)
+    return this.checked({ entry, superseded: old })
   }
 
-  const check = () => {
+  start = (entry: Entry, slot: Slot, at: number) => {
+    this.expect(entry, "waiting")
+    this.leaveQueue(entry)
+    entry.mode = "running"
+    entry.slot = slot
+    entry.startedAt = at
+    slot.current = entry
+    this.runningCount++
+    this.checked(undefined)
+  }
+
+  finish = (entry: Entry) => {
+    this.expect(entry, "waiting", "running")
+    if (entry.mode === "waiting") this.leaveQueue(entry)
+    else this.leaveSlot(entry)
+    entry.mode = "settling"
+    this.settlingCount++
+    this.checked(undefined)
+  }
+
+  finishWaiting = () => {
+    const entries = this.queue.splice(0)
+    for (const entry of entries) entry.mode = "settling"
+    this.settlingCount += entries.length
+    return this.checked(entries)
+  }
+
+  settled = (job: Job) => {
+    let entry = this.byId.get(job.id)
+    if (entry?.job !== job) {
+      // a superseded entry's (fenced) outcome; a job claimed again after its old outcome was written is left held
+      entry = undefined
+      for (const e of this.superseded) if (e.job === job) entry = e
+      if (entry === undefined) return
+    }
+    this.expect(entry, "settling")
+    this.forget(entry)
+    this.settlingCount--
+    this.checked(undefined)
+  }
+
+  drop = (entry: Entry) => {
+    this.expect(entry, "running", "settling")
+    if (entry.mode === "running") this.leaveSlot(entry)
+    else this.settlingCount--
+    this.forget(entry)
+    this.checked(undefined)
+  }
+
+  check = () => {
     const counts: Record<Mode, number> = { waiting: 0, running: 0, settling: 0 }
     const count = (entry: Entry) => {
       counts[entry.mode]++
@@ -109,119 +186,50 @@ export const make = (concurrency: number, options: { readonly check?: boolean } 
         broken(`running job ${entry.job.id} has no slot holding it`)
       }
     }
-    byId.forEach(count)
-    for (const entry of superseded) {
+    this.byId.forEach(count)
+    for (const entry of this.superseded) {
       if (entry.mode === "waiting") broken(`superseded job ${entry.job.id} is waiting`)
       count(entry)
     }
-    if (counts.waiting !== queue.length) broken(`${counts.waiting} waiting jobs, ${queue.length} in the queue`)
-    if (counts.running !== running) broken(`${counts.running} running jobs, counted ${running}`)
-    if (counts.settling !== settling) broken(`${counts.settling} settling jobs, counted ${settling}`)
-    if (running > concurrency) broken(`${running} running jobs on ${concurrency} slots`)
+    if (counts.waiting !== this.queue.length) broken(`${counts.waiting} waiting jobs, ${this.queue.length} in the queue`)
+    if (counts.running !== this.runningCount) broken(`${counts.running} running jobs, counted ${this.runningCount}`)
+    if (counts.settling !== this.settlingCount) broken(`${counts.settling} settling jobs, counted ${this.settlingCount}`)
+    if (this.runningCount > this.concurrency) broken(`${this.runningCount} running jobs on ${this.concurrency} slots`)
     const queued = new Set<Entry>()
-    for (const entry of queue) {
-      if (entry.mode !== "waiting" || byId.get(entry.job.id) !== entry || queued.has(entry)) {
+    for (const entry of this.queue) {
+      if (entry.mode !== "waiting" || this.byId.get(entry.job.id) !== entry || queued.has(entry)) {
         broken(`job ${entry.job.id} in the waiting queue is ${entry.mode}`)
       }
       queued.add(entry)
     }
   }
-  const checked = <T>(result: T): T => {
-    if (checking) check()
+
+  private checked<T>(result: T): T {
+    if (this.checking) this.check()
     return result
   }
-
-  const leaveQueue = (entry: Entry) => {
-    if (queue[0] === entry) queue.shift()
-    else queue.splice(queue.indexOf(entry), 1)
+  private expect(entry: Entry, ...modes: ReadonlyArray<Mode>) {
+    if (!modes.includes(entry.mode)) broken(`job ${entry.job.id} is ${entry.mode}, expected ${modes.join(" or ")}`)
+  }
+  private leaveQueue(entry: Entry) {
+    if (this.queue[0] === entry) this.queue.shift()
+    else this.queue.splice(this.queue.indexOf(entry), 1)
   }
   /** The entry leaves the held value (its outcome settled, or given up on). */
-  const forget = (entry: Entry) => {
-    if (byId.get(entry.job.id) === entry) byId.delete(entry.job.id)
-    else superseded.delete(entry)
+  private forget(entry: Entry) {
+    if (this.byId.get(entry.job.id) === entry) this.byId.delete(entry.job.id)
+    else this.superseded.delete(entry)
   }
-  const leaveSlot = (entry: Entry) => {
-    running--
+  private leaveSlot(entry: Entry) {
+    this.runningCount--
     if (entry.slot?.current === entry) entry.slot.current = undefined
     entry.slot = undefined
   }
-
-  return {
-    get size() {
-      return byId.size + superseded.size
-    },
-    get waiting() {
-      return queue.length
-    },
-    get running() {
-      return running
-    },
-    get settling() {
-      return settling
-    },
-    get: (id) => byId.get(id),
-    entries: () => byId.values(),
-    nextWaiting: () => queue[0],
-    accept: (job, timeoutMs) => {
-      const old = byId.get(job.id)
-      if (old !== undefined) {
-        // claimed again under a new lease while the old entry is held: the old lease is dead
-        old.leaseLost = true
-        if (old.mode === "waiting") leaveQueue(old)
-        else superseded.add(old)
-      }
-      const entry: Entry = {
-        job, lease: { id: job.id, lease: job.lease }, mode: "waiting", slot: undefined, startedAt: 0, timedOut: false,
-        leaseLost: false, timeoutMs, reported: undefined, reportedAt: 0
-      }
-      byId.set(job.id, entry)
-      queue.push(entry)
-      return checked({ entry, superseded: old })
-    },
-    start: (entry, slot, at) => {
-      expect(entry, "waiting")
-      leaveQueue(entry)
-      entry.mode = "running"
-      entry.slot = slot
-      entry.startedAt = at
-      slot.current = entry
-      running++
-      checked(undefined)
-    },
-    finish: (entry) => {
-      expect(entry, "waiting", "running")
-      if (entry.mode === "waiting") leaveQueue(entry)
-      else leaveSlot(entry)
-      entry.mode = "settling"
-      settling++
-      checked(undefined)
-    },
-    finishWaiting: () => {
-      const entries = queue.splice(0)
-      for (const entry of entries) entry.mode = "settling"
-      settling += entries.length
-      return checked(entries)
-    },
-    settled: (job) => {
-      let entry = byId.get(job.id)
-      if (entry?.job !== job) {
-        // a superseded entry's (fenced) outcome; a job claimed again after its old outcome was written is left held
-        entry = undefined
-        for (const e of superseded) if (e.job === job) entry = e
-        if (entry === undefined) return
-      }
-      expect(entry, "settling")
-      forget(entry)
-      settling--
-      checked(undefined)
-    },
-    drop: (entry) => {
-      expect(entry, "running", "settling")
-      if (entry.mode === "running") leaveSlot(entry)
-      else settling--
-      forget(entry)
-      checked(undefined)
-    },
-    check
-  }
 }
+
+const broken = (what: string): never => {
+  throw new InvariantBroken(`pool invariant broken: ${what}`)
+}
+
+export const make = (concurrency: number, options: { readonly check?: boolean } = {}): Held =>
+  new HeldJobs(concurrency, options.check ?? checkingByDefault())
