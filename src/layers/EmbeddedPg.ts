@@ -395,200 +395,236 @@ type ServerState = { readonly mode: "running"; readonly pid: number } | { readon
 
 const firstLine = (text: string) => text.split("\n")[0]!
 
+/**
+ * One server on one folder as this process knows it: where it listens, whether this process answers for it (it
+ * started it, or adopted it from a process that is gone), and how the servers it spawned ended, by pid ("killed
+ * by SIGKILL"), for the log. `state` changes only through `running` / `down`.
+ */
+interface Server {
+  readonly dataDir: string
+  readonly logFile: string
+  readonly temporary: boolean
+  readonly flags: ReadonlyArray<string>
+  readonly stopTimeout: Duration.DurationInput
+  readonly shared: ReturnType<typeof sharing> | undefined
+  port: number
+  ours: boolean
+  state: ServerState
+  readonly children: Set<number>
+  readonly exits: Map<number, string>
+}
+
+const running = (server: Server, pid: number) => void (server.state = { mode: "running", pid })
+const down = (server: Server) => void (server.state = { mode: "down" })
+const currentPid = (server: Server): number | undefined => (server.state.mode === "running" ? server.state.pid : undefined)
+/** Whether `pid` is still a server of this folder: our child until its exit is seen, another's when verified. */
+const isServer = (server: Server, pid: number) =>
+  server.children.has(pid) && !server.exits.has(pid) ? isAlive(pid) : isPostmasterOf(pid, server.dataDir)
+
 /** Starts a server in the current scope (or joins the one running on a shared folder); the scope's close stops it. */
 export const start = (options: EmbeddedPgOptions): Effect.Effect<EmbeddedPgServer, EmbeddedPgError, Scope.Scope> =>
   Effect.gen(function*() {
     const temporary = options.dataDir === undefined
     const dataDir = Path.resolve(options.dataDir ?? Fs.mkdtempSync(Path.join(Os.tmpdir(), "pgfiber-pg-")))
-    const logFile = `${dataDir}.log`
-    const stopTimeout = options.stopTimeout ?? Duration.seconds(10)
     const shared = options.share === true && !temporary ? sharing(dataDir) : undefined
-    const flags = ["-c", "listen_addresses=127.0.0.1", ...(options.postgresFlags ?? [])]
-    /** The servers this process spawned, and how each ended, by pid ("killed by SIGKILL"), for the log. */
-    const children = new Set<number>()
-    const exits = new Map<number, string>()
-    let state: ServerState = { mode: "down" }
-    const running = (pid: number) => void (state = { mode: "running", pid })
-    const down = () => void (state = { mode: "down" })
-    const currentPid = (): number | undefined => (state.mode === "running" ? state.pid : undefined)
-    /** Whether `pid` is still a server of this folder: our child until its exit is seen, another's when verified. */
-    const isServer = (pid: number) => children.has(pid) && !exits.has(pid) ? isAlive(pid) : isPostmasterOf(pid, dataDir)
-
     const found = shared !== undefined ? yield* findShared(dataDir, shared) : undefined
-    let port: number
-    // whether this process answers for the server: it started it, or adopted it from a process that is gone
-    let ours = found?.adopted ?? true
+    const server: Server = {
+      dataDir,
+      logFile: `${dataDir}.log`,
+      temporary,
+      flags: ["-c", "listen_addresses=127.0.0.1", ...(options.postgresFlags ?? [])],
+      stopTimeout: options.stopTimeout ?? Duration.seconds(10),
+      shared,
+      port: 0,
+      ours: found?.adopted ?? true,
+      state: { mode: "down" },
+      children: new Set(),
+      exits: new Map()
+    }
     if (found !== undefined) {
-      port = found.server.port
-      running(found.server.pid)
+      server.port = found.server.port
+      running(server, found.server.pid)
     } else {
       yield* initialise(dataDir, temporary)
       // processes still using the folder (their server did not come back) connect to its recorded port: start there
       const theirs = shared !== undefined && shared.others().length > 0 ? shared.recordedPort() : undefined
-      port = options.port !== 0 ? options.port : theirs ?? (yield* freePort)
+      server.port = options.port !== 0 ? options.port : theirs ?? (yield* freePort)
+      yield* firstStart(server)
     }
+    yield* Effect.addFinalizer(() => stopOnClose(server))
+    if (options.supervise === true) yield* Effect.forkScoped(watch(server, yield* Effect.serviceOption(ServerLost)))
 
-    const spawnServer: Effect.Effect<void, EmbeddedPgError> = Effect.gen(function*() {
-      const { postgres } = yield* binaries
-      const log = Fs.openSync(logFile, "a")
-      const child = yield* Effect.try({
-        try: () =>
-          ChildProcess.spawn(postgres, ["-D", dataDir, "-p", String(port), ...flags], {
-            // its own process group: a terminal's Ctrl-C must not stop the database under a draining worker
-            detached: true,
-            stdio: ["ignore", log, log],
-            env: { ...process.env, LC_MESSAGES: "C" },
-            ...(isRoot() ? postgresUser() ?? {} : {})
-          }),
-        catch: (cause) => fail(`could not run ${postgres} (${describe(cause)}): reinstall dependencies (npm ci)`, cause)
-      }).pipe(Effect.ensuring(Effect.sync(() => Fs.closeSync(log))))
-      let exited: string | undefined
-      child.on("error", (e) => (exited = e.message))
-      child.on("exit", (code, signal) => {
-        exited = signal !== null ? `killed by ${signal}` : `exit code ${code}`
-        if (child.pid !== undefined) exits.set(child.pid, exited)
-      })
-      child.unref()
-      if (child.pid !== undefined) children.add(child.pid)
-      const ready = yield* waitUntil(() => {
-        if (exited !== undefined) return true
-        const found = readPostmasterPid(dataDir)
-        return found !== undefined && found.pid === child.pid && found.status === "ready"
-      }, Duration.seconds(60)).pipe(
-        // interrupted while it starts (a shutdown during a restart): it must not outlive us
-        Effect.onInterrupt(() => child.pid === undefined ? Effect.void : stopPid(child.pid, Duration.seconds(2)).pipe(Effect.ignore))
-      )
-      if (exited !== undefined || !ready) {
-        if (!ready && child.pid !== undefined) yield* stopPid(child.pid, Duration.seconds(2)).pipe(Effect.ignore)
-        const tail = logTail(logFile)
-        const what = exited !== undefined ? `the server exited while starting (${exited})` : "the server did not become ready within 60 s"
-        return yield* fail(`${what} on port ${port} with data in ${dataDir}. Its log (${logFile}):\n${tail}\nWhat to do: ${adviceFor(tail, dataDir, port)}.`)
-      }
-      running(child.pid!)
-      ours = true
-      shared?.record({ pid: child.pid!, port })
+    const stop = Effect.suspend(() => {
+      const current = server.state
+      down(server)
+      return current.mode === "running" ? stopPid(current.pid, server.stopTimeout, () => isServer(server, current.pid)) : Effect.void
     })
-
-    /** Brings the server up on its port: uses one another pgfiber process has started on the folder meanwhile, or starts it. */
-    const bringUp: Effect.Effect<"started" | "joined", EmbeddedPgError> = Effect.suspend(() => {
-      const other = runningServer(dataDir)
-      if (other === undefined) return Effect.as(spawnServer, "started" as const)
-      return Effect.gen(function*() {
-        const ready = yield* waitUntil(() => readyOrGone(dataDir), Duration.seconds(60))
-        const server = runningServer(dataDir)
-        // it was stopping, and has stopped: start it
-        if (server === undefined) return yield* Effect.as(spawnServer, "started" as const)
-        if (!ready) return yield* fail(`the server (pid ${other.pid}) on ${dataDir} did not become ready within 60 s`)
-        if (server.port !== port) {
-          return yield* fail(`another PostgreSQL (pid ${server.pid}) now serves ${dataDir} on port ${server.port}, not ${port} where this process connects`)
-        }
-        running(server.pid)
-        ours = false
-        return "joined" as const
-      })
-    })
-
-    const stopServer = Effect.suspend(() => {
-      const current = state
-      down()
-      return current.mode === "running" ? stopPid(current.pid, stopTimeout, () => isServer(current.pid)) : Effect.void
-    })
-
-    if (found === undefined) {
-      // registered before the server is up, so a process that finds it starting knows it is not an orphan
-      shared?.join()
-      const started = yield* Effect.exit(spawnServer)
-      if (started._tag === "Failure") {
-        // another process may have started a server on the shared folder at the same moment: use that one
-        const joined = shared !== undefined && runningServer(dataDir) !== undefined ? yield* findShared(dataDir, shared) : undefined
-        if (joined !== undefined) {
-          port = joined.server.port
-          running(joined.server.pid)
-          ours = joined.adopted
-        } else {
-          shared?.leave()
-          return yield* Effect.failCause(started.cause)
-        }
-      } else if (!temporary) {
-        yield* Effect.logInfo(`embedded PostgreSQL started on port ${port} (pid ${currentPid()}), data in ${dataDir}, log in ${logFile}`)
-      }
-    }
-
-    yield* Effect.addFinalizer(() =>
-      Effect.gen(function*() {
-        if (shared !== undefined) {
-          shared.leave()
-          const others = shared.others()
-          if (others.length > 0) {
-            if (ours) yield* Effect.logInfo(`embedded PostgreSQL left running: pgfiber process(es) ${others.join(", ")} still use it`)
-            return
-          }
-        }
-        // the last one out stops the server on the folder, whoever started it (after a restart it may be another's)
-        const current = state
-        const pids = new Set<number>()
-        // only a pid still verified as a server of this folder: after a crash, it may be an unrelated process's now
-        if (current.mode === "running" && isServer(current.pid)) pids.add(current.pid)
-        const onFolder = runningServer(dataDir)
-        if (onFolder !== undefined) pids.add(onFolder.pid)
-        down()
-        let stopped = true
-        for (const pid of pids) {
-          yield* stopPid(pid, stopTimeout, () => isServer(pid)).pipe(Effect.catchAll((e) => Effect.sync(() => (stopped = false)).pipe(Effect.zipRight(Effect.logError(e.message)))))
-        }
-        if (stopped) shared?.forget()
-        if (temporary) {
-          Fs.rmSync(dataDir, { recursive: true, force: true })
-          Fs.rmSync(logFile, { force: true })
-        }
-      })
-    )
-
-    if (options.supervise === true) {
-      const lost = yield* Effect.serviceOption(ServerLost)
-      /** A server that died is said so in the log and restarted on its port and data; a restart that cannot succeed is reported as lost. */
-      const recover = (pid: number) =>
-        Effect.gen(function*() {
-          // our own child's exit status arrives with its reaping, a moment after it is seen dead
-          if (children.has(pid)) yield* waitUntil(() => exits.has(pid), Duration.seconds(2))
-          const how = exits.get(pid)
-          yield* Effect.logError(
-            `embedded PostgreSQL (pid ${pid}, port ${port}) stopped unexpectedly (${how ?? "its process is gone"}): ` +
-              `restarting it on the same data (${dataDir}); its log is ${logFile}`
-          )
-          down()
-          const result = yield* bringUp.pipe(
-            Effect.tapError((e) => Effect.logWarning(`embedded PostgreSQL: a restart failed (${firstLine(e.message).replace(/^embedded PostgreSQL: /, "")}); trying again`)),
-            Effect.retry(restartSchedule),
-            Effect.either
-          )
-          if (result._tag === "Right") {
-            const now = currentPid()
-            yield* Effect.logWarning(
-              result.right === "started"
-                ? `embedded PostgreSQL restarted on port ${port} (pid ${now}) after it stopped unexpectedly`
-                : `embedded PostgreSQL was restarted by another pgfiber process (pid ${now}, port ${port}): using it`
-            )
-            return
-          }
-          const error = fail(`the server on ${dataDir} stopped unexpectedly (${how ?? "its process is gone"}) and could not be restarted: ${result.left.message.replace(/^embedded PostgreSQL: /, "")}`, result.left)
-          yield* Effect.logError(error.message)
-          if (Option.isSome(lost)) yield* Deferred.fail(lost.value, error)
-        })
-      const watch = Effect.suspend(() => {
-        const current = state
-        return current.mode === "running" && !isAlive(current.pid) ? recover(current.pid) : Effect.void
-      }).pipe(
-        Effect.catchAllCause((cause) => Effect.logError("embedded PostgreSQL: its watcher failed", cause)),
-        Effect.repeat(Schedule.spaced(watchEvery)),
-        Effect.annotateLogs({ dataDir })
-      )
-      yield* Effect.forkScoped(watch)
-    }
-
-    const startOnPurpose = Effect.suspend(() => state.mode === "running" ? Effect.void : Effect.asVoid(bringUp))
-    return { url: urlFor(port), port, dataDir, stop: stopServer, start: startOnPurpose }
+    const startOnPurpose = Effect.suspend(() => server.state.mode === "running" ? Effect.void : Effect.asVoid(bringUp(server)))
+    return { url: urlFor(server.port), port: server.port, dataDir, stop, start: startOnPurpose }
   })
+
+/** Spawns the server on its folder and port and waits until it is ready; a server that cannot start says why. */
+const spawnServer = (server: Server): Effect.Effect<void, EmbeddedPgError> =>
+  Effect.gen(function*() {
+    const { dataDir, logFile, port } = server
+    const { postgres } = yield* binaries
+    const log = Fs.openSync(logFile, "a")
+    const child = yield* Effect.try({
+      try: () =>
+        ChildProcess.spawn(postgres, ["-D", dataDir, "-p", String(port), ...server.flags], {
+          // its own process group: a terminal's Ctrl-C must not stop the database under a draining worker
+          detached: true,
+          stdio: ["ignore", log, log],
+          env: { ...process.env, LC_MESSAGES: "C" },
+          ...(isRoot() ? postgresUser() ?? {} : {})
+        }),
+      catch: (cause) => fail(`could not run ${postgres} (${describe(cause)}): reinstall dependencies (npm ci)`, cause)
+    }).pipe(Effect.ensuring(Effect.sync(() => Fs.closeSync(log))))
+    let exited: string | undefined
+    child.on("error", (e) => (exited = e.message))
+    child.on("exit", (code, signal) => {
+      exited = signal !== null ? `killed by ${signal}` : `exit code ${code}`
+      if (child.pid !== undefined) server.exits.set(child.pid, exited)
+    })
+    child.unref()
+    if (child.pid !== undefined) server.children.add(child.pid)
+    const ready = yield* waitUntil(() => {
+      if (exited !== undefined) return true
+      const found = readPostmasterPid(dataDir)
+      return found !== undefined && found.pid === child.pid && found.status === "ready"
+    }, Duration.seconds(60)).pipe(
+      // interrupted while it starts (a shutdown during a restart): it must not outlive us
+      Effect.onInterrupt(() => child.pid === undefined ? Effect.void : stopPid(child.pid, Duration.seconds(2)).pipe(Effect.ignore))
+    )
+    if (exited !== undefined || !ready) {
+      if (!ready && child.pid !== undefined) yield* stopPid(child.pid, Duration.seconds(2)).pipe(Effect.ignore)
+      const tail = logTail(logFile)
+      const what = exited !== undefined ? `the server exited while starting (${exited})` : "the server did not become ready within 60 s"
+      return yield* fail(`${what} on port ${port} with data in ${dataDir}. Its log (${logFile}):\n${tail}\nWhat to do: ${adviceFor(tail, dataDir, port)}.`)
+    }
+    running(server, child.pid!)
+    server.ours = true
+    server.shared?.record({ pid: child.pid!, port })
+  })
+
+/** Brings the server up on its port: uses one another pgfiber process has started on the folder meanwhile, or starts it. */
+const bringUp = (server: Server): Effect.Effect<"started" | "joined", EmbeddedPgError> =>
+  Effect.suspend(() => {
+    const { dataDir, port } = server
+    const other = runningServer(dataDir)
+    if (other === undefined) return Effect.as(spawnServer(server), "started" as const)
+    return Effect.gen(function*() {
+      const ready = yield* waitUntil(() => readyOrGone(dataDir), Duration.seconds(60))
+      const now = runningServer(dataDir)
+      // it was stopping, and has stopped: start it
+      if (now === undefined) return yield* Effect.as(spawnServer(server), "started" as const)
+      if (!ready) return yield* fail(`the server (pid ${other.pid}) on ${dataDir} did not become ready within 60 s`)
+      if (now.port !== port) {
+        return yield* fail(`another PostgreSQL (pid ${now.pid}) now serves ${dataDir} on port ${now.port}, not ${port} where this process connects`)
+      }
+      running(server, now.pid)
+      server.ours = false
+      return "joined" as const
+    })
+  })
+
+/** The first start on a folder with no server found: registered first, so a process that sees it starting knows it is no orphan. */
+const firstStart = (server: Server) =>
+  Effect.gen(function*() {
+    const { shared, dataDir } = server
+    shared?.join()
+    const started = yield* Effect.exit(spawnServer(server))
+    if (started._tag === "Success") {
+      if (!server.temporary) {
+        yield* Effect.logInfo(`embedded PostgreSQL started on port ${server.port} (pid ${currentPid(server)}), data in ${dataDir}, log in ${server.logFile}`)
+      }
+      return
+    }
+    // another process may have started a server on the shared folder at the same moment: use that one
+    const joined = shared !== undefined && runningServer(dataDir) !== undefined ? yield* findShared(dataDir, shared) : undefined
+    if (joined === undefined) {
+      shared?.leave()
+      return yield* Effect.failCause(started.cause)
+    }
+    server.port = joined.server.port
+    running(server, joined.server.pid)
+    server.ours = joined.adopted
+  })
+
+/** The scope's close: the last pgfiber process out stops the server on the folder, whoever started it. */
+const stopOnClose = (server: Server) =>
+  Effect.gen(function*() {
+    const { shared, dataDir } = server
+    if (shared !== undefined) {
+      shared.leave()
+      const others = shared.others()
+      if (others.length > 0) {
+        if (server.ours) yield* Effect.logInfo(`embedded PostgreSQL left running: pgfiber process(es) ${others.join(", ")} still use it`)
+        return
+      }
+    }
+    // after a restart it may be another's
+    const current = server.state
+    const pids = new Set<number>()
+    // only a pid still verified as a server of this folder: after a crash, it may be an unrelated process's now
+    if (current.mode === "running" && isServer(server, current.pid)) pids.add(current.pid)
+    const onFolder = runningServer(dataDir)
+    if (onFolder !== undefined) pids.add(onFolder.pid)
+    down(server)
+    let stopped = true
+    for (const pid of pids) {
+      yield* stopPid(pid, server.stopTimeout, () => isServer(server, pid)).pipe(
+        Effect.catchAll((e) => Effect.sync(() => (stopped = false)).pipe(Effect.zipRight(Effect.logError(e.message))))
+      )
+    }
+    if (stopped) shared?.forget()
+    if (server.temporary) {
+      Fs.rmSync(dataDir, { recursive: true, force: true })
+      Fs.rmSync(server.logFile, { force: true })
+    }
+  })
+
+/** A supervised server that died is said so in the log and restarted on its port and data; a restart that cannot succeed is reported as lost. */
+const recover = (server: Server, pid: number, lost: Option.Option<Deferred.Deferred<never, EmbeddedPgError>>) =>
+  Effect.gen(function*() {
+    const { dataDir, logFile, port } = server
+    // our own child's exit status arrives with its reaping, a moment after it is seen dead
+    if (server.children.has(pid)) yield* waitUntil(() => server.exits.has(pid), Duration.seconds(2))
+    const how = server.exits.get(pid)
+    yield* Effect.logError(
+      `embedded PostgreSQL (pid ${pid}, port ${port}) stopped unexpectedly (${how ?? "its process is gone"}): ` +
+        `restarting it on the same data (${dataDir}); its log is ${logFile}`
+    )
+    down(server)
+    const result = yield* bringUp(server).pipe(
+      Effect.tapError((e) => Effect.logWarning(`embedded PostgreSQL: a restart failed (${firstLine(e.message).replace(/^embedded PostgreSQL: /, "")}); trying again`)),
+      Effect.retry(restartSchedule),
+      Effect.either
+    )
+    if (result._tag === "Right") {
+      const now = currentPid(server)
+      yield* Effect.logWarning(
+        result.right === "started"
+          ? `embedded PostgreSQL restarted on port ${port} (pid ${now}) after it stopped unexpectedly`
+          : `embedded PostgreSQL was restarted by another pgfiber process (pid ${now}, port ${port}): using it`
+      )
+      return
+    }
+    const error = fail(`the server on ${dataDir} stopped unexpectedly (${how ?? "its process is gone"}) and could not be restarted: ${result.left.message.replace(/^embedded PostgreSQL: /, "")}`, result.left)
+    yield* Effect.logError(error.message)
+    if (Option.isSome(lost)) yield* Deferred.fail(lost.value, error)
+  })
+
+/** The supervisor: checks the server's pid every `watchEvery` and recovers a server that died. */
+const watch = (server: Server, lost: Option.Option<Deferred.Deferred<never, EmbeddedPgError>>) =>
+  Effect.suspend(() => {
+    const current = server.state
+    return current.mode === "running" && !isAlive(current.pid) ? recover(server, current.pid, lost) : Effect.void
+  }).pipe(
+    Effect.catchAllCause((cause) => Effect.logError("embedded PostgreSQL: its watcher failed", cause)),
+    Effect.repeat(Schedule.spaced(watchEvery)),
+    Effect.annotateLogs({ dataDir: server.dataDir })
+  )
 
 const binaries = Effect.tryPromise({
   try: loadEmbeddedPostgres,
