@@ -5,6 +5,8 @@
 import { Duration, Effect, Either, Exit, Layer } from "effect"
 import * as Db from "../layers/Db.js"
 import * as Spans from "../layers/Spans.js"
+import * as Bulk from "./Bulk.js"
+import * as BulkSql from "./BulkSql.js"
 import * as Events from "./Events.js"
 import type { Beat, DeadLetter, ErrorEntry, Job, JobStatus, StageStats, ValidJob } from "./Job.js"
 import { countEnqueued, defaultMaxPayloadBytes, isJobId, jobFromDeadLetter, JobNotFound, validateAll } from "./Job.js"
@@ -582,9 +584,80 @@ export const make = (options: QueueOptions = {}) =>
     }
 
     const list = (o: import("./Job.js").ListOptions = {}) =>
-      db.run((sql) =>
-        JobsSql.listJobs(sql, o.stage ?? null, o.status ?? null, o.afterId && isId(o.afterId) ? o.afterId : null, clampLimit(o.limit, 100))
-      ).pipe(Effect.map((rows) => rows.map(rowToJob)))
+      db.run((sql) => {
+        const afterId = o.afterId && isId(o.afterId) ? o.afterId : null
+        return o.payload === undefined && o.error === undefined
+          ? JobsSql.listJobs(sql, o.stage ?? null, o.status ?? null, afterId, clampLimit(o.limit, 100))
+          : BulkSql.searchJobs(sql, { stage: o.stage, payload: o.payload, error: o.error }, o.status ?? null, afterId, clampLimit(o.limit, 100))
+      }).pipe(Effect.map((rows) => rows.map(rowToJob)))
+
+    const bulk = {
+      preview: (filter: Bulk.JobFilter, action: Bulk.BulkAction) =>
+        db.run((sql) => BulkSql.countApplicable(sql, filter, action)).pipe(
+          Effect.map(([row]) => row?.n ?? 0),
+          Effect.withSpan("Queue.bulk.preview", { attributes: { action: action.kind } })
+        ),
+      apply: (filter: Bulk.JobFilter, action: Bulk.BulkAction, o: Bulk.BulkOptions) =>
+        Effect.gen(function*() {
+          const startedAt = new Date()
+          const batch = Math.max(1, Math.min(o.batch ?? Bulk.defaultBatch, 10_000))
+          const [top] = yield* db.run((sql) => BulkSql.maxJobId(sql))
+          const maxId = top?.id ?? "0"
+          const [counted] = yield* db.run((sql) => BulkSql.countApplicable(sql, filter, action))
+          let affected = 0
+          let cancelling = 0
+          // two passes by id: the second takes rows the first skipped while a claim or a settle held them
+          for (let pass = 0; pass < 2; pass++) {
+            let after = "0"
+            while (true) {
+              const [row] = yield* db.run((sql) =>
+                action.kind === "cancel"
+                  ? BulkSql.cancelBatch(sql, filter, after, maxId, batch, retention)
+                  : BulkSql.updateBatch(sql, db.schema, filter, action, after, maxId, batch)
+              )
+              if (row === undefined || row.last === null) break
+              affected += row.changed
+              cancelling += row.marked
+              if (row.removed.length > 0 && events.active()) {
+                const at = new Date()
+                events.publish(row.removed.map(([jobId, stage, orgId]) => ({ _tag: "Cancelled" as const, jobId, stage, orgId, attempt: 0, at })))
+              }
+              after = row.last
+            }
+          }
+          const org = yield* Db.currentOrgId
+          const [recorded] = yield* db.run((sql) =>
+            BulkSql.insertAction(sql, {
+              action: action.kind,
+              filter: JSON.stringify(Bulk.filterRecord(filter)),
+              priority: action.kind === "priority" ? action.priority : null,
+              orgId: org._tag === "Some" ? org.value : filter.org ?? null,
+              actor: o.actor,
+              matched: counted?.n ?? 0,
+              affected,
+              startedAt
+            })
+          )
+          return { matched: counted?.n ?? 0, affected, cancelling, actionId: recorded!.id }
+        }).pipe(Effect.withSpan("Queue.bulk.apply", { attributes: { action: action.kind } })),
+      actions: (o: { readonly limit?: number | undefined } = {}) =>
+        db.run((sql) => BulkSql.listActions(sql, clampLimit(o.limit, 100))).pipe(
+          Effect.map((rows) =>
+            rows.map((r): Bulk.ActionRecord => ({
+              id: String(r.id),
+              action: r.action as Bulk.ActionKind,
+              filter: r.filter,
+              priority: r.priority == null ? null : Number(r.priority),
+              orgId: str(r.org_id),
+              actor: String(r.actor),
+              matched: Number(r.matched),
+              affected: Number(r.affected),
+              startedAt: date(r.started_at),
+              finishedAt: date(r.finished_at)
+            }))
+          )
+        )
+    }
 
     const stats = db.run((sql) => JobsSql.stageStats(sql)).pipe(
       Effect.map((rows): ReadonlyArray<StageStats> =>
@@ -665,6 +738,7 @@ export const make = (options: QueueOptions = {}) =>
       deadLetters,
       history,
       stageControls,
+      bulk,
       listen
     })
   })
