@@ -257,3 +257,42 @@ export const applies = (a: BulkAction, j: Matchable, now: number): boolean => {
       return j.status === "queued" && j.priority !== a.priority
   }
 }
+
+/** A filter as the faces receive it: text fields (a form, a query string, a JSON body), a payload as text or an object. */
+export interface FilterText {
+  readonly stage?: string | undefined
+  readonly status?: string | undefined
+  readonly org?: string | undefined
+  readonly subject?: string | undefined
+  readonly payload?: string | Readonly<Record<string, unknown>> | undefined
+  readonly error?: string | undefined
+  readonly olderThan?: string | undefined
+  readonly newerThan?: string | undefined
+}
+
+/** The filter the text gives (empty fields are absent), checked; or the first bad field. */
+export const filterFromText = (t: FilterText): Either.Either<JobFilter, InvalidFilter> =>
+  Either.gen(function*() {
+    const present = (v: string | undefined) => (v === undefined || v.trim() === "" ? undefined : v.trim())
+    const payloadText = typeof t.payload === "string" ? present(t.payload) : undefined
+    const olderThan = present(t.olderThan)
+    const newerThan = present(t.newerThan)
+    const status = present(t.status)
+    if (status !== undefined && !(filterStatuses as ReadonlyArray<string>).includes(status)) {
+      return yield* Either.left(new InvalidFilter({ field: "status", message: `status must be one of ${filterStatuses.join(", ")}` }))
+    }
+    return yield* validateFilter({
+      stage: present(t.stage),
+      status: status as FilterStatus | undefined,
+      org: present(t.org),
+      subject: present(t.subject),
+      payload: typeof t.payload === "object" ? t.payload : payloadText === undefined ? undefined : yield* parsePayloadSearch(payloadText),
+      error: present(t.error),
+      olderThan: olderThan === undefined ? undefined : yield* parseAge("olderThan", olderThan),
+      newerThan: newerThan === undefined ? undefined : yield* parseAge("newerThan", newerThan)
+    })
+  })
+
+/** Whether the filter names any condition: a bulk action must (an empty filter would be every live job). */
+export const narrows = (f: JobFilter): boolean =>
+  [f.stage, f.status, f.org, f.subject, f.payload, f.error, f.olderThan, f.newerThan].some((v) => v !== undefined)

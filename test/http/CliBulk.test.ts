@@ -9,7 +9,7 @@ import * as Db from "../../src/layers/Db.js"
 import { layerDb } from "../support/pg.js"
 import { pgfiber, query } from "./support.js"
 
-const insertJobs = (schema: string, stage: string, n: number, payload: (i: number) => string, extra = "") =>
+const insertJobs = (schema: string, stage: string, n: number, payload: (i: string) => string, extra = "") =>
   query(schema, `
     insert into jobs (stage, org_id, payload${extra === "" ? "" : ", available_at"})
     select '${stage}', case when i % 2 = 0 then 'acme' else 'globex' end, (${payload("i")})::jsonb${extra === "" ? "" : `, ${extra}`}
