@@ -531,6 +531,35 @@ describe("the dashboard in a real browser", () => {
     await context.close()
   })
 
+  it("bulk-cancels 1,000 jobs chosen by a payload search: select all matching, a count to confirm, then done; another org's are untouched", async () => {
+    const campaign = { campaign: "spring-sale" }
+    await enqueue(Array.from({ length: 1000 }, (_, n) => ({ stage: "notes", payload: { ...campaign, n }, orgId: "acme" })))
+    await enqueue(Array.from({ length: 20 }, (_, n) => ({ stage: "notes", payload: { campaign: "other", n }, orgId: "acme" })))
+    await enqueue(Array.from({ length: 30 }, (_, n) => ({ stage: "notes", payload: { ...campaign, n }, orgId: "globex" })))
+    const left = (org: string, c: string) =>
+      run(Effect.flatMap(Queue.Queue, (q) => q.bulk.preview({ stage: "notes", org, payload: { campaign: c } }, { kind: "cancel" })))
+    const { context, page } = await newPage()
+    await signIn(page, keys.acme)
+    await page.goto(`${base}/dashboard/jobs?stage=notes`)
+    await page.fill("input[name=payload]", "campaign=spring-sale")
+    await page.click("form.filters[method=get] button[type=submit]")
+    await page.waitForURL(/payload=campaign/)
+    // the page shows 50 of them; the action is on every one that matches
+    expect(await page.locator("table.jobs tbody tr[data-job]").count()).toBe(50)
+    await page.click("#bulk-select-all")
+    await page.waitForSelector("#confirm")
+    expect(await page.locator("#question").textContent()).toContain("Cancel 1000 live job(s) matching stage notes, payload campaign=spring-sale?")
+    expect(await left("acme", "spring-sale")).toBe(1000)
+    await page.click("#confirm")
+    await expect.poll(() => page.locator("[role=status]").textContent(), { timeout: 60_000 }).toContain("1000 job(s) cancelled")
+    expect(await left("acme", "spring-sale")).toBe(0)
+    expect(await left("acme", "other")).toBe(20)
+    expect(await left("globex", "spring-sale")).toBe(30)
+    // the list it returns to shows them cancelled, from the kept history
+    expect(await page.locator("table.jobs tbody tr[data-job] .badge").first().textContent()).toBe("cancelled")
+    await context.close()
+  })
+
   it("had no console error, page error or dialog on any page; every closed page's live stream has ended", async () => {
     expect(problems).toEqual([])
     await Promise.all(contexts.map((c) => c.close()))
