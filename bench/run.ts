@@ -63,7 +63,7 @@ const sizes = {
   archivedToPrune: quick ? 50_000 : 1_000_000,
   /** Queued jobs of another stage bulk-cancelled by a payload filter (among as many that do not match) while a worker drains. */
   bulkCancel: quick ? 20_000 : 100_000,
-  bulkCancelDrain: quick ? 100_000 : 400_000,
+  bulkCancelDrain: quick ? 200_000 : 400_000,
   bulkCancelAloneMs: 5_000,
   /** The backlog the search is timed at. */
   searchQueued: quick ? 100_000 : 1_000_000
@@ -275,13 +275,16 @@ const main = async () => {
     if (only.has("bulk-cancel") && subjects.some((s) => s.key === "pgfiber")) {
       log(`== bulk-cancel: ${sizes.bulkCancel} queued jobs of another stage cancelled by a payload filter while a worker drains ${sizes.bulkCancelDrain}`)
       for (let run = 1; run <= runs; run++) {
-        const r = await attempt(`bulk-cancel run ${run}`, () =>
-          W.bulkCancelWhileDraining(cluster, Pgfiber.subject, run, { cancel: sizes.bulkCancel, drainJobs: sizes.bulkCancelDrain, aloneMs: sizes.bulkCancelAloneMs }))
-        if (!("error" in r)) {
-          log(`    cancelled ${r.cancelled} in ${(r.cancelMs / 1000).toFixed(1)} s (longest batch ${Math.round(r.longestBatchMs)} ms); ` +
-            `drain ${Math.round(r.drainAlonePerSec)} jobs/s alone, ${Math.round(r.drainDuringPerSec)} during (${(r.ratio * 100).toFixed(0)} %)`)
+        // paced as shipped (rest as long as each batch took), and unpaced; each first in every other run
+        for (const pace of run % 2 === 1 ? [1, 0] : [0, 1]) {
+          const r = await attempt(`bulk-cancel pace ${pace} run ${run}`, () =>
+            W.bulkCancelWhileDraining(cluster, Pgfiber.subject, run, { cancel: sizes.bulkCancel, drainJobs: sizes.bulkCancelDrain, aloneMs: sizes.bulkCancelAloneMs, pace }))
+          if (!("error" in r)) {
+            log(`    pace ${pace}: cancelled ${r.cancelled} in ${(r.cancelMs / 1000).toFixed(1)} s (batch mean ${Math.round(r.meanBatchMs)} ms, longest ${Math.round(r.longestBatchMs)} ms); ` +
+              `drain ${Math.round(r.drainAlonePerSec)} jobs/s alone, ${Math.round(r.drainDuringPerSec)} during (${(r.ratio * 100).toFixed(0)} %)`)
+          }
+          bulkActions.cancel.push(r)
         }
-        bulkActions.cancel.push(r)
       }
     }
     if (only.has("search")) {

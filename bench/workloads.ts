@@ -857,10 +857,13 @@ const fillCampaign = async (url: string, stage: string, matching: number, others
 }
 
 export interface BulkCancelResult {
+  /** Rest after each batch, × the batch's time (Bulk.BulkOptions.pace). */
+  readonly pace: number
   readonly cancelled: number
   readonly cancelMs: number
-  /** The longest single batch statement (1,000 rows), from pg_stat_statements. */
+  /** The longest and the mean batch statement (1,000 rows), from pg_stat_statements. */
   readonly longestBatchMs: number
+  readonly meanBatchMs: number
   readonly drainAlonePerSec: number
   readonly drainDuringPerSec: number
   /** During ÷ alone. */
@@ -873,9 +876,9 @@ export interface BulkCancelResult {
  * their own connection. The drain's rate is measured over `aloneMs` before the cancel, then over the cancel.
  */
 export const bulkCancelWhileDraining = async (
-  cluster: Cluster, subject: Subject, run: number, options: { cancel: number; drainJobs: number; aloneMs: number }
+  cluster: Cluster, subject: Subject, run: number, options: { cancel: number; drainJobs: number; aloneMs: number; pace: number }
 ): Promise<BulkCancelResult> => {
-  const name = dbName("bulkcancel", subject.key, run)
+  const name = dbName(`bulkcancel_p${options.pace}`, subject.key, run)
   const url = await cluster.createDatabase(name)
   const sql = connect(url, { max: 2, schema: pgfiberSchema })
   const stage = "bench_campaign"
@@ -901,18 +904,21 @@ export const bulkCancelWhileDraining = async (
       const c0 = nowNs()
       const duringStart = await remaining()
       const result = await withQueue(url, (q) =>
-        q.bulk.apply({ stage, payload: { campaign: 1 } }, { kind: "cancel" }, { actor: "bench" }))
+        q.bulk.apply({ stage, payload: { campaign: 1 } }, { kind: "cancel" }, { actor: "bench", pace: options.pace }))
       const duringEnd = await remaining()
       const cancelMs = msSince(c0)
-      if (duringEnd === 0) throw new Error("the drain finished before the bulk cancel did: give it more jobs")
-      const [longest] = await cluster.admin<Array<{ max_ms: number }>>`
-        select coalesce(max(max_exec_time), 0)::float8 as max_ms from pg_stat_statements where query like '%with picked as%'`
+      if (duringEnd === 0) throw new Error(`the drain finished before the bulk cancel did (${Math.round(cancelMs)} ms, ${result.affected} cancelled, ${duringStart} left at its start): give it more jobs`)
+      const [longest] = await cluster.admin<Array<{ max_ms: number; mean_ms: number }>>`
+        select coalesce(max(max_exec_time), 0)::float8 as max_ms, coalesce(max(mean_exec_time), 0)::float8 as mean_ms
+        from pg_stat_statements where query like '%with picked as%'`
       const drainAlonePerSec = (aloneStart - aloneEnd) / (aloneMs / 1000)
       const drainDuringPerSec = (duringStart - duringEnd) / (cancelMs / 1000)
       return {
+        pace: options.pace,
         cancelled: result.affected,
         cancelMs,
         longestBatchMs: longest?.max_ms ?? 0,
+        meanBatchMs: longest?.mean_ms ?? 0,
         drainAlonePerSec,
         drainDuringPerSec,
         ratio: drainDuringPerSec / drainAlonePerSec
@@ -958,7 +964,7 @@ export const searchAtBacklog = async (cluster: Cluster, queued: number): Promise
       await sql`insert into jobs (stage, org_id, payload, last_error, attempts)
                 select case when g % 10 = 0 then 'bench_other' else ${queueName} end, 'org-' || (g % 100),
                        jsonb_build_object('customer', g % 1000, 'region', case when g % 2 = 0 then 'eu' else 'us' end, 'seq', ${done}::int + g),
-                       case when g % 100 = 0 then 'upstream timeout after 30 s (attempt ' || (g % 5) || ')' end,
+                       case when g % 100 = 0 then 'upstream timeout after 30 s (attempt ' || (g / 100 % 5) || ')' end,
                        case when g % 100 = 0 then 1 else 0 end
                 from generate_series(1, ${Math.min(100_000, queued - done)}::int) g`
     }

@@ -52,6 +52,11 @@ export interface BulkOptions {
   readonly actor: string
   /** Rows per statement (default 1,000). */
   readonly batch?: number | undefined
+  /**
+   * After each batch, rest this many times as long as the batch took (default 1: half the time working), so a
+   * large action leaves the server to the workers' claims and settles; 0: no rest.
+   */
+  readonly pace?: number | undefined
 }
 
 export interface BulkResult {
@@ -80,6 +85,7 @@ export interface ActionRecord {
 }
 
 export const defaultBatch = 1000
+export const defaultPace = 1
 
 /** Bad filter or action: nothing was read or changed. */
 export class InvalidFilter extends Data.TaggedError("InvalidFilter")<{

@@ -601,6 +601,7 @@ export const make = (options: QueueOptions = {}) =>
         Effect.gen(function*() {
           const startedAt = new Date()
           const batch = Math.max(1, Math.min(o.batch ?? Bulk.defaultBatch, 10_000))
+          const pace = Math.max(0, Math.min(o.pace ?? Bulk.defaultPace, 100))
           const [top] = yield* db.run((sql) => BulkSql.maxJobId(sql))
           const maxId = top?.id ?? "0"
           const [counted] = yield* db.run((sql) => BulkSql.countApplicable(sql, filter, action))
@@ -610,12 +611,13 @@ export const make = (options: QueueOptions = {}) =>
           for (let pass = 0; pass < 2; pass++) {
             let after = "0"
             while (true) {
-              const [row] = yield* db.run((sql) =>
+              const [[row], took] = yield* Effect.timed(db.runWithSettings(BulkSql.batchPlan, (sql) =>
                 action.kind === "cancel"
                   ? BulkSql.cancelBatch(sql, filter, after, maxId, batch, retention)
                   : BulkSql.updateBatch(sql, db.schema, filter, action, after, maxId, batch)
-              )
+              )).pipe(Effect.map(([d, rows]) => [rows, d] as const))
               if (row === undefined || row.last === null) break
+              if (pace > 0) yield* Effect.sleep(Duration.times(took, pace))
               affected += row.changed
               cancelling += row.marked
               if (row.removed.length > 0 && events.active()) {
