@@ -275,8 +275,8 @@ const main = async () => {
     if (only.has("bulk-cancel") && subjects.some((s) => s.key === "pgfiber")) {
       log(`== bulk-cancel: ${sizes.bulkCancel} queued jobs of another stage cancelled by a payload filter while a worker drains ${sizes.bulkCancelDrain}`)
       for (let run = 1; run <= runs; run++) {
-        // paced as shipped (rest as long as each batch took), and unpaced; each first in every other run
-        for (const pace of run % 2 === 1 ? [1, 0] : [0, 1]) {
+        // paced as shipped (rest as long as each batch took), unpaced, and resting three times as long
+        for (const pace of run % 2 === 1 ? [1, 0, 3] : [3, 0, 1]) {
           const r = await attempt(`bulk-cancel pace ${pace} run ${run}`, () =>
             W.bulkCancelWhileDraining(cluster, Pgfiber.subject, run, { cancel: sizes.bulkCancel, drainJobs: sizes.bulkCancelDrain, aloneMs: sizes.bulkCancelAloneMs, pace }))
           if (!("error" in r)) {

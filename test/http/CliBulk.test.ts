@@ -39,6 +39,10 @@ describe("pgfiber jobs cancel|retry|run-now|priority by filter", () => {
         const left = yield* query<{ stage: string; n: number }>(schema,
           "select stage, count(*)::int as n from jobs group by stage order by stage")
         expect(left).toEqual([{ stage: "other.work", n: 5 }, { stage: "probe.work", n: 10 }])
+        // one job by id, as before
+        const [one] = yield* query<{ id: string }>(schema, "select id::text from jobs where stage = 'other.work' order by id limit 1")
+        const single = yield* pgfiber(schema, ["jobs", "cancel", one!.id])
+        expect([single.code, single.stdout]).toEqual([0, "cancelled\n"])
         const recorded = yield* query<{ action: string; actor: string; matched: number; affected: number; filter: unknown }>(schema,
           "select action, actor, matched, affected, filter from job_actions")
         expect(recorded).toEqual([{ action: "cancel", actor: "cli", matched: 30, affected: 30, filter: { stage: "probe.work", payload: { customer: 42 } } }])
