@@ -607,8 +607,8 @@ export const make = (options: QueueOptions = {}) =>
           const [counted] = yield* db.run((sql) => BulkSql.countApplicable(sql, filter, action))
           let affected = 0
           let cancelling = 0
-          // two passes by id: the second takes rows the first skipped while a claim or a settle held them
-          for (let pass = 0; pass < 2; pass++) {
+          // by id, once; again only when it changed fewer than it counted: the rows a claim or a settle held as it passed
+          for (let pass = 0; pass < 2 && (pass === 0 || affected < (counted?.n ?? 0)); pass++) {
             let after = "0"
             while (true) {
               const [[row], took] = yield* Effect.timed(db.runWithSettings(BulkSql.batchPlan, (sql) =>
