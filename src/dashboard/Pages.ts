@@ -5,6 +5,7 @@
  */
 import type * as Queue from "../queue/Queue.js"
 import type * as BrowseSql from "../queue/BrowseSql.js"
+import * as Bulk from "../queue/Bulk.js"
 import type * as Schedules from "../queue/Schedules.js"
 import type * as StagePool from "../runtime/StagePool.js"
 import { html, jsonData, type Html, type Value } from "./Html.js"
@@ -147,8 +148,8 @@ const jobTable = (base: string, rows: ReadonlyArray<BrowseSql.BrowseRow>) => htm
 <table class="jobs"><thead><tr><th>id</th><th>stage</th><th>status</th><th>org</th><th>subject</th><th class="num">attempts</th><th>created</th><th>last error</th></tr></thead>
 <tbody>${jobRows(base, rows)}</tbody></table>`
 
-/** The live states a bulk action's filter can name (Bulk.filterStatuses); the others are finished jobs. */
-const bulkStatuses: ReadonlyArray<string> = ["", "queued", "delayed", "running"]
+/** The list's states a bulk action's filter can name (any, or a live one); the others are finished jobs. */
+const bulkStatuses: ReadonlyArray<string> = ["", ...Bulk.filterStatuses]
 
 /**
  * "Select all matching": the list's filter, carried to a bulk action on every live job it matches (not only the

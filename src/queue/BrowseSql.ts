@@ -6,6 +6,7 @@
  * security) or, for an operator, as the owner. Locking: none; plain reads.
  */
 import type { Sql } from "../layers/Db.js"
+import { containsPattern } from "./Bulk.js"
 
 export interface BrowseFilter {
   readonly stage: string | null
@@ -24,9 +25,7 @@ export interface BrowseFilter {
   readonly error?: string | null
 }
 
-/** `%`, `_` and `\` taken literally in an ILIKE pattern. */
-const likePattern = (text: string | null | undefined) =>
-  text === null || text === undefined ? null : `%${text.replace(/[\\%_]/g, (c) => `\\${c}`)}%`
+
 
 export interface BrowseRow {
   readonly id: string
@@ -45,7 +44,7 @@ export interface BrowseRow {
 
 export const browseJobs = (sql: Sql, f: BrowseFilter, limit: number) => {
   const payload = f.payload ?? null
-  const error = likePattern(f.error)
+  const error = f.error === null || f.error === undefined ? null : containsPattern(f.error)
   return sql<Array<BrowseRow>>`
     select * from (
       select id::text as id, stage, org_id, subject_id,

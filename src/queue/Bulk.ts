@@ -211,6 +211,9 @@ export const filterRecord = (filter: JobFilter): Record<string, unknown> =>
     }).filter(([, v]) => v !== undefined)
   )
 
+/** An ILIKE pattern matching `text` anywhere, its `%`, `_` and `\` taken literally (the error search). */
+export const containsPattern = (text: string): string => `%${text.replace(/[\\%_]/g, (c) => `\\${c}`)}%`
+
 /** PostgreSQL's `jsonb @>` on plain JSON values: objects by key, arrays by "each wanted element is in it". */
 export const jsonContains = (have: unknown, want: unknown): boolean => {
   if (want === null || typeof want !== "object") return have === want

@@ -8,14 +8,11 @@
  */
 import { Duration } from "effect"
 import type { Sql } from "../layers/Db.js"
-import type { BulkAction, JobFilter } from "./Bulk.js"
+import { type BulkAction, containsPattern, type JobFilter } from "./Bulk.js"
 import { channel } from "./JobsSql.js"
 
 // JSON goes in as text cast to jsonb: a parameter the server types as jsonb is JSON.stringify'd again by porsager
 // (a string would become a JSON string)
-
-/** `%`, `_` and `\` taken literally in an ILIKE pattern. */
-const likeLiteral = (text: string) => text.replace(/[\\%_]/g, (c) => `\\${c}`)
 
 type Fragment = ReturnType<Sql>
 
@@ -33,7 +30,7 @@ export const filterConditions = (sql: Sql, f: JobFilter): ReadonlyArray<Fragment
   if (f.org !== undefined) c.push(sql`j.org_id = ${f.org}`)
   if (f.subject !== undefined) c.push(sql`j.subject_id = ${f.subject}`)
   if (f.payload !== undefined) c.push(sql`j.payload @> ${JSON.stringify(f.payload)}::text::jsonb`)
-  if (f.error !== undefined) c.push(sql`j.last_error ilike ${`%${likeLiteral(f.error)}%`}`)
+  if (f.error !== undefined) c.push(sql`j.last_error ilike ${containsPattern(f.error)}`)
   if (f.olderThan !== undefined) c.push(sql`j.created_at < now() - ${Duration.toMillis(f.olderThan)}::float8 * interval '1 millisecond'`)
   if (f.newerThan !== undefined) c.push(sql`j.created_at >= now() - ${Duration.toMillis(f.newerThan)}::float8 * interval '1 millisecond'`)
   return c
