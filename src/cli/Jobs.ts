@@ -1,5 +1,5 @@
 /**
- * Operator commands on the queue: `enqueue`, `jobs list|history|show|cancel|retry|run-now|priority`, `dlq list|show|retry|resolve|purge`,
+ * Operator commands on the queue: `enqueue`, `jobs list|history|show|cancel|retry|run-now|priority|actions`, `dlq list|show|retry|resolve|purge`,
  * `stats`, `stages list|pause|resume|purge`. They act as the service's own role (every org), print results on stdout and logs on stderr.
  */
 import { Args, Command, Options } from "@effect/cli"
@@ -320,9 +320,41 @@ const jobsPriority = Command.make(
   }
 ).pipe(Command.withDescription("Give queued jobs a new priority (a preview count unless --yes)"))
 
+const jobsActions = Command.make("actions", { limit: limitOption, json: jsonFlag }, ({ json, limit }) =>
+  operator(() =>
+    Effect.gen(function*() {
+      const queue = yield* Queue.Queue
+      const actions = yield* queue.bulk.actions({ limit })
+      yield* Output.items(
+        json,
+        actions,
+        [
+          { header: "ID", align: "right" },
+          { header: "ACTION" },
+          { header: "MATCHED", align: "right" },
+          { header: "CHANGED", align: "right" },
+          { header: "BY" },
+          { header: "ORG" },
+          { header: "FINISHED" },
+          { header: "FILTER" }
+        ],
+        (a) => [
+          a.id,
+          a.action === "priority" ? `priority ${a.priority}` : a.action,
+          String(a.matched),
+          String(a.affected),
+          a.actor,
+          a.orgId ?? "",
+          a.finishedAt.toISOString().replace(/\.\d+Z$/, "Z"),
+          Output.truncate(JSON.stringify(a.filter))
+        ]
+      )
+    })
+  )).pipe(Command.withDescription("The bulk actions done (cancel, retry, run-now, priority by filter), newest first: who, what, how many"))
+
 export const jobs = Command.make("jobs").pipe(
   Command.withDescription("Inspect and cancel jobs; cancel, retry, run now or reprioritise them by filter"),
-  Command.withSubcommands([jobsList, jobsHistory, jobsShow, jobsCancel, jobsRetry, jobsRunNow, jobsPriority])
+  Command.withSubcommands([jobsList, jobsHistory, jobsShow, jobsCancel, jobsRetry, jobsRunNow, jobsPriority, jobsActions])
 )
 
 // ---------------------------------------------------------------------------------------------

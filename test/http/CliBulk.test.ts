@@ -46,6 +46,9 @@ describe("pgfiber jobs cancel|retry|run-now|priority by filter", () => {
         const recorded = yield* query<{ action: string; actor: string; matched: number; affected: number; filter: unknown }>(schema,
           "select action, actor, matched, affected, filter from job_actions")
         expect(recorded).toEqual([{ action: "cancel", actor: "cli", matched: 30, affected: 30, filter: { stage: "probe.work", payload: { customer: 42 } } }])
+        const listed = yield* pgfiber(schema, ["jobs", "actions"])
+        expect(listed.stdout.split("\n")[0]).toMatch(/^ID\s+ACTION\s+MATCHED\s+CHANGED\s+BY\s+ORG\s+FINISHED\s+FILTER$/)
+        expect(listed.stdout.split("\n")[1]).toMatch(/^\s*\d+\s+cancel\s+30\s+30\s+cli\s+\S+Z\s+\{"stage":"probe\.work"/)
       }))
 
     it.effect("run-now and priority act on delayed and queued jobs; bad filters exit 2 with the reason", () =>
