@@ -558,6 +558,23 @@ describe("the dashboard in a real browser", () => {
     // the list it returns to shows them cancelled, from the kept history
     expect(await page.locator("table.jobs tbody tr[data-job] .badge").first().textContent()).toBe("cancelled")
     await context.close()
+
+    // an operator's filter reaches every org unless it names one: here globex's 30, given priority 5
+    const admin = await newPage()
+    await signIn(admin.page, keys.admin)
+    await admin.page.goto(`${base}/dashboard/jobs?stage=notes&org=globex&payload=${encodeURIComponent(JSON.stringify(campaign))}`)
+    await admin.page.selectOption("#bulk-action", "priority")
+    await admin.page.fill("form#bulk input[name=priority]", "5")
+    await admin.page.click("#bulk-select-all")
+    await admin.page.waitForSelector("#confirm")
+    expect(await admin.page.locator("#question").textContent()).toContain("Set priority 5 on 30 live job(s) matching stage notes, org globex")
+    await admin.page.click("#confirm")
+    await expect.poll(() => admin.page.locator("[role=status]").textContent(), { timeout: 60_000 }).toContain("30 job(s) given priority 5")
+    const reprioritised = await run(Effect.flatMap(Queue.Queue, (q) => q.list({ stage: "notes", payload: campaign, limit: 1000 })))
+    expect(reprioritised.filter((j) => j.orgId === "globex").map((j) => j.priority)).toEqual(Array(30).fill(5))
+    const [recorded] = await run(Effect.flatMap(Queue.Queue, (q) => q.bulk.actions({ limit: 1 })))
+    expect(recorded).toMatchObject({ action: "priority", priority: 5, matched: 30, affected: 30, actor: expect.stringMatching(/^dashboard \(key \d+\)$/) })
+    await admin.context.close()
   })
 
   it("had no console error, page error or dialog on any page; every closed page's live stream has ended", async () => {
