@@ -31,7 +31,7 @@ begin
 end
 $$;
 
--- Who did what to which jobs, by filter: one row per bulk action (cancel, retry, run-now, priority) with its
+-- Who did what to which jobs, by filter: one row per bulk action, written as it starts and finished as it ends (cancel, retry, run-now, priority) with its
 -- filter, how many jobs matched and were changed, and the actor (an API key's id, "cli", a dashboard viewer).
 -- Cancelled jobs also go to the history (jobs_archive) as a single cancel puts them.
 create table {{schema}}.job_actions (
@@ -43,15 +43,18 @@ create table {{schema}}.job_actions (
   -- the org the action was scoped to (a tenant's key: always its own); null: an operator's, every org
   org_id      text,
   actor       text        not null,
+  -- jobs the action applied to when it started, and how many it changed
   matched     integer     not null,
   affected    integer     not null,
-  started_at  timestamptz not null,
-  finished_at timestamptz not null default now()
+  started_at  timestamptz not null default now(),
+  -- null while it runs; `interrupted`: it ended before its last batch (its changes so far stay)
+  finished_at timestamptz,
+  interrupted boolean     not null default false
 );
 create index job_actions_org on {{schema}}.job_actions (org_id, id) where org_id is not null;
 
 -- a tenant records and reads its own org's actions only
-grant select, insert on {{schema}}.job_actions to pgfiber_tenant;
+grant select, insert, update on {{schema}}.job_actions to pgfiber_tenant;
 alter table {{schema}}.job_actions enable row level security;
 create policy job_actions_by_org on {{schema}}.job_actions to pgfiber_tenant
   using (org_id = current_setting('pgfiber.org_id', true))

@@ -345,7 +345,7 @@ const jobsActions = Command.make("actions", { limit: limitOption, json: jsonFlag
           String(a.affected),
           a.actor,
           a.orgId ?? "",
-          a.finishedAt.toISOString().replace(/\.\d+Z$/, "Z"),
+          a.finishedAt === null ? "running" : `${a.finishedAt.toISOString().replace(/\.\d+Z$/, "Z")}${a.interrupted ? " (interrupted)" : ""}`,
           Output.truncate(JSON.stringify(a.filter))
         ]
       )

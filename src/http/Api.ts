@@ -281,8 +281,11 @@ export const ActionView = Schema.Struct({
   actor: Schema.String,
   matched: Schema.Number,
   affected: Schema.Number,
+  /** It ended before its last batch; `affected` is what it changed. */
+  interrupted: Schema.Boolean,
   startedAt: Schema.Date,
-  finishedAt: Schema.Date
+  /** Null while it runs. */
+  finishedAt: Schema.NullOr(Schema.Date)
 })
 
 export class JobsApi extends HttpApiGroup.make("jobs")

@@ -80,8 +80,11 @@ export interface ActionRecord {
   readonly actor: string
   readonly matched: number
   readonly affected: number
+  /** It ended before its last batch (a client gone, the database lost): `affected` is what it changed. */
+  readonly interrupted: boolean
   readonly startedAt: Date
-  readonly finishedAt: Date
+  /** Null while it runs. */
+  readonly finishedAt: Date | null
 }
 
 export const defaultBatch = 1000

@@ -137,20 +137,24 @@ export const updateBatch = (sql: Sql, schema: string, f: JobFilter, a: BulkActio
     select (select max(id)::text from picked) as last, (select count(*) from changed)::int as changed, 0 as marked,
            '[]'::json as removed, (select count(*) from woken) as woken`
 
-/** Records a finished action. Locking: a new row. */
+/** Records an action as it starts (nothing changed yet). Locking: a new row. */
 export const insertAction = (
   sql: Sql,
-  r: { action: string; filter: string; priority: number | null; orgId: string | null; actor: string; matched: number; affected: number; startedAt: Date }
+  r: { action: string; filter: string; priority: number | null; orgId: string | null; actor: string; matched: number }
 ) =>
   sql<Array<{ id: string }>>`
-    insert into job_actions (action, filter, priority, org_id, actor, matched, affected, started_at)
-    values (${r.action}, ${r.filter}::text::jsonb, ${r.priority}, ${r.orgId}, ${r.actor}, ${r.matched}, ${r.affected}, ${r.startedAt})
+    insert into job_actions (action, filter, priority, org_id, actor, matched, affected)
+    values (${r.action}, ${r.filter}::text::jsonb, ${r.priority}, ${r.orgId}, ${r.actor}, ${r.matched}, 0)
     returning id::text as id`
+
+/** Records how many jobs the action changed, and that it ended (cut short, or not). Locking: that row. */
+export const finishAction = (sql: Sql, id: string, affected: number, interrupted: boolean) =>
+  sql`update job_actions set affected = ${affected}, interrupted = ${interrupted}, finished_at = now() where id = ${id}::bigint`
 
 /** Recorded actions, newest first (a tenant's own under RLS). Locking: none. */
 export const listActions = (sql: Sql, limit: number) =>
   sql<Array<Record<string, unknown>>>`
-    select id::text as id, action, filter, priority, org_id, actor, matched, affected, started_at, finished_at
+    select id::text as id, action, filter, priority, org_id, actor, matched, affected, interrupted, started_at, finished_at
     from job_actions order by id desc limit ${limit}`
 
 /**

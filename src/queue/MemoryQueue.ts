@@ -719,6 +719,7 @@ export const make = (options: QueueOptions = {}) =>
             actor: o.actor,
             matched: targets.length,
             affected: targets.length,
+            interrupted: false,
             startedAt: new Date(now),
             finishedAt: new Date(now)
           }

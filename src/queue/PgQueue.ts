@@ -599,35 +599,15 @@ export const make = (options: QueueOptions = {}) =>
         ),
       apply: (filter: Bulk.JobFilter, action: Bulk.BulkAction, o: Bulk.BulkOptions) =>
         Effect.gen(function*() {
-          const startedAt = new Date()
           const batch = Math.max(1, Math.min(o.batch ?? Bulk.defaultBatch, 10_000))
           const pace = Math.max(0, Math.min(o.pace ?? Bulk.defaultPace, 100))
           const [top] = yield* db.run((sql) => BulkSql.maxJobId(sql))
           const maxId = top?.id ?? "0"
           const [counted] = yield* db.run((sql) => BulkSql.countApplicable(sql, filter, action))
-          let affected = 0
-          let cancelling = 0
-          // by id, once; again only when it changed fewer than it counted: the rows a claim or a settle held as it passed
-          for (let pass = 0; pass < 2 && (pass === 0 || affected < (counted?.n ?? 0)); pass++) {
-            let after = "0"
-            while (true) {
-              const [[row], took] = yield* Effect.timed(db.runWithSettings(BulkSql.batchPlan, (sql) =>
-                action.kind === "cancel"
-                  ? BulkSql.cancelBatch(sql, filter, after, maxId, batch, retention)
-                  : BulkSql.updateBatch(sql, db.schema, filter, action, after, maxId, batch)
-              )).pipe(Effect.map(([d, rows]) => [rows, d] as const))
-              if (row === undefined || row.last === null) break
-              if (pace > 0) yield* Effect.sleep(Duration.times(took, pace))
-              affected += row.changed
-              cancelling += row.marked
-              if (row.removed.length > 0 && events.active()) {
-                const at = new Date()
-                events.publish(row.removed.map(([jobId, stage, orgId]) => ({ _tag: "Cancelled" as const, jobId, stage, orgId, attempt: 0, at })))
-              }
-              after = row.last
-            }
-          }
+          const matched = counted?.n ?? 0
           const org = yield* Db.currentOrgId
+          // recorded before the first batch, finished after the last: an action cut short (a client gone, the
+          // database lost) stays in the record with what it changed, marked interrupted
           const [recorded] = yield* db.run((sql) =>
             BulkSql.insertAction(sql, {
               action: action.kind,
@@ -635,12 +615,42 @@ export const make = (options: QueueOptions = {}) =>
               priority: action.kind === "priority" ? action.priority : null,
               orgId: org._tag === "Some" ? org.value : filter.org ?? null,
               actor: o.actor,
-              matched: counted?.n ?? 0,
-              affected,
-              startedAt
+              matched
             })
           )
-          return { matched: counted?.n ?? 0, affected, cancelling, actionId: recorded!.id }
+          const actionId = recorded!.id
+          let affected = 0
+          let cancelling = 0
+          const batches = Effect.gen(function*() {
+            // by id, once; again only when it changed fewer than it counted: the rows a claim or a settle held as it passed
+            for (let pass = 0; pass < 2 && (pass === 0 || affected < matched); pass++) {
+              let after = "0"
+              while (true) {
+                const [[row], took] = yield* Effect.timed(db.runWithSettings(BulkSql.batchPlan, (sql) =>
+                  action.kind === "cancel"
+                    ? BulkSql.cancelBatch(sql, filter, after, maxId, batch, retention)
+                    : BulkSql.updateBatch(sql, db.schema, filter, action, after, maxId, batch)
+                )).pipe(Effect.map(([d, rows]) => [rows, d] as const))
+                if (row === undefined || row.last === null) break
+                affected += row.changed
+                cancelling += row.marked
+                if (row.removed.length > 0 && events.active()) {
+                  const at = new Date()
+                  events.publish(row.removed.map(([jobId, stage, orgId]) => ({ _tag: "Cancelled" as const, jobId, stage, orgId, attempt: 0, at })))
+                }
+                after = row.last
+                if (pace > 0) yield* Effect.sleep(Duration.times(took, pace))
+              }
+            }
+          })
+          yield* batches.pipe(
+            Effect.onExit((exit) =>
+              db.run((sql) => BulkSql.finishAction(sql, actionId, affected, !Exit.isSuccess(exit))).pipe(
+                Effect.catchAll((e) => Effect.logWarning("bulk action: its record could not be finished", e.message))
+              )
+            )
+          )
+          return { matched, affected, cancelling, actionId }
         }).pipe(Effect.withSpan("Queue.bulk.apply", { attributes: { action: action.kind } })),
       actions: (o: { readonly limit?: number | undefined } = {}) =>
         db.run((sql) => BulkSql.listActions(sql, clampLimit(o.limit, 100))).pipe(
@@ -654,8 +664,9 @@ export const make = (options: QueueOptions = {}) =>
               actor: String(r.actor),
               matched: Number(r.matched),
               affected: Number(r.affected),
+              interrupted: r.interrupted === true,
               startedAt: date(r.started_at),
-              finishedAt: date(r.finished_at)
+              finishedAt: r.finished_at ? date(r.finished_at) : null
             }))
           )
         )
