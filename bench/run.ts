@@ -63,7 +63,7 @@ const sizes = {
   archivedToPrune: quick ? 50_000 : 1_000_000,
   /** Queued jobs of another stage bulk-cancelled by a payload filter (among as many that do not match) while a worker drains. */
   bulkCancel: quick ? 20_000 : 100_000,
-  bulkCancelDrain: quick ? 200_000 : 400_000,
+  bulkCancelDrain: quick ? 300_000 : 600_000,
   bulkCancelAloneMs: 5_000,
   /** The backlog the search is timed at. */
   searchQueued: quick ? 100_000 : 1_000_000

@@ -873,7 +873,7 @@ export interface BulkCancelResult {
 /**
  * A worker drains the bench stage (`drainJobs` queued) while `cancel` queued jobs of another stage, chosen by a
  * payload filter among twice as many, are bulk-cancelled (Queue.bulk.apply: batches of 1,000, SKIP LOCKED) on
- * their own connection. The drain's rate is measured over `aloneMs` before the cancel, then over the cancel.
+ * their own connection. The drain's rate is measured over the cancel, and over `aloneMs` before it and after it.
  */
 export const bulkCancelWhileDraining = async (
   cluster: Cluster, subject: Subject, run: number, options: { cancel: number; drainJobs: number; aloneMs: number; pace: number }
@@ -908,10 +908,18 @@ export const bulkCancelWhileDraining = async (
       const duringEnd = await remaining()
       const cancelMs = msSince(c0)
       if (duringEnd === 0) throw new Error(`the drain finished before the bulk cancel did (${Math.round(cancelMs)} ms, ${result.affected} cancelled, ${duringStart} left at its start): give it more jobs`)
+      // alone again, after: "alone" is the mean of the windows either side, so a drift in the machine's load during
+      // the measurement does not land on one side only
+      const b0 = nowNs()
+      const afterStart = await remaining()
+      await sleep(options.aloneMs)
+      const afterEnd = await remaining()
+      const afterMs = msSince(b0)
+      if (afterEnd === 0) throw new Error("the drain finished before the window after the cancel did: give it more jobs")
       const [longest] = await cluster.admin<Array<{ max_ms: number; mean_ms: number }>>`
         select coalesce(max(max_exec_time), 0)::float8 as max_ms, coalesce(max(mean_exec_time), 0)::float8 as mean_ms
         from pg_stat_statements where query like '%with picked as%'`
-      const drainAlonePerSec = (aloneStart - aloneEnd) / (aloneMs / 1000)
+      const drainAlonePerSec = ((aloneStart - aloneEnd) / (aloneMs / 1000) + (afterStart - afterEnd) / (afterMs / 1000)) / 2
       const drainDuringPerSec = (duringStart - duringEnd) / (cancelMs / 1000)
       return {
         pace: options.pace,
