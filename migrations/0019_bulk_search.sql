@@ -4,7 +4,9 @@
 -- containment too): jsonb_path_ops keeps one hash per path-and-value, smaller and faster for @> than the default
 -- opclass, and its pending list (fastupdate, the default) keeps an insert's cost to an append. Its cost on
 -- enqueue and a search's time at a 1M-job backlog are in docs/benchmarks.md.
-create index jobs_payload on {{schema}}.jobs using gin (payload jsonb_path_ops);
+-- Built inside this migration's transaction, `jobs` takes no writes while it builds (docs/operations.md, Migrations on
+-- deploy); `if not exists`, so an operator may build it beforehand with `create index concurrently`.
+create index if not exists jobs_payload on {{schema}}.jobs using gin (payload jsonb_path_ops);
 
 -- Error-text search (a substring of `last_error`, case-insensitive) uses a trigram index when pg_trgm can be had:
 -- already installed, or installable by this role (it is a trusted extension since PostgreSQL 13). Only rows with
@@ -26,7 +28,7 @@ begin
     end;
   end if;
   if ext_schema is not null then
-    execute format('create index jobs_last_error on {{schema}}.jobs using gin (last_error %I.gin_trgm_ops) where last_error is not null', ext_schema);
+    execute format('create index if not exists jobs_last_error on {{schema}}.jobs using gin (last_error %I.gin_trgm_ops) where last_error is not null', ext_schema);
   end if;
 end
 $$;
