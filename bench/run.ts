@@ -4,6 +4,7 @@
  *
  * Flags: --runs N (3) · --quick (1 run, small sizes: a smoke test) · --render
  *        --only bulk,steady,latency,idle,backlog,history,fairness,raw,dashboards
+ *               (opt-in, not in the default set: bulk-cancel, search: pgfiber's bulk actions and search, docs/benchmarks.md)
  *        --handlers async,io,sync (the bulk drain's handlers) · --rates 100,300 (the steady workload's jobs/s)
  *        --subjects pgfiber,pgfiber-noretain,graphile,graphile-batched,pgboss
  *        --profile (CPU-profile pgfiber's worker in its first bulk drain with each handler, and at the highest steady rate)
@@ -59,7 +60,13 @@ const sizes = {
   dashboardWindowMs: quick ? 10_000 : 30_000,
   dashboardViewers: 20,
   /** Expired finished jobs pruned while a worker drains `bulkJobs` (kept history). */
-  archivedToPrune: quick ? 50_000 : 1_000_000
+  archivedToPrune: quick ? 50_000 : 1_000_000,
+  /** Queued jobs of another stage bulk-cancelled by a payload filter (among as many that do not match) while a worker drains. */
+  bulkCancel: quick ? 20_000 : 100_000,
+  bulkCancelDrain: quick ? 300_000 : 600_000,
+  bulkCancelAloneMs: 5_000,
+  /** The backlog the search is timed at. */
+  searchQueued: quick ? 100_000 : 1_000_000
 }
 
 const wanted = option("subjects")?.split(",")
@@ -125,6 +132,7 @@ const main = async () => {
   } = { largeOn: [], largeOff: [], prune: [] }
   const raw: Array<W.RawResult | { error: string }> = []
   const dashboards: Array<Dashboards.DashboardsResult | { error: string }> = []
+  const bulkActions: { cancel: Array<W.BulkCancelResult | { error: string }>; search: Array<W.SearchResult | { error: string }> } = { cancel: [], search: [] }
   const push = <T>(into: Runs<T>, key: string, value: T | { error: string }) => (into[key] ??= []).push(value)
   const rawRound = async (run: number) => {
     const r = await attempt(`raw SQL ceiling run ${run} (${sizes.rawJobs} jobs, pgfiber's statements without the runtime)`, () =>
@@ -264,6 +272,31 @@ const main = async () => {
         fairness.push(r)
       }
     }
+    if (only.has("bulk-cancel") && subjects.some((s) => s.key === "pgfiber")) {
+      log(`== bulk-cancel: ${sizes.bulkCancel} queued jobs of another stage cancelled by a payload filter while a worker drains ${sizes.bulkCancelDrain}`)
+      for (let run = 1; run <= runs; run++) {
+        // paced as shipped (rest as long as each batch took), unpaced, and resting three times as long
+        for (const pace of run % 2 === 1 ? [1, 0, 3] : [3, 0, 1]) {
+          const r = await attempt(`bulk-cancel pace ${pace} run ${run}`, () =>
+            W.bulkCancelWhileDraining(cluster, Pgfiber.subject, run, { cancel: sizes.bulkCancel, drainJobs: sizes.bulkCancelDrain, aloneMs: sizes.bulkCancelAloneMs, pace }))
+          if (!("error" in r)) {
+            log(`    pace ${pace}: cancelled ${r.cancelled} in ${(r.cancelMs / 1000).toFixed(1)} s (batch mean ${Math.round(r.meanBatchMs)} ms, longest ${Math.round(r.longestBatchMs)} ms); ` +
+              `drain ${Math.round(r.drainAlonePerSec)} jobs/s alone, ${Math.round(r.drainDuringPerSec)} during (${(r.ratio * 100).toFixed(0)} %)`)
+          }
+          bulkActions.cancel.push(r)
+        }
+      }
+    }
+    if (only.has("search")) {
+      log(`== search: payload and error search at a backlog of ${sizes.searchQueued}`)
+      const r = await attempt("search", () => W.searchAtBacklog(cluster, sizes.searchQueued))
+      if (!("error" in r)) {
+        log(`    trigram index on last_error: ${r.trigram ? "yes" : "no (pg_trgm unavailable)"}`)
+        for (const c of r.searches) log(`    ${c.what}: ${c.medianMs.toFixed(1)} ms, ${c.rows} row(s); ${c.plan}`)
+        log(`    enqueue (50 × 1,000 into the backlog): ${Math.round(r.enqueueWithIndexPerSec)} jobs/s with the payload index, ${Math.round(r.enqueueWithoutIndexPerSec)} without`)
+      }
+      bulkActions.search.push(r)
+    }
     if (only.has("dashboards")) {
       log(`== dashboards: statements of an idle database with 0, 1 and ${sizes.dashboardViewers} open live dashboards, ${sizes.dashboardWindowMs / 1000} s each`)
       for (let run = 1; run <= runs; run++) {
@@ -306,7 +339,8 @@ const main = async () => {
     backlog,
     history,
     raw,
-    dashboards
+    dashboards,
+    bulkActions
   }
   Fs.mkdirSync(outDir, { recursive: true })
   const markdown = render(results)

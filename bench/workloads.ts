@@ -9,8 +9,12 @@ import { Effect, Redacted } from "effect"
 import * as Db from "../src/layers/Db.js"
 import * as Migrations from "../src/queue/Migrations.js"
 import * as JobsSql from "../src/queue/JobsSql.js"
+import * as BrowseSql from "../src/queue/BrowseSql.js"
+import * as BulkSql from "../src/queue/BulkSql.js"
+import * as PgQueue from "../src/queue/PgQueue.js"
+import type * as Queue from "../src/queue/Queue.js"
 import {
-  type Cluster, connect, cpuMsOf, log, msSince, nowNs, openConnections, percentile, resetStatements, rssOf, serverCpuMsOf, sleep,
+  type Cluster, connect, cpuMsOf, log, median, msSince, nowNs, openConnections, percentile, resetStatements, rssOf, serverCpuMsOf, sleep,
   claimedAt, compileWorker, spawnWorker, statementCount, statementsByQuery, tallyStatements, type WorkerChild
 } from "./lib.js"
 import type { HandlerKind, Subject, WorkerConfig } from "./subjects/types.js"
@@ -816,6 +820,229 @@ export const raw = async (cluster: Cluster, run: number, options: { jobs: number
     await enqueue()
     const batched100PerSec = await drain(2, 100)
     return { enqueuePerSec, unbatchedPerSec, batched10PerSec, batched100PerSec }
+  } finally {
+    await sql.end({ timeout: 5 })
+    await cluster.dropDatabase(name)
+  }
+}
+
+// ---- bulk actions and search (pgfiber) ------------------------------------------------------------------------
+
+/** Runs `f` with a PgQueue on its own small pool (what `pgfiber jobs cancel … --yes` runs). */
+const withQueue = <A>(url: string, f: (q: Queue.Queue["Type"]) => Effect.Effect<A, unknown>) =>
+  Effect.runPromise(
+    Effect.scoped(
+      Effect.gen(function*() {
+        const db = yield* Db.make({ url: Redacted.make(url), schema: pgfiberSchema, poolMax: 2 })
+        const q = yield* PgQueue.make().pipe(Effect.provideService(Db.Db, db))
+        return yield* f(q)
+      })
+    )
+  )
+
+/** Jobs of another stage that nobody runs, `campaign` 1 on `matching` of them: the bulk action's targets. */
+const fillCampaign = async (url: string, stage: string, matching: number, others: number) => {
+  const sql = connect(url, { max: 1, schema: pgfiberSchema })
+  try {
+    for (const [n, campaign] of [[matching, 1], [others, 2]] as const) {
+      for (let done = 0; done < n; done += 100_000) {
+        await sql`insert into jobs (stage, org_id, payload)
+                  select ${stage}, 'org-' || (g % 100), jsonb_build_object('campaign', ${campaign}::int, 'seq', g)
+                  from generate_series(1, ${Math.min(100_000, n - done)}::int) g`
+      }
+    }
+  } finally {
+    await sql.end({ timeout: 5 })
+  }
+}
+
+export interface BulkCancelResult {
+  /** Rest after each batch, × the batch's time (Bulk.BulkOptions.pace). */
+  readonly pace: number
+  readonly cancelled: number
+  readonly cancelMs: number
+  /** The longest and the mean batch statement (1,000 rows), from pg_stat_statements. */
+  readonly longestBatchMs: number
+  readonly meanBatchMs: number
+  readonly drainAlonePerSec: number
+  readonly drainDuringPerSec: number
+  /** During ÷ alone. */
+  readonly ratio: number
+}
+
+/**
+ * A worker drains the bench stage (`drainJobs` queued) while `cancel` queued jobs of another stage, chosen by a
+ * payload filter among twice as many, are bulk-cancelled (Queue.bulk.apply: batches of 1,000, SKIP LOCKED) on
+ * their own connection. The drain's rate is measured over the cancel, and over `aloneMs` before it and after it.
+ */
+export const bulkCancelWhileDraining = async (
+  cluster: Cluster, subject: Subject, run: number, options: { cancel: number; drainJobs: number; aloneMs: number; pace: number }
+): Promise<BulkCancelResult> => {
+  const name = dbName(`bulkcancel_p${options.pace}`, subject.key, run)
+  const url = await cluster.createDatabase(name)
+  const sql = connect(url, { max: 2, schema: pgfiberSchema })
+  const stage = "bench_campaign"
+  const remaining = async () =>
+    Number((await sql<Array<{ n: string }>>`select count(*)::text as n from jobs where stage = ${queueName}`)[0]!.n)
+  try {
+    await migratePgfiber(url)
+    await fillCampaign(url, stage, options.cancel, options.cancel)
+    await fillJobs(url, options.drainJobs)
+    await sql`vacuum analyze jobs`
+    await cluster.admin`checkpoint`
+    const worker = startWorker(subject, url, "bulk", options.drainJobs)
+    try {
+      await requireMessage(worker, "starting", 30_000)
+      // past start-up: the first completions are in
+      while ((await remaining()) > options.drainJobs - 1000) await sleep(20)
+      const a0 = nowNs()
+      const aloneStart = await remaining()
+      await sleep(options.aloneMs)
+      const aloneEnd = await remaining()
+      const aloneMs = msSince(a0)
+      await resetStatements(cluster.admin)
+      const c0 = nowNs()
+      const duringStart = await remaining()
+      const result = await withQueue(url, (q) =>
+        q.bulk.apply({ stage, payload: { campaign: 1 } }, { kind: "cancel" }, { actor: "bench", pace: options.pace }))
+      const duringEnd = await remaining()
+      const cancelMs = msSince(c0)
+      if (duringEnd === 0) throw new Error(`the drain finished before the bulk cancel did (${Math.round(cancelMs)} ms, ${result.affected} cancelled, ${duringStart} left at its start): give it more jobs`)
+      // alone again, after: "alone" is the mean of the windows either side, so a drift in the machine's load during
+      // the measurement does not land on one side only
+      const b0 = nowNs()
+      const afterStart = await remaining()
+      await sleep(options.aloneMs)
+      const afterEnd = await remaining()
+      const afterMs = msSince(b0)
+      if (afterEnd === 0) throw new Error("the drain finished before the window after the cancel did: give it more jobs")
+      const [longest] = await cluster.admin<Array<{ max_ms: number; mean_ms: number }>>`
+        select coalesce(max(max_exec_time), 0)::float8 as max_ms, coalesce(max(mean_exec_time), 0)::float8 as mean_ms
+        from pg_stat_statements where query like '%with picked as%'`
+      const drainAlonePerSec = ((aloneStart - aloneEnd) / (aloneMs / 1000) + (afterStart - afterEnd) / (afterMs / 1000)) / 2
+      const drainDuringPerSec = (duringStart - duringEnd) / (cancelMs / 1000)
+      return {
+        pace: options.pace,
+        cancelled: result.affected,
+        cancelMs,
+        longestBatchMs: longest?.max_ms ?? 0,
+        meanBatchMs: longest?.mean_ms ?? 0,
+        drainAlonePerSec,
+        drainDuringPerSec,
+        ratio: drainDuringPerSec / drainAlonePerSec
+      }
+    } finally {
+      await stopWorker(worker)
+    }
+  } finally {
+    await sql.end({ timeout: 5 })
+    await cluster.dropDatabase(name)
+  }
+}
+
+export interface SearchCost {
+  readonly what: string
+  readonly medianMs: number
+  readonly rows: number
+  /** The plan's scan on `jobs`, from EXPLAIN. */
+  readonly plan: string
+}
+
+export interface SearchResult {
+  readonly queued: number
+  readonly trigram: boolean
+  readonly searches: ReadonlyArray<SearchCost>
+  /** Enqueue of 50,000 jobs in batches of 1,000 (JobsSql.insertJobs) into the backlog's table, with and without the payload index (medians of 3, in turns). */
+  readonly enqueueWithIndexPerSec: number
+  readonly enqueueWithoutIndexPerSec: number
+}
+
+/**
+ * The search's cost at a backlog of `queued` jobs (payloads `{customer: seq % 1000, region, seq}`, one in 100
+ * with a last error): the job list's search (100 rows), a bulk action's preview count, and the dashboard's
+ * browse, each the median of 5; and what the payload index costs an enqueue.
+ */
+export const searchAtBacklog = async (cluster: Cluster, queued: number): Promise<SearchResult> => {
+  const name = "bench_search"
+  const url = await cluster.createDatabase(name)
+  const sql = connect(url, { max: 1, schema: pgfiberSchema })
+  try {
+    await migratePgfiber(url)
+    for (let done = 0; done < queued; done += 100_000) {
+      await sql`insert into jobs (stage, org_id, payload, last_error, attempts)
+                select case when g % 10 = 0 then 'bench_other' else ${queueName} end, 'org-' || (g % 100),
+                       jsonb_build_object('customer', g % 1000, 'region', case when g % 2 = 0 then 'eu' else 'us' end, 'seq', ${done}::int + g),
+                       case when g % 100 = 0 then 'upstream timeout after 30 s (attempt ' || (g / 100 % 5) || ')' end,
+                       case when g % 100 = 0 then 1 else 0 end
+                from generate_series(1, ${Math.min(100_000, queued - done)}::int) g`
+    }
+    await sql`vacuum analyze jobs`
+    const trigram = (await sql`select 1 from pg_indexes where indexname = 'jobs_last_error' and schemaname = ${pgfiberSchema}`).length > 0
+    const timed = async (what: string, query: () => Promise<ReadonlyArray<unknown>>, explain: () => Promise<ReadonlyArray<Record<string, string>>>) => {
+      const ms: Array<number> = []
+      let rows = 0
+      for (let i = 0; i < 5; i++) {
+        const t0 = nowNs()
+        rows = (await query()).length
+        ms.push(msSince(t0))
+      }
+      const lines = (await explain()).map((r) => Object.values(r)[0]!)
+      const plan = lines.filter((l) => /Scan|Bitmap/.test(l)).map((l) => l.trim().replace(/\s+\(cost.*$/, "")).join(" / ")
+      return { what, medianMs: median(ms), rows, plan }
+    }
+    const count = (f: Parameters<typeof BulkSql.countApplicable>[1]) => [
+      () => BulkSql.countApplicable(sql, f, { kind: "cancel" }),
+      () => sql`explain ${BulkSql.countApplicable(sql, f, { kind: "cancel" })}`
+    ] as const
+    const list = (f: Parameters<typeof BulkSql.searchJobs>[1]) => [
+      () => BulkSql.searchJobs(sql, f, null, null, 100),
+      () => sql`explain ${BulkSql.searchJobs(sql, f, null, null, 100)}`
+    ] as const
+    const browse = (payload: string | null, error: string | null) => {
+      const f = { stage: null, status: null, org: null, subject: null, since: null, until: null, id: null, before: null, payload, error }
+      return [() => BrowseSql.browseJobs(sql, f, 51), () => sql`explain ${BrowseSql.browseJobs(sql, f, 51)}`] as const
+    }
+    const searches: Array<SearchCost> = []
+    const cases: ReadonlyArray<readonly [string, readonly [() => Promise<ReadonlyArray<unknown>>, () => Promise<ReadonlyArray<Record<string, string>>>]]> = [
+      ["GET /jobs?payload=customer=42 (100 rows of ~1,000)", list({ payload: { customer: 42 } })],
+      ["GET /jobs?stage=bench&payload=customer=42", list({ stage: queueName, payload: { customer: 42 } })],
+      ["GET /jobs?payload=region=eu (100 rows of ~500,000)", list({ payload: { region: "eu" } })],
+      ["GET /jobs?error=timeout (100 rows of ~10,000)", list({ error: "timeout" })],
+      ["GET /jobs?error=attempt 3 (100 rows of ~2,000)", list({ error: "attempt 3" })],
+      ["bulk preview: payload customer=42 (count ~1,000)", count({ payload: { customer: 42 } })],
+      ["bulk preview: stage bench, payload region=eu (count ~450,000)", count({ stage: queueName, payload: { region: "eu" } })],
+      ["bulk preview: error timeout (count ~10,000)", count({ error: "timeout" })],
+      ["dashboard browse: payload customer=42 (51 rows)", browse(JSON.stringify({ customer: 42 }), null)],
+      ["dashboard browse: error attempt 3 (51 rows)", browse(null, "attempt 3")]
+    ]
+    for (const [what, [query, explain]] of cases) searches.push(await timed(what, query, explain))
+
+    // what the payload index costs an enqueue into this table: 50 batches of 1,000, with it, then without it
+    const enqueueRate = async () => {
+      const t0 = nowNs()
+      for (let b = 0; b < 50; b++) {
+        const jobs = Array.from({ length: 1000 }, (_, i) => ({
+          stage: "bench_enqueue", payloadJson: JSON.stringify({ customer: i % 1000, region: "eu", seq: b * 1000 + i }), payload: null,
+          orgId: null, subjectId: null, priority: 50, delayMs: 0, runAt: null, maxAttempts: 5, dedupeKey: null, dedupeMode: "first" as const, timeoutMs: null
+        }))
+        await JobsSql.insertJobs(sql, jobs)
+      }
+      return 50_000 / (msSince(t0) / 1000)
+    }
+    // with and without the index in turns (three each, medians), each from a checkpoint; the index rebuilt between
+    const withIndex: Array<number> = []
+    const withoutIndex: Array<number> = []
+    for (let round = 0; round < 3; round++) {
+      await sql`checkpoint`
+      withIndex.push(await enqueueRate())
+      await sql`drop index jobs_payload`
+      await sql`checkpoint`
+      withoutIndex.push(await enqueueRate())
+      await sql`create index jobs_payload on jobs using gin (payload jsonb_path_ops)`
+    }
+    const enqueueWithIndexPerSec = median(withIndex)
+    const enqueueWithoutIndexPerSec = median(withoutIndex)
+    return { queued, trigram, searches, enqueueWithIndexPerSec, enqueueWithoutIndexPerSec }
   } finally {
     await sql.end({ timeout: 5 })
     await cluster.dropDatabase(name)

@@ -1,11 +1,12 @@
 /**
- * Operator commands on the queue: `enqueue`, `jobs list|history|show|cancel`, `dlq list|show|retry|resolve|purge`,
+ * Operator commands on the queue: `enqueue`, `jobs list|history|show|cancel|retry|run-now|priority|actions`, `dlq list|show|retry|resolve|purge`,
  * `stats`, `stages list|pause|resume|purge`. They act as the service's own role (every org), print results on stdout and logs on stderr.
  */
 import { Args, Command, Options } from "@effect/cli"
 import { Duration, Effect, Option } from "effect"
 import type * as Db from "../layers/Db.js"
 import * as Queue from "../queue/Queue.js"
+import * as Bulk from "../queue/Bulk.js"
 import type * as ApiKeys from "../auth/ApiKeys.js"
 import * as Submit from "../runtime/Submit.js"
 import * as Env from "./Env.js"
@@ -199,7 +200,7 @@ const jobsShow = Command.make("show", { id: idArg("job") }, ({ id }) =>
     })
   )).pipe(Command.withDescription("Print one job as JSON, live or finished (status, output, progress, started/finished times, errors)"))
 
-const jobsCancel = Command.make("cancel", { id: idArg("job") }, ({ id }) =>
+const cancelOne = (id: string) =>
   operator(() =>
     Effect.gen(function*() {
       const queue = yield* Queue.Queue
@@ -208,11 +209,152 @@ const jobsCancel = Command.make("cancel", { id: idArg("job") }, ({ id }) =>
       yield* Effect.logInfo("job cancelled").pipe(Effect.annotateLogs({ jobId: id, outcome }))
       yield* Output.line(outcome)
     })
-  )).pipe(Command.withDescription("Cancel a job: a queued one is removed, a running one stops at its next heartbeat"))
+  )
+
+// ---------------------------------------------------------------------------------------------
+// bulk actions: jobs cancel|retry|run-now|priority by filter (Queue.bulk), a preview unless --yes
+
+const filterOptions = {
+  stage: optionalText("stage", "Only this stage's jobs (any stage with jobs in the database)"),
+  status: Options.choice("status", Bulk.filterStatuses).pipe(
+    Options.optional,
+    Options.withDescription("queued (due now), delayed (queued for later: scheduled or backing off), running")
+  ),
+  org: optionalText("org", "Only this org's jobs"),
+  subject: optionalText("subject", "Only jobs on this subject"),
+  where: optionalText("where", "Payload search: a JSON object the payload contains ('{\"customer\":42}') or key=value[,key=value]"),
+  error: optionalText("error", "Only jobs whose last error contains this text (case-insensitive)"),
+  olderThan: optionalText("older-than", "Only jobs created longer ago than this (30m, 2h, 7d)"),
+  newerThan: optionalText("newer-than", "Only jobs created within this much of now (30m, 2h, 7d)"),
+  yes: Options.boolean("yes").pipe(Options.withDescription("Do it; without --yes only the number of jobs it would change is printed")),
+  json: jsonFlag
+}
+
+type FilterFlags = {
+  readonly [K in "stage" | "org" | "subject" | "where" | "error" | "olderThan" | "newerThan"]: Option.Option<string>
+} & { readonly status: Option.Option<Bulk.FilterStatus> }
+
+const usage = (e: Bulk.InvalidFilter) => new UsageError({ message: e.message })
+
+/** The filter the flags give, or a usage error (exit 2) naming the bad one. */
+const filterFromFlags = (o: FilterFlags) =>
+  Effect.gen(function*() {
+    const age = (field: string, v: Option.Option<string>) =>
+      Option.isSome(v) ? Effect.map(Bulk.parseAge(field, v.value), (d) => d as Duration.Duration | undefined) : Effect.succeed(undefined)
+    const filter: Bulk.JobFilter = {
+      stage: Option.getOrUndefined(o.stage),
+      status: Option.getOrUndefined(o.status),
+      org: Option.getOrUndefined(o.org),
+      subject: Option.getOrUndefined(o.subject),
+      payload: Option.isSome(o.where) ? yield* Bulk.parsePayloadSearch(o.where.value) : undefined,
+      error: Option.getOrUndefined(o.error),
+      olderThan: yield* age("--older-than", o.olderThan),
+      newerThan: yield* age("--newer-than", o.newerThan)
+    }
+    return yield* Bulk.validateFilter(filter)
+  }).pipe(Effect.mapError(usage))
+
+const hasCondition = (f: Bulk.JobFilter) =>
+  [f.stage, f.status, f.org, f.subject, f.payload, f.error, f.olderThan, f.newerThan].some((v) => v !== undefined)
+
+const verbs: Record<Bulk.ActionKind, string> = {
+  cancel: "cancelled",
+  retry: "retried now",
+  "run-now": "made due now",
+  priority: "given the new priority"
+}
+
+/** A bulk action from the CLI: the preview count without --yes, the action with it. */
+const bulkAction = (o: FilterFlags & { readonly yes: boolean; readonly json: boolean }, action: Bulk.BulkAction) =>
+  operator(() =>
+    Effect.gen(function*() {
+      const filter = yield* filterFromFlags(o)
+      if (!hasCondition(filter)) {
+        return yield* new UsageError({ message: "name at least one filter (--stage, --status, --org, --subject, --where, --error, --older-than, --newer-than)" })
+      }
+      yield* Bulk.validateAction(action).pipe(Effect.mapError(usage))
+      const queue = yield* Queue.Queue
+      if (!o.yes) {
+        const matched = yield* queue.bulk.preview(filter, action)
+        if (o.json) return yield* Output.json({ action: action.kind, dryRun: true, matched })
+        return yield* Output.line(`${matched} job${matched === 1 ? "" : "s"} would be ${verbs[action.kind]}; add --yes to do it`)
+      }
+      const result = yield* queue.bulk.apply(filter, action, { actor: "cli" })
+      yield* Effect.logInfo("bulk action").pipe(Effect.annotateLogs({ action: action.kind, ...result }))
+      if (o.json) return yield* Output.json({ action: action.kind, dryRun: false, ...result })
+      yield* Output.line(
+        `${result.affected} job${result.affected === 1 ? "" : "s"} ${verbs[action.kind]}` +
+          (result.cancelling > 0 ? ` (${result.cancelling} running: stopped at their next heartbeat)` : "")
+      )
+    })
+  )
+
+const jobsCancel = Command.make(
+  "cancel",
+  { id: idArg("job").pipe(Args.optional), ...filterOptions },
+  ({ id, ...o }): Effect.Effect<void, unknown, never> => {
+    if (Option.isNone(id)) return bulkAction(o, { kind: "cancel" })
+    const filtered = [o.stage, o.status, o.org, o.subject, o.where, o.error, o.olderThan, o.newerThan].some(Option.isSome)
+    return filtered ? Effect.fail(new UsageError({ message: "give a job id or filters, not both" })) : cancelOne(id.value)
+  }
+).pipe(Command.withDescription(
+  "Cancel a job by id, or every live job a filter matches (a preview count unless --yes): a queued job is removed, a running one stops at its next heartbeat"
+))
+
+const jobsRetry = Command.make("retry", filterOptions, (o) => bulkAction(o, { kind: "retry" })).pipe(
+  Command.withDescription("Make failed jobs waiting for their next attempt due now (a preview count unless --yes)")
+)
+
+const jobsRunNow = Command.make("run-now", filterOptions, (o) => bulkAction(o, { kind: "run-now" })).pipe(
+  Command.withDescription("Make jobs queued for later (delayed, scheduled, backing off) due now (a preview count unless --yes)")
+)
+
+const jobsPriority = Command.make(
+  "priority",
+  { priority: Args.text({ name: "priority" }).pipe(Args.withDescription("fast, normal, bulk, or 0..100 (lower runs first)")), ...filterOptions },
+  ({ priority, ...o }) => {
+    const n = /^\d+$/.test(priority) ? Number(priority) : Queue.namedPriorities[priority as Queue.PriorityName]
+    return n === undefined
+      ? Effect.fail(new UsageError({ message: `priority "${priority}" is not fast, normal, bulk or 0..100` }))
+      : bulkAction(o, { kind: "priority", priority: n })
+  }
+).pipe(Command.withDescription("Give queued jobs a new priority (a preview count unless --yes)"))
+
+const jobsActions = Command.make("actions", { limit: limitOption, json: jsonFlag }, ({ json, limit }) =>
+  operator(() =>
+    Effect.gen(function*() {
+      const queue = yield* Queue.Queue
+      const actions = yield* queue.bulk.actions({ limit })
+      yield* Output.items(
+        json,
+        actions,
+        [
+          { header: "ID", align: "right" },
+          { header: "ACTION" },
+          { header: "MATCHED", align: "right" },
+          { header: "CHANGED", align: "right" },
+          { header: "BY" },
+          { header: "ORG" },
+          { header: "FINISHED" },
+          { header: "FILTER" }
+        ],
+        (a) => [
+          a.id,
+          a.action === "priority" ? `priority ${a.priority}` : a.action,
+          String(a.matched),
+          String(a.affected),
+          a.actor,
+          a.orgId ?? "",
+          a.finishedAt === null ? "running" : `${a.finishedAt.toISOString().replace(/\.\d+Z$/, "Z")}${a.interrupted ? " (interrupted)" : ""}`,
+          Output.truncate(JSON.stringify(a.filter))
+        ]
+      )
+    })
+  )).pipe(Command.withDescription("The bulk actions done (cancel, retry, run-now, priority by filter), newest first: who, what, how many"))
 
 export const jobs = Command.make("jobs").pipe(
-  Command.withDescription("Inspect and cancel jobs"),
-  Command.withSubcommands([jobsList, jobsHistory, jobsShow, jobsCancel])
+  Command.withDescription("Inspect and cancel jobs; cancel, retry, run now or reprioritise them by filter"),
+  Command.withSubcommands([jobsList, jobsHistory, jobsShow, jobsCancel, jobsRetry, jobsRunNow, jobsPriority, jobsActions])
 )
 
 // ---------------------------------------------------------------------------------------------

@@ -15,11 +15,12 @@
  */
 import { HttpIncomingMessage, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import type { HttpApp } from "@effect/platform"
-import { Config, Context, Duration, Effect, Layer, Option, Redacted, Schedule, Stream } from "effect"
+import { Config, Context, Duration, Effect, Either, Layer, Option, Redacted, Schedule, Stream } from "effect"
 import * as ApiKeys from "../auth/ApiKeys.js"
 import * as AuthLimiter from "../auth/AuthLimiter.js"
 import * as Db from "../layers/Db.js"
 import * as BrowseSql from "../queue/BrowseSql.js"
+import * as Bulk from "../queue/Bulk.js"
 import * as PgSchedules from "../queue/PgSchedules.js"
 import * as Queue from "../queue/Queue.js"
 import * as Schedules from "../queue/Schedules.js"
@@ -110,6 +111,9 @@ export const make = (options: DashboardOptions) =>
     const limiter = Option.getOrElse(yield* Effect.serviceOption(AuthLimiter.AuthLimiter), () => AuthLimiter.make(AuthLimiter.defaults))
     const ttlMs = Duration.toMillis(options.sessionTtl)
     const knownStages = Option.match(known, { onNone: () => [] as Array<string>, onSome: (s) => s.map((x) => x.name) })
+    // a tenant sees public stages only: its bulk actions leave the internal ones' jobs alone
+    const internalStages = Option.match(known, { onNone: () => [] as Array<string>, onSome: (s) => s.filter((x) => x.visibility !== "public").map((x) => x.name) })
+    const visibleStages = (s: Session.Session) => (s.admin ? knownStages : knownStages.filter((n) => !internalStages.includes(n)))
     const minutes = 60
 
     /** Runs `effect` as the viewer may: under their org's row-level security, or as the owner for operators. */
@@ -172,8 +176,10 @@ export const make = (options: DashboardOptions) =>
       Effect.gen(function*() {
         const query: Pages.JobsQuery = {
           stage: text(params, "stage"), status: text(params, "status"), org: s.admin ? text(params, "org") : "",
-          subject: text(params, "subject"), since: text(params, "since"), until: text(params, "until"), id: text(params, "id")
+          subject: text(params, "subject"), since: text(params, "since"), until: text(params, "until"), id: text(params, "id"),
+          payload: text(params, "payload", 2000), error: text(params, "error")
         }
+        const search = Bulk.filterFromText({ payload: query.payload, error: query.error })
         const before = text(params, "before")
         const limit = 50
         const filter: BrowseSql.BrowseFilter = {
@@ -184,12 +190,16 @@ export const make = (options: DashboardOptions) =>
           since: dateParam(query.since),
           until: dateParam(query.until),
           id: Queue.isJobId(query.id) ? query.id : query.id === "" ? null : "0",
-          before: Queue.isJobId(before) ? before : null
+          before: Queue.isJobId(before) ? before : null,
+          payload: Either.isRight(search) && search.right.payload !== undefined ? JSON.stringify(search.right.payload) : null,
+          error: Either.isRight(search) ? search.right.error ?? null : null
         }
-        const rows = yield* asViewer(s, db.run((sql) => BrowseSql.browseJobs(sql, filter, limit + 1)))
+        // a search that cannot be read matches nothing, and says why
+        const rows = Either.isLeft(search) ? [] : yield* asViewer(s, db.run((sql) => BrowseSql.browseJobs(sql, filter, limit + 1)))
         const next = rows.length > limit ? rows[limit - 1]!.id : null
-        const stages = [...new Set([...knownStages, ...rows.map((r) => r.stage)])].sort()
-        return page(Pages.layout(frame(s, "Jobs", "jobs"), Pages.jobs(base, scopeOf(s, params), query, stages, rows.slice(0, limit), next)))
+        const stages = [...new Set([...visibleStages(s), ...rows.map((r) => r.stage)])].sort()
+        const notice = Either.isLeft(search) ? search.left.message : text(params, "notice", 500) || undefined
+        return page(Pages.layout(frame(s, "Jobs", "jobs", { notice }), Pages.jobs(base, s.csrf, scopeOf(s, params), query, stages, rows.slice(0, limit), next)))
       })
 
     const loadJob = (s: Signed, id: string) =>
@@ -310,6 +320,12 @@ export const make = (options: DashboardOptions) =>
     const withNotice = (path: string, key: "notice" | "error", message: string) =>
       `${base}${path}${path.includes("?") ? "&" : "?"}${key}=${encodeURIComponent(message)}`
 
+    /** `?k=v&…` of the non-empty fields: the list a bulk action came from. */
+    const searchOf = (fields: Record<string, string>) => {
+      const q = new URLSearchParams(Object.entries(fields).filter(([, v]) => v !== ""))
+      return q.size === 0 ? "" : `?${q.toString()}`
+    }
+
     const signIn = (request: HttpServerRequest.HttpServerRequest) =>
       Effect.gen(function*() {
         const client = limiter.clientOf(Option.getOrUndefined(request.remoteAddress), request.headers["x-forwarded-for"])
@@ -357,6 +373,43 @@ export const make = (options: DashboardOptions) =>
           const outcome = Queue.isJobId(id) ? yield* asViewer(s, queue.cancel(id)) : "not-found" as const
           yield* Effect.logInfo("job cancelled from the dashboard").pipe(Effect.annotateLogs({ jobId: id, outcome }))
           return redirect(outcome === "not-found" ? withNotice("/jobs", "notice", `job ${id} was not found`) : withNotice(`/jobs/${id}`, "notice", `job ${outcome}`))
+        }
+        if (first === "jobs" && id === "bulk" && verb === undefined) {
+          // "select all matching": every live job the list's filter matches, counted first, then changed in batches
+          const fields = {
+            stage: text(params, "stage"), status: text(params, "status"), org: s.admin ? text(params, "org") : "",
+            subject: text(params, "subject"), payload: text(params, "payload", 2000), error: text(params, "error")
+          }
+          const back = `/jobs${searchOf(fields)}`
+          const parsed = Bulk.filterFromText(fields)
+          if (Either.isLeft(parsed)) return redirect(withNotice(back, "notice", parsed.left.message))
+          if (!Bulk.narrows(parsed.right)) return redirect(withNotice(back, "notice", "choose at least one filter (stage, status, subject, payload, error) before a bulk action"))
+          const kind = params.get("action") ?? ""
+          const priorityText = text(params, "priority")
+          const priority = /^\d+$/.test(priorityText) ? Number(priorityText) : Queue.namedPriorities[priorityText as Queue.PriorityName] ?? -1
+          const bulkAction: Bulk.BulkAction | undefined = kind === "priority"
+            ? { kind, priority }
+            : kind === "cancel" || kind === "retry" || kind === "run-now" ? { kind } : undefined
+          if (bulkAction === undefined) return redirect(withNotice(back, "notice", "no such bulk action"))
+          const checked = Bulk.validateAction(bulkAction)
+          if (Either.isLeft(checked)) return redirect(withNotice(back, "notice", checked.left.message))
+          const filter: Bulk.JobFilter = s.admin ? parsed.right : { ...parsed.right, org: s.orgId ?? "", hiddenStages: internalStages }
+          // each batch its own transaction: under the org's row-level security for an org key, as the owner for operators
+          const scoped = <A, E, R>(effect: Effect.Effect<A, E, R>) => (s.admin ? Db.asOwner(effect) : Db.forOrg(s.orgId ?? "")(effect))
+          const what = { cancel: "Cancel", retry: "Retry now", "run-now": "Run now", priority: `Set priority ${priority} on` }[bulkAction.kind]
+          if (!confirmed) {
+            const n = yield* scoped(queue.bulk.preview(filter, bulkAction))
+            const described = Object.entries(fields).filter(([, v]) => v !== "").map(([k, v]) => `${k} ${v}`).join(", ")
+            return page(Pages.layout(frame(s, "Confirm", "jobs"), Pages.confirm(base, s.csrf, "/jobs/bulk",
+              `${what} ${n} live job(s) matching ${described}${s.admin && fields.org === "" ? ", of every org" : ""}? ` +
+                (bulkAction.kind === "cancel" ? "Queued ones are taken off the queue; running ones stop at their next heartbeat." : ""),
+              { ...fields, action: bulkAction.kind, priority: priorityText }, back)))
+          }
+          const result = yield* scoped(queue.bulk.apply(filter, bulkAction, { actor: `dashboard (key ${s.keyId})` }))
+          yield* live.fresh
+          yield* Effect.logInfo("bulk action from the dashboard").pipe(Effect.annotateLogs({ action: bulkAction.kind, keyId: s.keyId, ...result }))
+          const done = { cancel: "cancelled", retry: "retried now", "run-now": "made due now", priority: `given priority ${priority}` }[bulkAction.kind]
+          return redirect(withNotice(back, "notice", `${result.affected} job(s) ${done}${result.cancelling > 0 ? ` (${result.cancelling} running: stopping at their next heartbeat)` : ""}`))
         }
         if (first === "stages" && id !== undefined && (verb === "pause" || verb === "resume")) {
           // stage controls are shared by every org: operators only

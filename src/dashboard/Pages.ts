@@ -5,6 +5,7 @@
  */
 import type * as Queue from "../queue/Queue.js"
 import type * as BrowseSql from "../queue/BrowseSql.js"
+import * as Bulk from "../queue/Bulk.js"
 import type * as Schedules from "../queue/Schedules.js"
 import type * as StagePool from "../runtime/StagePool.js"
 import { html, jsonData, type Html, type Value } from "./Html.js"
@@ -129,6 +130,10 @@ export interface JobsQuery {
   readonly since: string
   readonly until: string
   readonly id: string
+  /** Payload search: `key=value[,key=value]` or a JSON object the payload contains. */
+  readonly payload: string
+  /** A substring of the last error. */
+  readonly error: string
 }
 
 const statusBadge = (status: string) => html`<span class="badge ${status}">${status}</span>`
@@ -143,8 +148,27 @@ const jobTable = (base: string, rows: ReadonlyArray<BrowseSql.BrowseRow>) => htm
 <table class="jobs"><thead><tr><th>id</th><th>stage</th><th>status</th><th>org</th><th>subject</th><th class="num">attempts</th><th>created</th><th>last error</th></tr></thead>
 <tbody>${jobRows(base, rows)}</tbody></table>`
 
+/** The list's states a bulk action's filter can name (any, or a live one); the others are finished jobs. */
+const bulkStatuses: ReadonlyArray<string> = ["", ...Bulk.filterStatuses]
+
+/**
+ * "Select all matching": the list's filter, carried to a bulk action on every live job it matches (not only the
+ * page shown); the next page says how many and asks before anything changes.
+ */
+const bulkForm = (base: string, csrf: string, query: JobsQuery) =>
+  query.since !== "" || query.until !== "" || query.id !== "" || !bulkStatuses.includes(query.status)
+    ? html`<p class="muted" id="bulk-unavailable">Bulk actions act on live jobs chosen by stage, status (queued, delayed, running), org, subject, payload, error: clear the id, dates and finished states to use them.</p>`
+    : html`<form class="filters" id="bulk" method="post" action="${base}/jobs/bulk">${csrfField(csrf)}
+${(["stage", "status", "org", "subject", "payload", "error"] as const).map((k) => html`<input type="hidden" name="${k}" value="${query[k]}">`)}
+<label>All live jobs matching this filter: <select name="action" id="bulk-action">
+<option value="cancel">cancel</option><option value="retry">retry now (failed, waiting)</option><option value="run-now">run now (delayed)</option><option value="priority">set priority</option></select></label>
+<label>priority <input name="priority" size="6" placeholder="0..100, fast"></label>
+<button type="submit" id="bulk-select-all">Select all matching…</button>
+</form>`
+
 export const jobs = (
   base: string,
+  csrf: string,
   scope: View.Scope,
   query: JobsQuery,
   stages: ReadonlyArray<string>,
@@ -160,9 +184,12 @@ ${scope.viewer.admin ? html`<label>Org <input name="org" value="${query.org}" si
 <label>Subject <input name="subject" value="${query.subject}" size="12"></label>
 <label>Created since <input name="since" type="datetime-local" value="${query.since}"></label>
 <label>until <input name="until" type="datetime-local" value="${query.until}"></label>
+<label>Payload <input name="payload" value="${query.payload}" size="18" placeholder="customer=42 or {&quot;customer&quot;:42}"></label>
+<label>Error <input name="error" value="${query.error}" size="14" placeholder="text in the last error"></label>
 <button type="submit">Filter</button>
 </form>
 ${jobTable(base, rows)}
+${bulkForm(base, csrf, query)}
 ${next === null ? "" : html`<p><a id="next-page" href="${base}/jobs${qs({ ...query, before: next })}">Older jobs →</a></p>`}
 <p class="muted">Live jobs, finished ones kept for their stage's retention, and dead letters.</p>`
 

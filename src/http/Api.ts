@@ -11,6 +11,7 @@ import { Multipart } from "@effect/platform"
 import { Context, Schema } from "effect"
 import * as Analyzer from "../layers/Analyzer.js"
 import type * as ApiKeys from "../auth/ApiKeys.js"
+import * as Bulk from "../queue/Bulk.js"
 import * as Job from "../queue/Job.js"
 
 // ---------------------------------------------------------------------------------------------
@@ -234,6 +235,59 @@ const Cursor = Schema.optional(Schema.String.pipe(
   Schema.filter(Job.isJobId, { message: () => "after must be an id from a previous page (digits, within bigint)" })
 ))
 
+/** A bulk action's filter (Bulk.ts): the key's org always applies, and a tenant's key sees public stages only. */
+export const BulkFilterRequest = Schema.Struct({
+  stage: Schema.optional(Schema.String),
+  /** `queued` (due now), `delayed` (queued for later: scheduled or backing off), `running`. */
+  status: Schema.optional(Schema.Literal(...Bulk.filterStatuses)),
+  subject: Schema.optional(Schema.String),
+  /** A JSON object the payload contains (`@>`), or `key=value[,key=value]` text. */
+  payload: Schema.optional(Schema.Union(Schema.Record({ key: Schema.String, value: Schema.Unknown }), Schema.String)),
+  /** A substring of the last error, case-insensitive. */
+  error: Schema.optional(Schema.String),
+  /** Created longer ago than this: `30m`, `2h`, `7d`. */
+  olderThan: Schema.optional(Schema.String),
+  /** Created within this much of now. */
+  newerThan: Schema.optional(Schema.String)
+})
+
+export const BulkRequest = Schema.Struct({
+  filter: BulkFilterRequest,
+  /** cancel (queued: removed; running: stopped at the next heartbeat), retry (failed jobs waiting: due now), run-now (delayed: due now), priority. */
+  action: Schema.Literal(...Bulk.actionKinds),
+  /** The new priority, for `priority`. */
+  priority: Schema.optional(Schema.Union(Schema.Literal("fast", "normal", "bulk"), Schema.Int.pipe(Schema.between(0, 100)))),
+  /** Only count the jobs it would change (the default: true, so a missing flag changes nothing). */
+  dryRun: Schema.optional(Schema.Boolean)
+})
+
+export const BulkResponse = Schema.Struct({
+  action: Schema.Literal(...Bulk.actionKinds),
+  dryRun: Schema.Boolean,
+  /** Jobs the action applies to. */
+  matched: Schema.Number,
+  /** Jobs changed (absent on a dry run); a cancel's running ones are in `cancelling` too. */
+  affected: Schema.optional(Schema.Number),
+  cancelling: Schema.optional(Schema.Number),
+  /** The action's record (`GET /jobs/actions`). */
+  actionId: Schema.optional(Schema.String)
+})
+
+export const ActionView = Schema.Struct({
+  id: Schema.String,
+  action: Schema.Literal(...Bulk.actionKinds),
+  filter: Schema.Unknown,
+  priority: Schema.NullOr(Schema.Number),
+  actor: Schema.String,
+  matched: Schema.Number,
+  affected: Schema.Number,
+  /** It ended before its last batch; `affected` is what it changed. */
+  interrupted: Schema.Boolean,
+  startedAt: Schema.Date,
+  /** Null while it runs. */
+  finishedAt: Schema.NullOr(Schema.Date)
+})
+
 export class JobsApi extends HttpApiGroup.make("jobs")
   .add(
     HttpApiEndpoint.post("enqueue", "/jobs")
@@ -246,10 +300,26 @@ export class JobsApi extends HttpApiGroup.make("jobs")
       .setUrlParams(Schema.Struct({
         stage: Schema.optional(Schema.String),
         status: Schema.optional(Schema.Literal("queued", "running", "cancelled")),
+        /** Payload search: a JSON object the payload contains, or `key=value[,key=value]`. */
+        payload: Schema.optional(Schema.String),
+        /** A substring of the last error, case-insensitive. */
+        error: Schema.optional(Schema.String),
         limit: ListLimit,
         after: Cursor
       }))
       .addSuccess(Schema.Struct({ jobs: Schema.Array(JobView) }))
+      .addError(BadRequest)
+  )
+  .add(
+    HttpApiEndpoint.post("bulk", "/jobs/bulk")
+      .setPayload(BulkRequest)
+      .addSuccess(BulkResponse)
+      .addError(BadRequest)
+  )
+  .add(
+    HttpApiEndpoint.get("actions", "/jobs/actions")
+      .setUrlParams(Schema.Struct({ limit: ListLimit }))
+      .addSuccess(Schema.Struct({ actions: Schema.Array(ActionView) }))
   )
   .add(HttpApiEndpoint.get("get")`/jobs/${JobId}`.addSuccess(JobView).addError(NotFound))
   .add(

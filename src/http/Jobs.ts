@@ -6,6 +6,7 @@
 import { HttpApiBuilder } from "@effect/platform"
 import { Config, Duration, Effect, Option } from "effect"
 import * as Db from "../layers/Db.js"
+import * as Bulk from "../queue/Bulk.js"
 import * as Queue from "../queue/Queue.js"
 import type * as Stage from "../runtime/Stage.js"
 import * as Worker from "../runtime/Worker.js"
@@ -129,6 +130,8 @@ export const layer = <R>(options: JobsOptions<R>) =>
         Effect.flatMap(CurrentOrg, (principal) => db.withOrg(principal.orgId, effect))
 
       const notFound = (what: string) => new NotFound({ message: `${what} not found` })
+      const badFilter = (e: Bulk.InvalidFilter) => new BadRequest({ message: e.message, field: e.field })
+      const internalStages = stages.filter((s) => s.visibility !== "public").map((s) => s.name)
 
       return handlers
         .handle("enqueue", ({ payload: body }) =>
@@ -161,8 +164,44 @@ export const layer = <R>(options: JobsOptions<R>) =>
             })
           ))
         .handle("list", ({ urlParams }) =>
-          asOrg(queue.list({ stage: urlParams.stage, status: urlParams.status, limit: urlParams.limit ?? 100, afterId: urlParams.after })).pipe(
-            Effect.map((jobs) => ({ jobs: jobs.map(jobView) })),
+          Effect.gen(function*() {
+            const search = yield* Bulk.filterFromText({ payload: urlParams.payload, error: urlParams.error }).pipe(Effect.mapError(badFilter))
+            const payload = search.payload as Readonly<Record<string, unknown>> | undefined
+            const jobs = yield* asOrg(queue.list({
+              stage: urlParams.stage,
+              status: urlParams.status,
+              limit: urlParams.limit ?? 100,
+              afterId: urlParams.after,
+              payload,
+              error: search.error
+            }))
+            return { jobs: jobs.map(jobView) }
+          }).pipe(Effect.catchTag("DbError", dbFailure)))
+        .handle("bulk", ({ payload: body }) =>
+          Effect.gen(function*() {
+            const principal = yield* CurrentOrg
+            const filter = yield* Bulk.filterFromText(body.filter).pipe(Effect.mapError(badFilter))
+            if (!Bulk.narrows(filter)) {
+              return yield* new BadRequest({ field: "filter", message: "name at least one condition (stage, status, subject, payload, error, olderThan, newerThan)" })
+            }
+            const action: Bulk.BulkAction = body.action === "priority"
+              ? { kind: "priority", priority: body.priority === undefined ? -1 : typeof body.priority === "number" ? body.priority : Queue.namedPriorities[body.priority] }
+              : { kind: body.action }
+            yield* Bulk.validateAction(action).pipe(Effect.mapError(badFilter))
+            // the key's org, and public stages only: another org's or an internal stage's jobs are neither counted nor changed
+            const scoped: Bulk.JobFilter = { ...filter, org: principal.orgId, hiddenStages: internalStages }
+            const asTenant = Db.forOrg(principal.orgId)
+            if (body.dryRun !== false) {
+              const matched = yield* asTenant(queue.bulk.preview(scoped, action))
+              return { action: action.kind, dryRun: true, matched }
+            }
+            const result = yield* asTenant(queue.bulk.apply(scoped, action, { actor: `key:${principal.keyId}` }))
+            yield* Effect.logInfo("bulk action").pipe(Effect.annotateLogs({ action: action.kind, org: principal.orgId, ...result }))
+            return { action: action.kind, dryRun: false, ...result }
+          }).pipe(Effect.catchTag("DbError", dbFailure)))
+        .handle("actions", ({ urlParams }) =>
+          asOrg(queue.bulk.actions({ limit: urlParams.limit ?? 100 })).pipe(
+            Effect.map((actions) => ({ actions: actions.map(({ orgId: _org, ...a }) => a) })),
             Effect.catchTag("DbError", dbFailure)
           ))
         .handle("get", ({ path }) =>

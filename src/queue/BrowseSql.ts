@@ -1,10 +1,12 @@
 /**
  * Read-only statements for browsing jobs (the dashboard's jobs and job pages): live jobs, the kept history
  * (completed, dead, cancelled) and dead letters of jobs no longer in it, as one list, newest first, with
- * keyset pagination on the job id. Run under the viewer's org (row-level
+ * keyset pagination on the job id; a payload search (containment) and an error search (a substring) apply to each
+ * part, bounded by the page's limit as the other filters are. Run under the viewer's org (row-level
  * security) or, for an operator, as the owner. Locking: none; plain reads.
  */
 import type { Sql } from "../layers/Db.js"
+import { containsPattern } from "./Bulk.js"
 
 export interface BrowseFilter {
   readonly stage: string | null
@@ -17,7 +19,13 @@ export interface BrowseFilter {
   readonly id: string | null
   /** Jobs with a smaller id than this (the next page). */
   readonly before: string | null
+  /** JSON text of an object the payload contains (`@>`); null: any. */
+  readonly payload?: string | null
+  /** A substring of the last error (the dead letter's reason), case-insensitive; null: any. */
+  readonly error?: string | null
 }
+
+
 
 export interface BrowseRow {
   readonly id: string
@@ -34,24 +42,32 @@ export interface BrowseRow {
   readonly dead_letter_id: string | null
 }
 
-export const browseJobs = (sql: Sql, f: BrowseFilter, limit: number) =>
-  sql<Array<BrowseRow>>`
+export const browseJobs = (sql: Sql, f: BrowseFilter, limit: number) => {
+  const payload = f.payload ?? null
+  const error = f.error === null || f.error === undefined ? null : containsPattern(f.error)
+  return sql<Array<BrowseRow>>`
     select * from (
       select id::text as id, stage, org_id, subject_id,
              case when status = 'queued' and available_at > now() then 'delayed' else status end as status,
              attempts, max_attempts, created_at, updated_at, available_at, last_error, null::text as dead_letter_id
       from jobs
       where (${f.status}::text is null or ${f.status}::text in ('queued', 'delayed', 'running', 'cancelled'))
+        and (${payload}::text is null or payload @> ${payload}::text::jsonb)
+        and (${error}::text is null or last_error ilike ${error}::text)
       union all
       select id::text, stage, org_id, subject_id, status, attempts, max_attempts, created_at, finished_at, null,
              last_error, null
       from jobs_archive
       where (${f.status}::text is null or ${f.status}::text in ('completed', 'dead', 'cancelled'))
+        and (${payload}::text is null or payload @> ${payload}::text::jsonb)
+        and (${error}::text is null or last_error ilike ${error}::text)
       union all
       select job_id::text, stage, org_id, subject_id, 'dead', attempts, max_attempts, job_created_at, dead_at, null,
              reason, id::text
       from dead_letters d
       where (${f.status}::text is null or ${f.status}::text = 'dead')
+        and (${payload}::text is null or payload @> ${payload}::text::jsonb)
+        and (${error}::text is null or reason ilike ${error}::text)
         and not exists (select 1 from jobs_archive a where a.id = d.job_id)
     ) j
     where (${f.stage}::text is null or stage = ${f.stage}::text)
@@ -64,6 +80,7 @@ export const browseJobs = (sql: Sql, f: BrowseFilter, limit: number) =>
       and (${f.before}::bigint is null or id::bigint < ${f.before}::bigint)
     order by id::bigint desc
     limit ${limit}`
+}
 
 /** The newest dead letter a job became, if any. */
 export const deadLetterOfJob = (sql: Sql, jobId: string) =>

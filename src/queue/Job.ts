@@ -212,6 +212,10 @@ export interface ListOptions {
   readonly limit?: number | undefined
   /** Keyset pagination: jobs with a larger id than this. */
   readonly afterId?: JobId | undefined
+  /** Only jobs whose payload contains this JSON object (`@>`; Bulk.parsePayloadSearch reads `key=value`). */
+  readonly payload?: Readonly<Record<string, unknown>> | undefined
+  /** Only jobs whose last error contains this text, case-insensitive. */
+  readonly error?: string | undefined
 }
 
 export interface DeadLetterListOptions {

@@ -7,6 +7,7 @@
 import { Clock, Duration, Effect, Either, Exit, FiberRef, Layer, Option } from "effect"
 import type { Beat, DeadLetter, EnqueueResult, ErrorEntry, Job, Lease, NewJob, StageControl, StageStats, ValidJob } from "./Job.js"
 import { countEnqueued, defaultMaxPayloadBytes, errorEntry, jobFromDeadLetter, JobNotFound, validateAll } from "./Job.js"
+import * as Bulk from "./Bulk.js"
 import * as Events from "./Events.js"
 import * as Limits from "./Limits.js"
 import * as Outcome from "./Outcome.js"
@@ -592,9 +593,10 @@ export const make = (options: QueueOptions = {}) =>
     }
 
     const list = (o: import("./Job.js").ListOptions = {}) =>
-      Effect.sync(() =>
+      Effect.map(Clock.currentTimeMillis, (now) =>
         [...jobs.values()]
           .filter((j) => (o.stage === undefined || j.stage === o.stage) && (o.status === undefined || j.status === o.status))
+          .filter((j) => Bulk.matches({ payload: o.payload, error: o.error }, j, now))
           .filter((j) => o.afterId === undefined || Number(j.id) > Number(o.afterId))
           .sort((a, b) => Number(a.id) - Number(b.id))
           .slice(0, Math.max(1, Math.min(o.limit ?? 100, 10_000)))
@@ -670,6 +672,64 @@ export const make = (options: QueueOptions = {}) =>
         })
     }
 
+    const actionLog: Array<Bulk.ActionRecord> = []
+    const applicable = (filter: Bulk.JobFilter, action: Bulk.BulkAction, now: number) =>
+      [...jobs.values()].filter((j) => Bulk.matches(filter, j, now) && Bulk.applies(action, j, now)).sort((a, b) => Number(a.id) - Number(b.id))
+    const bulk = {
+      preview: (filter: Bulk.JobFilter, action: Bulk.BulkAction) =>
+        Effect.map(Clock.currentTimeMillis, (now) => applicable(filter, action, now).length),
+      // one synchronous step: atomic here, as each of PgQueue's batches is
+      apply: (filter: Bulk.JobFilter, action: Bulk.BulkAction, o: Bulk.BulkOptions) =>
+        Effect.map(Clock.currentTimeMillis, (now) => {
+          const targets = applicable(filter, action, now)
+          let cancelling = 0
+          const woken = new Set<string>()
+          for (const j of targets) {
+            switch (action.kind) {
+              case "cancel":
+                if (j.status === "queued") {
+                  jobs.delete(j.id)
+                  keep(j, "cancelled", now)
+                  if (events.active()) events.publish([{ _tag: "Cancelled", jobId: j.id, stage: j.stage, orgId: j.orgId, attempt: 0, at: new Date(now) }])
+                } else {
+                  j.status = "cancelled"
+                  j.updatedAt = new Date(now)
+                  cancelling++
+                }
+                break
+              case "retry":
+              case "run-now":
+                j.availableAt = new Date(now)
+                j.updatedAt = new Date(now)
+                woken.add(j.stage)
+                break
+              case "priority":
+                j.priority = action.priority
+                j.updatedAt = new Date(now)
+                break
+            }
+          }
+          woken.forEach(wake)
+          const record: Bulk.ActionRecord = {
+            id: String(actionLog.length + 1),
+            action: action.kind,
+            filter: Bulk.filterRecord(filter),
+            priority: action.kind === "priority" ? action.priority : null,
+            orgId: filter.org ?? null,
+            actor: o.actor,
+            matched: targets.length,
+            affected: targets.length,
+            interrupted: false,
+            startedAt: new Date(now),
+            finishedAt: new Date(now)
+          }
+          actionLog.push(record)
+          return { matched: targets.length, affected: targets.length, cancelling, actionId: record.id }
+        }),
+      actions: (o: { readonly limit?: number | undefined } = {}) =>
+        Effect.sync(() => [...actionLog].reverse().slice(0, Math.max(1, Math.min(o.limit ?? 100, 10_000))))
+    }
+
     const listen = (wakeups: Wakeups) =>
       Effect.acquireRelease(
         Effect.sync(() => {
@@ -703,6 +763,7 @@ export const make = (options: QueueOptions = {}) =>
       deadLetters,
       history,
       stageControls,
+      bulk,
       listen
     })
   }))

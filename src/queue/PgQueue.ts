@@ -5,6 +5,8 @@
 import { Duration, Effect, Either, Exit, Layer } from "effect"
 import * as Db from "../layers/Db.js"
 import * as Spans from "../layers/Spans.js"
+import * as Bulk from "./Bulk.js"
+import * as BulkSql from "./BulkSql.js"
 import * as Events from "./Events.js"
 import type { Beat, DeadLetter, ErrorEntry, Job, JobStatus, StageStats, ValidJob } from "./Job.js"
 import { countEnqueued, defaultMaxPayloadBytes, isJobId, jobFromDeadLetter, JobNotFound, validateAll } from "./Job.js"
@@ -582,9 +584,93 @@ export const make = (options: QueueOptions = {}) =>
     }
 
     const list = (o: import("./Job.js").ListOptions = {}) =>
-      db.run((sql) =>
-        JobsSql.listJobs(sql, o.stage ?? null, o.status ?? null, o.afterId && isId(o.afterId) ? o.afterId : null, clampLimit(o.limit, 100))
-      ).pipe(Effect.map((rows) => rows.map(rowToJob)))
+      db.run((sql) => {
+        const afterId = o.afterId && isId(o.afterId) ? o.afterId : null
+        return o.payload === undefined && o.error === undefined
+          ? JobsSql.listJobs(sql, o.stage ?? null, o.status ?? null, afterId, clampLimit(o.limit, 100))
+          : BulkSql.searchJobs(sql, { stage: o.stage, payload: o.payload, error: o.error }, o.status ?? null, afterId, clampLimit(o.limit, 100))
+      }).pipe(Effect.map((rows) => rows.map(rowToJob)))
+
+    const bulk = {
+      preview: (filter: Bulk.JobFilter, action: Bulk.BulkAction) =>
+        db.run((sql) => BulkSql.countApplicable(sql, filter, action)).pipe(
+          Effect.map(([row]) => row?.n ?? 0),
+          Effect.withSpan("Queue.bulk.preview", { attributes: { action: action.kind } })
+        ),
+      apply: (filter: Bulk.JobFilter, action: Bulk.BulkAction, o: Bulk.BulkOptions) =>
+        Effect.gen(function*() {
+          const batch = Math.max(1, Math.min(o.batch ?? Bulk.defaultBatch, 10_000))
+          const pace = Math.max(0, Math.min(o.pace ?? Bulk.defaultPace, 100))
+          const [top] = yield* db.run((sql) => BulkSql.maxJobId(sql))
+          const maxId = top?.id ?? "0"
+          const [counted] = yield* db.run((sql) => BulkSql.countApplicable(sql, filter, action))
+          const matched = counted?.n ?? 0
+          const org = yield* Db.currentOrgId
+          // recorded before the first batch, finished after the last: an action cut short (a client gone, the
+          // database lost) stays in the record with what it changed, marked interrupted
+          const [recorded] = yield* db.run((sql) =>
+            BulkSql.insertAction(sql, {
+              action: action.kind,
+              filter: JSON.stringify(Bulk.filterRecord(filter)),
+              priority: action.kind === "priority" ? action.priority : null,
+              orgId: org._tag === "Some" ? org.value : filter.org ?? null,
+              actor: o.actor,
+              matched
+            })
+          )
+          const actionId = recorded!.id
+          let affected = 0
+          let cancelling = 0
+          const batches = Effect.gen(function*() {
+            // by id, once; again only when it changed fewer than it counted: the rows a claim or a settle held as it passed
+            for (let pass = 0; pass < 2 && (pass === 0 || affected < matched); pass++) {
+              let after = "0"
+              while (true) {
+                const [[row], took] = yield* Effect.timed(db.runWithSettings(BulkSql.batchPlan, (sql) =>
+                  action.kind === "cancel"
+                    ? BulkSql.cancelBatch(sql, filter, after, maxId, batch, retention)
+                    : BulkSql.updateBatch(sql, db.schema, filter, action, after, maxId, batch)
+                )).pipe(Effect.map(([d, rows]) => [rows, d] as const))
+                if (row === undefined || row.last === null) break
+                affected += row.changed
+                cancelling += row.marked
+                if (row.removed.length > 0 && events.active()) {
+                  const at = new Date()
+                  events.publish(row.removed.map(([jobId, stage, orgId]) => ({ _tag: "Cancelled" as const, jobId, stage, orgId, attempt: 0, at })))
+                }
+                after = row.last
+                if (pace > 0) yield* Effect.sleep(Duration.times(took, pace))
+              }
+            }
+          })
+          yield* batches.pipe(
+            Effect.onExit((exit) =>
+              db.run((sql) => BulkSql.finishAction(sql, actionId, affected, !Exit.isSuccess(exit))).pipe(
+                Effect.catchAll((e) => Effect.logWarning("bulk action: its record could not be finished", e.message))
+              )
+            )
+          )
+          return { matched, affected, cancelling, actionId }
+        }).pipe(Effect.withSpan("Queue.bulk.apply", { attributes: { action: action.kind } })),
+      actions: (o: { readonly limit?: number | undefined } = {}) =>
+        db.run((sql) => BulkSql.listActions(sql, clampLimit(o.limit, 100))).pipe(
+          Effect.map((rows) =>
+            rows.map((r): Bulk.ActionRecord => ({
+              id: String(r.id),
+              action: r.action as Bulk.ActionKind,
+              filter: r.filter,
+              priority: r.priority == null ? null : Number(r.priority),
+              orgId: str(r.org_id),
+              actor: String(r.actor),
+              matched: Number(r.matched),
+              affected: Number(r.affected),
+              interrupted: r.interrupted === true,
+              startedAt: date(r.started_at),
+              finishedAt: r.finished_at ? date(r.finished_at) : null
+            }))
+          )
+        )
+    }
 
     const stats = db.run((sql) => JobsSql.stageStats(sql)).pipe(
       Effect.map((rows): ReadonlyArray<StageStats> =>
@@ -665,6 +751,7 @@ export const make = (options: QueueOptions = {}) =>
       deadLetters,
       history,
       stageControls,
+      bulk,
       listen
     })
   })

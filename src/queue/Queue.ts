@@ -26,12 +26,14 @@ import type {
   StageStats
 } from "./Job.js"
 
+import type * as Bulk from "./Bulk.js"
 import type * as Limits from "./Limits.js"
 import type { Outcome, Settled, SettleOptions } from "./Outcome.js"
 
 export * from "./Job.js"
 export * as Outcome from "./Outcome.js"
 export * as Limits from "./Limits.js"
+export * as Bulk from "./Bulk.js"
 
 export type QueueError = Db.DbError
 
@@ -163,6 +165,18 @@ export class Queue extends Context.Tag("pgfiber/Queue")<Queue, {
     readonly setPaused: (stage: string, paused: boolean, by?: string) => Effect.Effect<void, QueueError>
     /** Deletes the stage's queued jobs (running ones finish); returns how many. */
     readonly purge: (stage: string) => Effect.Effect<number, QueueError>
+  }
+  /**
+   * Actions on the live jobs a filter chooses (Bulk.ts). Under `Db.forOrg` (a tenant) each batch is its own
+   * transaction under row-level security, so only that org's jobs are counted or changed.
+   */
+  readonly bulk: {
+    /** How many live jobs the action would change now; nothing is changed. */
+    readonly preview: (filter: Bulk.JobFilter, action: Bulk.BulkAction) => Effect.Effect<number, QueueError>
+    /** Applies the action in batches to the jobs that match it (none enqueued after it started), and records it. */
+    readonly apply: (filter: Bulk.JobFilter, action: Bulk.BulkAction, options: Bulk.BulkOptions) => Effect.Effect<Bulk.BulkResult, QueueError>
+    /** Recorded actions, newest first. */
+    readonly actions: (options?: { readonly limit?: number | undefined }) => Effect.Effect<ReadonlyArray<Bulk.ActionRecord>, QueueError>
   }
   /** Subscribes to wake-ups for the life of the scope (one LISTEN connection for Postgres). */
   readonly listen: (wakeups: Wakeups) => Effect.Effect<void, never, Scope.Scope>

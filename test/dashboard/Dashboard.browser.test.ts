@@ -531,6 +531,52 @@ describe("the dashboard in a real browser", () => {
     await context.close()
   })
 
+  it("bulk-cancels 1,000 jobs chosen by a payload search: select all matching, a count to confirm, then done; another org's are untouched", async () => {
+    const campaign = { campaign: "spring-sale" }
+    await enqueue(Array.from({ length: 1000 }, (_, n) => ({ stage: "notes", payload: { ...campaign, n }, orgId: "acme" })))
+    await enqueue(Array.from({ length: 20 }, (_, n) => ({ stage: "notes", payload: { campaign: "other", n }, orgId: "acme" })))
+    await enqueue(Array.from({ length: 30 }, (_, n) => ({ stage: "notes", payload: { ...campaign, n }, orgId: "globex" })))
+    const left = (org: string, c: string) =>
+      run(Effect.flatMap(Queue.Queue, (q) => q.bulk.preview({ stage: "notes", org, payload: { campaign: c } }, { kind: "cancel" })))
+    const { context, page } = await newPage()
+    await signIn(page, keys.acme)
+    await page.goto(`${base}/dashboard/jobs?stage=notes`)
+    await page.fill("input[name=payload]", "campaign=spring-sale")
+    await page.click("form.filters[method=get] button[type=submit]")
+    await page.waitForURL(/payload=campaign/)
+    // the page shows 50 of them; the action is on every one that matches
+    expect(await page.locator("table.jobs tbody tr[data-job]").count()).toBe(50)
+    await page.click("#bulk-select-all")
+    await page.waitForSelector("#confirm")
+    expect(await page.locator("#question").textContent()).toContain("Cancel 1000 live job(s) matching stage notes, payload campaign=spring-sale?")
+    expect(await left("acme", "spring-sale")).toBe(1000)
+    await page.click("#confirm")
+    await expect.poll(() => page.locator("[role=status]").textContent(), { timeout: 60_000 }).toContain("1000 job(s) cancelled")
+    expect(await left("acme", "spring-sale")).toBe(0)
+    expect(await left("acme", "other")).toBe(20)
+    expect(await left("globex", "spring-sale")).toBe(30)
+    // the list it returns to shows them cancelled, from the kept history
+    expect(await page.locator("table.jobs tbody tr[data-job] .badge").first().textContent()).toBe("cancelled")
+    await context.close()
+
+    // an operator's filter reaches every org unless it names one: here globex's 30, given priority 5
+    const admin = await newPage()
+    await signIn(admin.page, keys.admin)
+    await admin.page.goto(`${base}/dashboard/jobs?stage=notes&org=globex&payload=${encodeURIComponent(JSON.stringify(campaign))}`)
+    await admin.page.selectOption("#bulk-action", "priority")
+    await admin.page.fill("form#bulk input[name=priority]", "5")
+    await admin.page.click("#bulk-select-all")
+    await admin.page.waitForSelector("#confirm")
+    expect(await admin.page.locator("#question").textContent()).toContain("Set priority 5 on 30 live job(s) matching stage notes, org globex")
+    await admin.page.click("#confirm")
+    await expect.poll(() => admin.page.locator("[role=status]").textContent(), { timeout: 60_000 }).toContain("30 job(s) given priority 5")
+    const reprioritised = await run(Effect.flatMap(Queue.Queue, (q) => q.list({ stage: "notes", payload: campaign, limit: 1000 })))
+    expect(reprioritised.filter((j) => j.orgId === "globex").map((j) => j.priority)).toEqual(Array(30).fill(5))
+    const [recorded] = await run(Effect.flatMap(Queue.Queue, (q) => q.bulk.actions({ limit: 1 })))
+    expect(recorded).toMatchObject({ action: "priority", priority: 5, matched: 30, affected: 30, actor: expect.stringMatching(/^dashboard \(key \d+\)$/) })
+    await admin.context.close()
+  })
+
   it("had no console error, page error or dialog on any page; every closed page's live stream has ended", async () => {
     expect(problems).toEqual([])
     await Promise.all(contexts.map((c) => c.close()))

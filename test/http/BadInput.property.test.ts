@@ -203,6 +203,34 @@ const scheduleRequest: fc.Arbitrary<Body> = fc.oneof(
   { weight: 1, arbitrary: body }
 )
 
+/**
+ * What `POST /jobs/bulk` gets: filters of hostile text and JSON (payload searches well-formed and not), real and
+ * unknown actions and priorities; a dry run or a bad `dryRun`, so nothing it accepts changes a job.
+ */
+const bulkRequest: fc.Arbitrary<Body> = fc.oneof(
+  {
+    weight: 3,
+    arbitrary: fc.record({
+      filter: fc.oneof(
+        fc.record({
+          stage: fc.oneof(fc.constantFrom("echo", "manual", "extract_audio", "nope", "probe.work"), hostileString),
+          status: fc.oneof(fc.constantFrom("queued", "delayed", "running", "dead"), hostileString),
+          subject: hostileString,
+          payload: fc.oneof(fc.constantFrom("customer=42", "{\"n\":1}", "=", "a.=1", "a=1,a.b=2", "{oops", "[1]", "{}"), hostileString, hostileJson),
+          error: hostileString,
+          olderThan: fc.oneof(fc.constantFrom("2h", "30m", "0s", "1.5d", `${"9".repeat(30)}d`, "-1h"), hostileString),
+          newerThan: hostileString
+        }, { requiredKeys: [] }),
+        hostileJson
+      ),
+      action: fc.oneof(fc.constantFrom("cancel", "retry", "run-now", "priority"), hostileString),
+      priority: fc.oneof(hugeNumber, fc.constantFrom("fast", "urgent")),
+      dryRun: fc.oneof(fc.constant(true), hostileJson.filter((v) => v !== false))
+    }, { requiredKeys: ["filter", "action"] }).map((value) => ({ kind: "json" as const, value }))
+  },
+  { weight: 1, arbitrary: body }
+)
+
 /** A path segment as a client could send it, encoded or (for byte-level oddities) already escaped. */
 const segment = (known: ReadonlyArray<string>) =>
   fc.oneof(
@@ -261,6 +289,8 @@ const endpoint = (ids: ReadonlyArray<string>, names: ReadonlyArray<string>): fc.
     fc.record({ method: fc.constant("GET"), path: query.map((q) => `/jobs?${q}`) }),
     fc.record({ method: fc.constant("GET"), path: segment(ids).map((id) => `/jobs/${id}`) }),
     fc.record({ method: fc.constant("POST"), path: segment(ids).map((id) => `/jobs/${id}/cancel`) }),
+    fc.record({ method: fc.constant("POST"), path: fc.constant("/jobs/bulk"), body: bulkRequest }),
+    fc.record({ method: fc.constant("GET"), path: query.map((q) => `/jobs/actions?${q}`) }),
     fc.record({ method: fc.constant("GET"), path: query.map((q) => `/dlq?${q}`) }),
     fc.record({ method: fc.constant("GET"), path: segment(ids).map((id) => `/dlq/${id}`) }),
     fc.record({ method: fc.constant("POST"), path: segment(ids).map((id) => `/dlq/${id}/retry`) }),

@@ -293,6 +293,33 @@ const endpoints: ReadonlyArray<EndpointRow> = [
       })
   },
   {
+    endpoint: "POST /jobs/bulk, GET /jobs/actions and the list's search: another org's jobs are neither counted nor changed",
+    check: (f) =>
+      Effect.gen(function*() {
+        const before = yield* acmeRows(f)
+        const acmes = (yield* call(f.base, "GET", `/jobs/${f.acmeJob}`, { key: f.acme })).json
+        const aimed = { stage: acmes.stage, payload: acmes.payload }
+        const nowhere = { stage: "nobody.has.this.stage", payload: acmes.payload }
+        for (const dryRun of [true, false]) {
+          const foreign = yield* call(f.base, "POST", "/jobs/bulk", { key: f.beta, body: { filter: aimed, action: "cancel", dryRun } })
+          const missing = yield* call(f.base, "POST", "/jobs/bulk", { key: f.beta, body: { filter: nowhere, action: "cancel", dryRun } })
+          expect(foreign.status).toBe(200)
+          expect(foreign.json.matched).toBe(0)
+          const { actionId: _a, ...foreignAnswer } = foreign.json
+          const { actionId: _b, ...missingAnswer } = missing.json
+          expect(foreignAnswer).toEqual(missingAnswer)
+        }
+        expect(yield* acmeRows(f)).toEqual(before)
+        const searched = yield* call(f.base, "GET", `/jobs?payload=${encodeURIComponent(JSON.stringify(acmes.payload))}&limit=1000`, { key: f.beta })
+        expect(searched.json.jobs.map((j: any) => j.id)).not.toContain(f.acmeJob)
+        // beta's record of its own actions names beta's filters only; acme sees none of them
+        const betaActions = (yield* call(f.base, "GET", "/jobs/actions", { key: f.beta })).json.actions
+        expect(betaActions.length).toBeGreaterThanOrEqual(2)
+        expect(betaActions.every((a: any) => a.filter.org === "beta")).toBe(true)
+        expect((yield* call(f.base, "GET", "/jobs/actions", { key: f.acme })).json.actions).toEqual([])
+      })
+  },
+  {
     endpoint: "GET /dlq and GET /dlq/:id",
     check: (f) =>
       Effect.gen(function*() {
