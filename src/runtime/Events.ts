@@ -4,3 +4,11 @@
  * path; it is the same module.
  */
 export * from "../queue/Events.js"
+
+/**
+ * Every process's job events, from the durable log (`EventFeed`): `Events.follow({ stages: ["x"] })` sees what
+ * any worker anywhere did to those jobs, in order per job, resumable by event id. `subscribe` above is this
+ * process's bus only.
+ */
+export { follow, type FollowOptions } from "./EventFeed.js"
+export type { Filter as FollowFilter, Kind as LoggedKind, LoggedEvent } from "../queue/EventLog.js"
