@@ -6,9 +6,19 @@
  *
  * Postgres only: the in-memory queue has its bus and no log (nothing else could read it anyway).
  */
-import { Context, Duration, Effect, Layer, Schema } from "effect"
+import { Config, ConfigError, Context, Duration, Effect, Either, Layer, Schema } from "effect"
 import * as Db from "../layers/Db.js"
 import * as EventsSql from "./EventsSql.js"
+import { parseRetention } from "./Queue.js"
+
+/**
+ * `PGFIBER_EVENTS_RETAIN`: how long the event log keeps an event (how far back a client can resume); pruned by
+ * the `pgfiber.events-retention` schedule every 10 minutes. `0`: pruned at every run of it.
+ */
+export const retentionConfig: Config.Config<Duration.Duration> = Config.string("PGFIBER_EVENTS_RETAIN").pipe(
+  Config.mapOrFail((text) => Either.mapLeft(parseRetention(text), (m) => ConfigError.InvalidData([], m))),
+  Config.withDefault(Duration.days(1))
+)
 
 /** The kinds of logged events, in a job's life order (a job may repeat started → retried/rescheduled). */
 export const kinds = ["enqueued", "started", "progress", "completed", "retried", "rescheduled", "dead", "cancelled"] as const
