@@ -503,6 +503,41 @@ export class LimitsApi extends HttpApiGroup.make("limits")
   )
 {}
 
+// ---------------------------------------------------------------------------------------------
+// events: every job's lifecycle, as Server-Sent Events
+
+export const EventsQuery = Schema.Struct({
+  /** Only these stages (comma-separated). */
+  stage: Schema.optional(Schema.String.pipe(Schema.maxLength(2000))),
+  /** Only this job's events. */
+  job: Schema.optional(Schema.String.pipe(Schema.maxLength(40))),
+  /** Only the events of jobs on this subject. */
+  subject: Schema.optional(Schema.String.pipe(Schema.maxLength(500))),
+  /** Only these kinds (comma-separated): enqueued, started, progress, completed, retried, rescheduled, dead, cancelled. */
+  kind: Schema.optional(Schema.String.pipe(Schema.maxLength(200))),
+  /** Where to start without a Last-Event-ID: `now` (default) or `beginning` (everything kept). */
+  from: Schema.optional(Schema.Literal("now", "beginning")),
+  /** The same as the Last-Event-ID header, for clients that cannot set one. */
+  lastEventId: Schema.optional(Schema.String.pipe(Schema.maxLength(40)))
+})
+
+export const EventStream = HttpApiSchema.Text({ contentType: "text/event-stream" })
+
+export class EventsApi extends HttpApiGroup.make("events")
+  .add(
+    HttpApiEndpoint.get("events", "/events")
+      .setUrlParams(EventsQuery)
+      .addSuccess(EventStream)
+      .addError(BadRequest)
+  )
+  .addError(Unavailable)
+  .middleware(Authorization)
+  .annotate(
+    OpenApi.Description,
+    "The key's org's job events as Server-Sent Events (`id:` the event id, `event:` its kind, `data:` the event as JSON), resumable with Last-Event-ID within the retention (PGFIBER_EVENTS_RETAIN)"
+  )
+{}
+
 export class Api extends HttpApi.make("pgfiber")
   .add(HealthApi)
   .add(StagesApi)
@@ -510,6 +545,7 @@ export class Api extends HttpApi.make("pgfiber")
   .add(JobsApi)
   .add(SchedulesApi)
   .add(CallsApi)
+  .add(EventsApi)
   .addError(BadRequest)
   .addError(PayloadTooLarge)
   .addError(UnsupportedMediaType)
