@@ -11,7 +11,8 @@ import * as ApiKeys from "../../src/auth/ApiKeys.js"
 import * as Db from "../../src/layers/Db.js"
 import * as PgQueue from "../../src/queue/PgQueue.js"
 import * as Queue from "../../src/queue/Queue.js"
-import { freshSchemaName, layerDb } from "../support/pg.js"
+import * as Migrations from "../../src/queue/Migrations.js"
+import { databaseUrl, dropSchema, freshSchemaName, layerDb } from "../support/pg.js"
 import { waitFor } from "../support/waitFor.js"
 import { baseUrl, call, layerService } from "./support.js"
 
@@ -142,5 +143,38 @@ describe("GET /events (Server-Sent Events)", () => {
       }
       expect(received.length).toBe(submitted.length * 3)
       expect(received.map((e) => e.event).every((k) => k === received.find((r) => r.event === k)!.data.kind)).toBe(true)
+    }), { timeout: 180_000 })
+
+  it.scopedLive("an open SSE client on an idle service sends at most one statement per 10 s; the next job's events still reach it", () =>
+    Effect.gen(function*() {
+      const schema = freshSchemaName("sse_idle")
+      let statements: Array<string> = []
+      yield* Effect.addFinalizer(() => dropSchema(schema))
+      const db = yield* Db.make({ url: Redacted.make(databaseUrl()), schema, poolMax: 6, onStatement: (q) => statements.push(q) })
+      yield* Migrations.migrate().pipe(Effect.provideService(Db.Db, db), Effect.orDie)
+      const keys = yield* Effect.provideService(ApiKeys.make, Db.Db, db)
+      const a = Redacted.value((yield* keys.create({ orgId: "org-a" })).token)
+      const services = yield* Layer.build(serviceOn(db))
+      const base = yield* Effect.provide(baseUrl, services)
+      const client = yield* openSse(base, a, "/events?stage=echo")
+      expect(client.status).toBe(200)
+      // start-up (the worker's catch-up claim and timer, the client's cursor) is over once 2 s pass without a statement
+      let last = -1
+      let quietSince = Date.now()
+      yield* waitFor("the start-up statements to end", Effect.sync(() => {
+        if (statements.length !== last) {
+          last = statements.length
+          quietSince = Date.now()
+        }
+        return Date.now() - quietSince >= 2000
+      }))
+      statements = []
+      // the measurement's window, not a wait for something to happen
+      yield* Effect.sleep("10 seconds")
+      console.log(`idle service with an SSE client open: ${statements.length} statements in 10 s`, statements)
+      expect(statements.length).toBeLessThanOrEqual(1)
+      const job = yield* call(base, "POST", "/jobs", { key: a, body: { stage: "echo", payload: { n: 1 } } })
+      yield* waitFor("the job's events on the open stream", Effect.sync(() =>
+        client.events.filter((e) => e.data.jobId === job.json.id).map((e) => e.event).join() === "enqueued,started,completed"))
     }), { timeout: 180_000 })
 })
