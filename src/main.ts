@@ -8,6 +8,7 @@ import * as NodeContext from "@effect/platform-node/NodeContext"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Cause, Effect, Exit, Layer, Option } from "effect"
 import * as Calls from "./cli/Calls.js"
+import * as EventsCli from "./cli/Events.js"
 import * as Failure from "./cli/Failure.js"
 import * as Jobs from "./cli/Jobs.js"
 import * as Keys from "./cli/Keys.js"
@@ -26,6 +27,7 @@ const root = Command.make("pgfiber", {}, () => cli([process.argv[0]!, process.ar
     Jobs.jobs,
     Jobs.dlq,
     Jobs.stats,
+    EventsCli.events,
     Jobs.stagesCommand,
     Schedules.schedules,
     Limits.limits,
