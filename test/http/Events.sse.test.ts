@@ -85,6 +85,10 @@ describe("GET /events (Server-Sent Events)", () => {
           const bad = yield* call(base, "GET", path, { key: a })
           expect([bad.status, bad.json?._tag]).toEqual([400, "BadRequest"])
         }
+        for (const path of ["/events?from=yesterday", "/events?subject=%00", "/events?stage=" + "s,".repeat(1500)]) {
+          const bad = yield* call(base, "GET", path, { key: a })
+          expect([path, bad.status, typeof bad.json?._tag, typeof bad.json?.message]).toEqual([path, 400, "string", "string"])
+        }
         const bad = yield* call(base, "GET", "/events", { key: a, headers: { "last-event-id": "yesterday" } })
         expect([bad.status, bad.json?._tag]).toEqual([400, "BadRequest"])
         expect((yield* call(base, "GET", "/events")).status).toBe(401)
