@@ -29,14 +29,44 @@ create policy job_events_by_org on {{schema}}.job_events to pgfiber_tenant
   using (org_id = current_setting('pgfiber.org_id', true))
   with check (org_id = current_setting('pgfiber.org_id', true));
 
+-- Webhook subscriptions: an org's URL, the event kinds (and optionally stages) it wants, and the secret its
+-- deliveries are signed with (Standard Webhooks: `whsec_` + base64; shown once, at creation).
+create table {{schema}}.webhooks (
+  id bigint generated always as identity primary key,
+  org_id text not null,
+  url text not null,
+  kinds text[] not null,
+  stages text[],
+  secret text not null,
+  created_at timestamptz not null default now()
+);
+create index webhooks_org on {{schema}}.webhooks (org_id);
+grant select, insert, delete on {{schema}}.webhooks to pgfiber_tenant;
+alter table {{schema}}.webhooks enable row level security;
+create policy webhooks_by_org on {{schema}}.webhooks to pgfiber_tenant
+  using (org_id = current_setting('pgfiber.org_id', true))
+  with check (org_id = current_setting('pgfiber.org_id', true));
+
 -- One NOTIFY per statement that logged anything, on the jobs channel every process already LISTENs to, with
 -- one fixed payload: PostgreSQL folds identical notifications of a transaction into one, and readers read
 -- forward from their own cursor anyway, so the payload needs no id.
+-- And each event an org's webhook wants becomes a delivery job (stage `pgfiber.webhook`) in the same
+-- transaction: delivered at least once, retried on the stage's backoff, dead-lettered, whichever process runs
+-- it. The deliveries' own events are never delivered (no webhook of webhooks).
 create function {{schema}}.job_events_notify() returns trigger
 language plpgsql as $$
 begin
   if exists (select 1 from new_events) then
     perform pg_notify('{{schema}}_jobs', 'pgfiber:events');
+    if exists (select 1 from {{schema}}.webhooks) then
+      insert into {{schema}}.jobs (stage, org_id, subject_id, payload, max_attempts)
+      select 'pgfiber.webhook', w.org_id, e.job_id::text,
+             jsonb_build_object('webhookId', w.id::text, 'eventId', e.id::text), 10
+      from new_events e
+      join {{schema}}.webhooks w on w.org_id = e.org_id and e.kind = any(w.kinds) and (w.stages is null or e.stage = any(w.stages))
+      where e.stage <> 'pgfiber.webhook'
+      order by e.id, w.id;
+    end if;
   end if;
   return null;
 end

@@ -538,6 +538,47 @@ export class EventsApi extends HttpApiGroup.make("events")
   )
 {}
 
+// ---------------------------------------------------------------------------------------------
+// webhooks: an org's subscriptions to its job events
+
+export const WebhookView = Schema.Struct({
+  id: Schema.String,
+  orgId: Schema.String,
+  url: Schema.String,
+  kinds: Schema.Array(Schema.String),
+  stages: Schema.NullOr(Schema.Array(Schema.String)),
+  createdAt: Schema.Date
+})
+
+export const WebhookRequest = Schema.Struct({
+  url: Schema.String.pipe(Schema.maxLength(2000)),
+  /** Event kinds to deliver; default completed, dead, cancelled. */
+  kinds: Schema.optional(Schema.Array(Schema.String.pipe(Schema.maxLength(40))).pipe(Schema.maxItems(20))),
+  /** Only these stages' events; default every stage. */
+  stages: Schema.optional(Schema.Array(Schema.String.pipe(Schema.maxLength(200))).pipe(Schema.maxItems(100)))
+})
+
+const WebhookId = HttpApiSchema.param("id", Schema.String)
+
+export class WebhooksApi extends HttpApiGroup.make("webhooks")
+  .add(
+    HttpApiEndpoint.post("createWebhook", "/webhooks")
+      .setPayload(WebhookRequest)
+      // the signing secret (Standard Webhooks `whsec_…`) is in this answer only
+      .addSuccess(Schema.Struct({ ...WebhookView.fields, secret: Schema.String }), { status: 201 })
+      .addError(BadRequest)
+  )
+  .add(HttpApiEndpoint.get("listWebhooks", "/webhooks").addSuccess(Schema.Struct({ webhooks: Schema.Array(WebhookView) })))
+  .add(
+    HttpApiEndpoint.del("removeWebhook")`/webhooks/${WebhookId}`
+      .addSuccess(Schema.Struct({ id: Schema.String, removed: Schema.Literal(true) }))
+      .addError(NotFound)
+  )
+  .addError(Unavailable)
+  .middleware(Authorization)
+  .annotate(OpenApi.Description, "The key's org's webhooks: each job event they want is delivered as a signed POST (Standard Webhooks), retried as a job")
+{}
+
 export class Api extends HttpApi.make("pgfiber")
   .add(HealthApi)
   .add(StagesApi)
@@ -546,6 +587,7 @@ export class Api extends HttpApi.make("pgfiber")
   .add(SchedulesApi)
   .add(CallsApi)
   .add(EventsApi)
+  .add(WebhooksApi)
   .addError(BadRequest)
   .addError(PayloadTooLarge)
   .addError(UnsupportedMediaType)
