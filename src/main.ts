@@ -15,6 +15,7 @@ import * as Keys from "./cli/Keys.js"
 import * as Limits from "./cli/Limits.js"
 import * as Schedules from "./cli/Schedules.js"
 import * as Service from "./cli/Service.js"
+import * as WebhooksCli from "./cli/Webhooks.js"
 import * as Logging from "./layers/Logging.js"
 
 const root = Command.make("pgfiber", {}, () => cli([process.argv[0]!, process.argv[1]!, "--help"])).pipe(
@@ -33,6 +34,7 @@ const root = Command.make("pgfiber", {}, () => cli([process.argv[0]!, process.ar
     Limits.limits,
     Service.tick,
     Keys.keys,
+    WebhooksCli.webhooks,
     Calls.calls
   ])
 )

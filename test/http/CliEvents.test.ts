@@ -1,7 +1,7 @@
 /**
  * `pgfiber events` as a child process: the kept events of every org (or one), as lines or NDJSON; `--follow`
  * prints the events of jobs another process moves while it runs, and exits 0 on SIGINT; a bad kind or id is a
- * usage error (exit 2).
+ * usage error (exit 2). And `pgfiber webhooks add|list|remove`.
  */
 import { describe, expect, layer } from "@effect/vitest"
 import { Duration, Effect, Layer } from "effect"
@@ -87,5 +87,25 @@ describe("pgfiber events", () => {
         child.kill("SIGINT")
         expect(yield* Effect.promise(() => exited)).toBe(0)
       }).pipe(Effect.scoped))
+
+    it.effect("webhooks add prints the secret once, refuses a private target unless allowed; list hides secrets; remove", () =>
+      Effect.gen(function*() {
+        const { schema } = yield* Db.Db
+        const refused = yield* pgfiber(schema, ["webhooks", "add", "http://127.0.0.1:9/hook", "--org", "acme"])
+        expect(refused.code).toBe(2)
+        expect(refused.stderr).toContain("loopback, private or link-local")
+        const added = yield* pgfiber(schema, ["webhooks", "add", "http://127.0.0.1:9/hook", "--org", "acme", "--kind", "completed,dead", "--json"],
+          { PGFIBER_WEBHOOK_ALLOW_PRIVATE: "true" })
+        expect(added.code).toBe(0)
+        const hook = JSON.parse(added.stdout)
+        expect(hook).toMatchObject({ orgId: "acme", url: "http://127.0.0.1:9/hook", kinds: ["completed", "dead"], stages: null })
+        expect(hook.secret).toMatch(/^whsec_/)
+        const listed = yield* pgfiber(schema, ["webhooks", "list", "--org", "acme"])
+        expect(listed.code).toBe(0)
+        expect(listed.stdout).toContain("http://127.0.0.1:9/hook")
+        expect(listed.stdout).not.toContain(hook.secret)
+        expect((yield* pgfiber(schema, ["webhooks", "remove", hook.id])).code).toBe(0)
+        expect((yield* pgfiber(schema, ["webhooks", "remove", hook.id])).code).toBe(3)
+      }))
   })
 })
