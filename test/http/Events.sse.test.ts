@@ -3,7 +3,7 @@
  * Last-Event-ID — once to the same server, once to a new server after the first one stopped — receives every
  * event of its org's jobs exactly once, in order, none missing (the same sequence a fresh client reads from the
  * beginning); another org's events never appear; bad input is a 400 with a JSON body. And with an SSE client
- * open and nothing happening, the server sends no statement to the database.
+ * and a webhook open and nothing happening, the server sends no statement to the database.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Context, Effect, Layer, Redacted } from "effect"
@@ -149,7 +149,7 @@ describe("GET /events (Server-Sent Events)", () => {
       expect(received.map((e) => e.event).every((k) => k === received.find((r) => r.event === k)!.data.kind)).toBe(true)
     }), { timeout: 180_000 })
 
-  it.scopedLive("an open SSE client on an idle service sends at most one statement per 10 s; the next job's events still reach it", () =>
+  it.scopedLive("an open SSE client and a webhook on an idle service: at most one statement per 10 s; the next job's events still reach the client", () =>
     Effect.gen(function*() {
       const schema = freshSchemaName("sse_idle")
       let statements: Array<string> = []
@@ -162,6 +162,11 @@ describe("GET /events (Server-Sent Events)", () => {
       const base = yield* Effect.provide(baseUrl, services)
       const client = yield* openSse(base, a, "/events?stage=echo")
       expect(client.status).toBe(200)
+      // a webhook subscription too (nothing is delivered while nothing happens)
+      process.env.PGFIBER_WEBHOOK_ALLOW_PRIVATE = "true"
+      yield* Effect.addFinalizer(() => Effect.sync(() => delete process.env.PGFIBER_WEBHOOK_ALLOW_PRIVATE))
+      const hook = yield* call(base, "POST", "/webhooks", { key: a, body: { url: "http://127.0.0.1:9/hook" } })
+      expect(hook.status).toBe(201)
       // start-up (the worker's catch-up claim and timer, the client's cursor) is over once 2 s pass without a statement
       let last = -1
       let quietSince = Date.now()
@@ -175,7 +180,7 @@ describe("GET /events (Server-Sent Events)", () => {
       statements = []
       // the measurement's window, not a wait for something to happen
       yield* Effect.sleep("10 seconds")
-      console.log(`idle service with an SSE client open: ${statements.length} statements in 10 s`, statements)
+      console.log(`idle service with an SSE client and a webhook open: ${statements.length} statements in 10 s`, statements)
       expect(statements.length).toBeLessThanOrEqual(1)
       const job = yield* call(base, "POST", "/jobs", { key: a, body: { stage: "echo", payload: { n: 1 } } })
       yield* waitFor("the job's events on the open stream", Effect.sync(() =>

@@ -56,9 +56,10 @@ export class Webhooks extends Context.Tag("pgfiber/Webhooks")<Webhooks, {
 
 export const make = Effect.gen(function*() {
   const db = yield* Db.Db
-  const allowPrivate = yield* Effect.orDie(Target.allowPrivateConfig)
   const create = (w: Parameters<Context.Tag.Service<Webhooks>["create"]>[0]) =>
     Effect.gen(function*() {
+      // read at each call, as each delivery reads it: an operator's change needs no restart of the API
+      const allowPrivate = yield* Effect.orDie(Target.allowPrivateConfig)
       if (w.url.length > 2000) return yield* new InvalidWebhook({ message: "url is longer than 2000 characters", field: "url" })
       const url = yield* Target.check(w.url, allowPrivate).pipe(
         Effect.mapError((e) => new InvalidWebhook({ message: e.message, field: "url" }))
