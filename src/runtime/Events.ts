@@ -1,8 +1,13 @@
 /**
  * Job lifecycle events: the bus lives in `src/queue/Events.ts`, below the queue that publishes `Enqueued`
  * (imports point down: the queue never imports the runtime). The runtime, the faces and users keep this
- * path; it is the same module.
+ * path; it is the same module. `follow` (EventFeed.ts) is the other way in: every process's events, from the
+ * durable log, for readers in any process (docs/events.md).
  */
+import { Layer } from "effect"
+import * as EventLog from "../queue/EventLog.js"
+import * as EventFeed from "./EventFeed.js"
+
 export * from "../queue/Events.js"
 
 /**
@@ -12,3 +17,6 @@ export * from "../queue/Events.js"
  */
 export { follow, type FollowOptions } from "./EventFeed.js"
 export type { Filter as FollowFilter, Kind as LoggedKind, LoggedEvent } from "../queue/EventLog.js"
+
+/** What `follow` needs: the event log's reader and the feed (over the Db and the queue; the Waker's LISTEN when provided). */
+export const layerFeed = EventFeed.layer.pipe(Layer.provideMerge(EventLog.layer))
