@@ -1,7 +1,9 @@
 /**
  * Every statement on the jobs and dead_letters tables, one named function each, with its locking strategy.
  * Table names are unqualified: the pool's search_path is the pgfiber schema. Times come from the database
- * clock (`now()`), so workers on different hosts agree.
+ * clock (`now()`), so workers on different hosts agree. Each statement that moves a job also logs what it did
+ * to the event log (a `logged` CTE: started, progress, completed, retried, rescheduled, dead, cancelled; the
+ * insert trigger logs enqueued), new rows only, so it takes no lock of its own (docs/events.md).
  */
 import type { Sql } from "../layers/Db.js"
 import type { ValidJob } from "./Job.js"
