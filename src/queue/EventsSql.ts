@@ -18,6 +18,9 @@ export interface EventFilter {
   readonly subjectId: string | null
 }
 
+/** The order of an event's fields in `readEvents`' arrays. */
+export const eventFields = ["id", "tx", "kind", "jobId", "stage", "orgId", "subjectId", "attempt", "data", "at"] as const
+
 /**
  * The next page after the cursor (tx, id), in (tx, id) order, of rows whose transaction is older than every
  * running one; the horizon (that oldest running xid) it read up to; and whether rows at or past the horizon
@@ -25,7 +28,7 @@ export interface EventFilter {
  * write no event and so NOTIFY nothing). Locking: none; the (tx, id) index from the cursor.
  */
 export const readEvents = (sql: Sql, cursor: { readonly tx: string; readonly id: string }, f: EventFilter, limit: number) =>
-  sql<Array<{ events: ReadonlyArray<Record<string, unknown>>; horizon: string; held: boolean }>>`
+  sql<Array<{ events: ReadonlyArray<ReadonlyArray<unknown>>; horizon: string; held: boolean }>>`
     with horizon as (
       select pg_snapshot_xmin(pg_current_snapshot()) as xmin
     ), page as (
@@ -40,10 +43,11 @@ export const readEvents = (sql: Sql, cursor: { readonly tx: string; readonly id:
       order by e.tx, e.id
       limit ${limit}
     )
+    -- each event an array of its fields in \`eventFields\` order, its time as epoch ms (see EventLog.fromArray)
     select coalesce((
-      select json_agg(json_build_object(
-        'id', p.id::text, 'tx', p.tx::text, 'kind', p.kind, 'jobId', p.job_id::text, 'stage', p.stage, 'orgId', p.org_id,
-        'subjectId', p.subject_id, 'attempt', p.attempt, 'data', p.data, 'at', p.at) order by p.tx, p.id)
+      select json_agg(json_build_array(
+        p.id::text, p.tx::text, p.kind, p.job_id::text, p.stage, p.org_id, p.subject_id, p.attempt, p.data,
+        floor(date_part('epoch', p.at) * 1000 + 0.0005)) order by p.tx, p.id)
       from page p), '[]'::json) as events,
       (select xmin::text from horizon) as horizon,
       exists (select 1 from job_events e where e.tx >= (select xmin from horizon)) as held`

@@ -34,6 +34,12 @@ export class EventFeed extends Context.Tag("pgfiber/EventFeed")<EventFeed, {
 /** The slowest look while events are held back by an older transaction (it starts at 20 ms and doubles). */
 export const heldPollMax = Duration.seconds(1)
 
+/**
+ * The least time between two reads of one follower that is caught up: a busy queue sends a NOTIFY per claim and
+ * settle, and reading after each would cost a statement each; waiting this long gathers them into one page.
+ */
+export const minReadSpacing = Duration.millis(25)
+
 export const make = Effect.gen(function*() {
   const log = yield* EventLog.EventLog
   const queue = yield* Queue.Queue
@@ -62,7 +68,8 @@ export const make = Effect.gen(function*() {
         let caughtUp = false
         let held = false
         let heldWaitMs = 20
-        const pageSize = options.pageSize ?? 500
+        const pageSize = options.pageSize ?? 1000
+        let lastReadAt = 0
         const waitForNews = Effect.gen(function*() {
           if (!held) {
             heldWaitMs = 20
@@ -71,11 +78,14 @@ export const make = Effect.gen(function*() {
             yield* Effect.raceFirst(Q.take(woken), Effect.sleep(Duration.millis(heldWaitMs)))
             heldWaitMs = Math.min(heldWaitMs * 2, Duration.toMillis(heldPollMax))
           }
+          const since = Date.now() - lastReadAt
+          if (since < Duration.toMillis(minReadSpacing)) yield* Effect.sleep(Duration.millis(Duration.toMillis(minReadSpacing) - since))
           yield* Q.takeAll(woken)
         })
         const next = Effect.gen(function*() {
           for (;;) {
             if (caughtUp) yield* waitForNews
+            lastReadAt = Date.now()
             const page = yield* log.read(cursor, filter, pageSize)
             cursor = page.next
             caughtUp = !page.full
