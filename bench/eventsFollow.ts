@@ -14,7 +14,7 @@ import * as Queue from "../src/queue/Queue.js"
 import * as EventFeed from "../src/runtime/EventFeed.js"
 import * as Stage from "../src/runtime/Stage.js"
 import * as Worker from "../src/runtime/Worker.js"
-import { connect, log, median, msSince, nowNs, sleep, startCluster } from "./lib.js"
+import { connect, log, median, msSince, nowNs, serverCpuMsOf, sleep, startCluster } from "./lib.js"
 
 const args = process.argv.slice(2)
 const option = (name: string) => {
@@ -31,7 +31,7 @@ const stage = Stage.make({
   handler: () => Effect.promise(async () => undefined)
 })
 
-const drainOnce = async (url: string, follow: boolean) => {
+const drainOnce = async (url: string, dataDir: string, follow: boolean) => {
   const scope = Effect.runSync(Scope.make())
   const build = <A, E>(layer: Layer.Layer<A, E, never>) => Effect.runPromise(Layer.buildWithScope(layer, scope))
   const dbLayer = Layer.scoped(Db.Db, Db.make({ url: Redacted.make(url), schema: "pgfiber", poolMax: 6 }))
@@ -49,6 +49,8 @@ const drainOnce = async (url: string, follow: boolean) => {
     concurrency: {}
   }
   const started = nowNs()
+  const cpuAtStart = process.cpuUsage()
+  const serverAtStart = serverCpuMsOf(dataDir) ?? 0
   const worker = await build(Worker.layer([stage], options).pipe(Layer.provide(Layer.succeedContext(base))))
   if (follow) {
     const feed = await build(EventFeed.layer.pipe(Layer.provide(Layer.succeedContext(Context.merge(base, worker)))))
@@ -66,14 +68,18 @@ const drainOnce = async (url: string, follow: boolean) => {
     await sleep(20)
   }
   const ms = msSince(started)
+  const cpu = process.cpuUsage(cpuAtStart)
+  const serverMs = (serverCpuMsOf(dataDir) ?? 0) - serverAtStart
   await sql.end({ timeout: 5 })
   await Effect.runPromise(Scope.close(scope, Exit.void))
-  return { rate: (jobs / ms) * 1000, seen }
+  return { rate: (jobs / ms) * 1000, seen, cpuPer1k: ((cpu.user + cpu.system) / 1000) / (jobs / 1000), serverPer1k: serverMs / (jobs / 1000) }
 }
 
 const main = async () => {
   const cluster = await startCluster({ flags: ["-c", "shared_buffers=512MB"] })
   const rates: Record<string, Array<number>> = { none: [], follow: [] }
+  const cpus: Record<string, Array<number>> = { none: [], follow: [] }
+  const servers: Record<string, Array<number>> = { none: [], follow: [] }
   try {
     for (let r = 0; r < rounds; r++) {
       // alternate which goes first
@@ -81,15 +87,18 @@ const main = async () => {
         const url = await cluster.createDatabase(`bench_follow_${r}_${mode}`)
         const { migratePgfiber } = await import("./workloads.js")
         await migratePgfiber(url)
-        const { rate, seen } = await drainOnce(url, mode === "follow")
+        const { cpuPer1k, rate, seen, serverPer1k } = await drainOnce(url, cluster.dataDir, mode === "follow")
         rates[mode]!.push(rate)
-        log(`round ${r + 1} ${mode}: drain ${Math.round(rate)} jobs/s${mode === "follow" ? ` (the follower read ${seen} events)` : ""}`)
+        cpus[mode]!.push(cpuPer1k)
+        servers[mode]!.push(serverPer1k)
+        log(`round ${r + 1} ${mode}: drain ${Math.round(rate)} jobs/s, this process ${cpuPer1k.toFixed(0)} ms and the server ${serverPer1k.toFixed(0)} ms CPU per 1k jobs${mode === "follow" ? ` (the follower read ${seen} events)` : ""}`)
         await cluster.dropDatabase(`bench_follow_${r}_${mode}`)
       }
     }
     const a = median(rates.none!)
     const b = median(rates.follow!)
     log(`median drain: no follower ${Math.round(a)} jobs/s, one follower ${Math.round(b)} jobs/s (${((b / a - 1) * 100).toFixed(1)} %)`)
+    log(`median CPU per 1k jobs: this process ${median(cpus.none!).toFixed(0)} → ${median(cpus.follow!).toFixed(0)} ms, the server ${median(servers.none!).toFixed(0)} → ${median(servers.follow!).toFixed(0)} ms`)
   } finally {
     await cluster.close()
   }
