@@ -12,6 +12,7 @@ import { Context, Schema } from "effect"
 import * as Analyzer from "../layers/Analyzer.js"
 import type * as ApiKeys from "../auth/ApiKeys.js"
 import * as Job from "../queue/Job.js"
+import * as Subscriptions from "../stages/webhooks/Subscriptions.js"
 
 // ---------------------------------------------------------------------------------------------
 // errors: each carries its status; bodies are `{ "_tag": …, "message": … }`
@@ -541,14 +542,7 @@ export class EventsApi extends HttpApiGroup.make("events")
 // ---------------------------------------------------------------------------------------------
 // webhooks: an org's subscriptions to its job events
 
-export const WebhookView = Schema.Struct({
-  id: Schema.String,
-  orgId: Schema.String,
-  url: Schema.String,
-  kinds: Schema.Array(Schema.String),
-  stages: Schema.NullOr(Schema.Array(Schema.String)),
-  createdAt: Schema.Date
-})
+export const WebhookView = Subscriptions.WebhookView
 
 export const WebhookRequest = Schema.Struct({
   url: Schema.String.pipe(Schema.maxLength(2000)),

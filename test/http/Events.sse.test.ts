@@ -13,7 +13,7 @@ import * as PgQueue from "../../src/queue/PgQueue.js"
 import * as Queue from "../../src/queue/Queue.js"
 import * as Migrations from "../../src/queue/Migrations.js"
 import { databaseUrl, dropSchema, freshSchemaName, layerDb } from "../support/pg.js"
-import { waitFor } from "../support/waitFor.js"
+import { waitFor, waitForQuiet } from "../support/waitFor.js"
 import { baseUrl, call, layerService } from "./support.js"
 
 interface SseEvent {
@@ -168,15 +168,7 @@ describe("GET /events (Server-Sent Events)", () => {
       const hook = yield* call(base, "POST", "/webhooks", { key: a, body: { url: "http://127.0.0.1:9/hook" } })
       expect(hook.status).toBe(201)
       // start-up (the worker's catch-up claim and timer, the client's cursor) is over once 2 s pass without a statement
-      let last = -1
-      let quietSince = Date.now()
-      yield* waitFor("the start-up statements to end", Effect.sync(() => {
-        if (statements.length !== last) {
-          last = statements.length
-          quietSince = Date.now()
-        }
-        return Date.now() - quietSince >= 2000
-      }))
+      yield* waitForQuiet("the start-up statements to end", () => statements.length)
       statements = []
       // the measurement's window, not a wait for something to happen
       yield* Effect.sleep("10 seconds")
