@@ -2,7 +2,7 @@
 --
 -- You do not need this when a `pgfiber start` or `pgfiber worker` runs somewhere: every worker runs the reaper
 -- itself, and the same jobs are pgfiber schedules (`pgfiber.reap-expired`, `pgfiber.dead-letter-retention`,
--- `pgfiber.history-retention`;
+-- `pgfiber.history-retention`, `pgfiber.events-retention`;
 -- `pgfiber schedules disable …` them if you run this instead). It is for deployments where nothing runs continuously (`pgfiber tick` from cron or a serverless
 -- function; each tick also reaps first) and for keeping the dead-letter table short.
 --
@@ -38,7 +38,13 @@ begin
           'message', 'lease expired: the worker ' || coalesce(locked_by, '?') || ' stopped heartbeating', 'worker', locked_by)),
         locked_by = null, locked_until = null, updated_at = now()
       where id in (select id from pgfiber.jobs where status = 'running' and locked_until < now() for update skip locked)
-      returning stage
+      returning id, stage, org_id, subject_id, attempts, last_error
+    ), logged as (
+      -- the event log's `retried` (as JobsSql.requeueExpired writes it)
+      insert into pgfiber.job_events (org_id, stage, job_id, subject_id, kind, attempt, data)
+      select org_id, stage, id, subject_id, 'retried', attempts,
+             jsonb_build_object('delayMs', 0, 'tag', 'LeaseExpired', 'message', last_error)
+      from expired order by id
     )
     select distinct stage from expired
   loop
@@ -85,6 +91,25 @@ end
 $body$;
 $prune$);
 
+-- Every 10 minutes: job events (job_events, migration 0021) older than a day are deleted, 5,000 at a time from
+-- the front of the log (as EventsSql.pruneEvents; the `pgfiber.events-retention` schedule, PGFIBER_EVENTS_RETAIN).
+select cron.schedule('pgfiber-events-retention', '5-59/10 * * * *', $events$
+do $body$
+declare
+  n integer;
+begin
+  loop
+    delete from pgfiber.job_events where id = any(array(
+      select id from (select id, at from pgfiber.job_events order by id limit 5000) oldest
+      where at < now() - interval '1 day'));
+    get diagnostics n = row_count;
+    commit;
+    exit when n < 5000;
+  end loop;
+end
+$body$;
+$events$);
+
 -- To see what ran:      select * from cron.job_run_details where command like '%pgfiber%' order by start_time desc limit 20;
 -- To stop:              select cron.unschedule('pgfiber-reap-expired'); select cron.unschedule('pgfiber-dead-letter-retention');
---                       select cron.unschedule('pgfiber-history-retention');
+--                       select cron.unschedule('pgfiber-history-retention'); select cron.unschedule('pgfiber-events-retention');

@@ -23,10 +23,11 @@ import * as Worker from "./runtime/Worker.js"
 import { callLayers, callStages, type CallRequirements } from "./stages/calls/index.js"
 import { documentLayers, documentStages, DocumentsSweep } from "./stages/documents/index.js"
 import * as Housekeeping from "./stages/housekeeping/Housekeeping.js"
+import * as WebhookDelivery from "./stages/webhooks/Delivery.js"
 
 /** What any stage may need from the outside world; each pipeline's layer provides its part. */
 export type StageRequirements = CallRequirements | Stage.Requirements<(typeof documentStages)[number]>
-type AnyStage = Stage.Stage<any, any, StageRequirements>
+type AnyStage = Stage.Stage<any, any, StageRequirements, any>
 
 export interface Pipeline {
   readonly name: string
@@ -72,6 +73,15 @@ export const pipelines: ReadonlyArray<Pipeline> = [
     missing: Effect.succeed(undefined),
     onStart: Effect.void,
     schedules: Effect.succeed(Housekeeping.schedules)
+  },
+  {
+    // webhook deliveries (docs/events.md): always runs; a delivery needs nothing but the database and the network
+    name: "webhooks",
+    stages: [WebhookDelivery.delivery],
+    layer: Layer.empty as unknown as Layer.Layer<any, unknown>,
+    missing: Effect.succeed(undefined),
+    onStart: Effect.void,
+    schedules: Effect.succeed([])
   }
 ]
 

@@ -8,12 +8,14 @@ import * as NodeContext from "@effect/platform-node/NodeContext"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Cause, Effect, Exit, Layer, Option } from "effect"
 import * as Calls from "./cli/Calls.js"
+import * as EventsCli from "./cli/Events.js"
 import * as Failure from "./cli/Failure.js"
 import * as Jobs from "./cli/Jobs.js"
 import * as Keys from "./cli/Keys.js"
 import * as Limits from "./cli/Limits.js"
 import * as Schedules from "./cli/Schedules.js"
 import * as Service from "./cli/Service.js"
+import * as WebhooksCli from "./cli/Webhooks.js"
 import * as Logging from "./layers/Logging.js"
 
 const root = Command.make("pgfiber", {}, () => cli([process.argv[0]!, process.argv[1]!, "--help"])).pipe(
@@ -26,11 +28,13 @@ const root = Command.make("pgfiber", {}, () => cli([process.argv[0]!, process.ar
     Jobs.jobs,
     Jobs.dlq,
     Jobs.stats,
+    EventsCli.events,
     Jobs.stagesCommand,
     Schedules.schedules,
     Limits.limits,
     Service.tick,
     Keys.keys,
+    WebhooksCli.webhooks,
     Calls.calls
   ])
 )

@@ -13,6 +13,7 @@ import * as Analyzer from "../layers/Analyzer.js"
 import type * as ApiKeys from "../auth/ApiKeys.js"
 import * as Bulk from "../queue/Bulk.js"
 import * as Job from "../queue/Job.js"
+import * as Subscriptions from "../stages/webhooks/Subscriptions.js"
 
 // ---------------------------------------------------------------------------------------------
 // errors: each carries its status; bodies are `{ "_tag": …, "message": … }`
@@ -573,6 +574,75 @@ export class LimitsApi extends HttpApiGroup.make("limits")
   )
 {}
 
+// ---------------------------------------------------------------------------------------------
+// events: every job's lifecycle, as Server-Sent Events
+
+export const EventsQuery = Schema.Struct({
+  /** Only these stages (comma-separated). */
+  stage: Schema.optional(Schema.String.pipe(Schema.maxLength(2000))),
+  /** Only this job's events. */
+  job: Schema.optional(Schema.String.pipe(Schema.maxLength(40))),
+  /** Only the events of jobs on this subject. */
+  subject: Schema.optional(Schema.String.pipe(Schema.maxLength(500))),
+  /** Only these kinds (comma-separated): enqueued, started, progress, completed, retried, rescheduled, dead, cancelled. */
+  kind: Schema.optional(Schema.String.pipe(Schema.maxLength(200))),
+  /** Where to start without a Last-Event-ID: `now` (default) or `beginning` (everything kept). */
+  from: Schema.optional(Schema.Literal("now", "beginning")),
+  /** The same as the Last-Event-ID header, for clients that cannot set one. */
+  lastEventId: Schema.optional(Schema.String.pipe(Schema.maxLength(40)))
+})
+
+export const EventStream = HttpApiSchema.Text({ contentType: "text/event-stream" })
+
+export class EventsApi extends HttpApiGroup.make("events")
+  .add(
+    HttpApiEndpoint.get("events", "/events")
+      .setUrlParams(EventsQuery)
+      .addSuccess(EventStream)
+      .addError(BadRequest)
+  )
+  .addError(Unavailable)
+  .middleware(Authorization)
+  .annotate(
+    OpenApi.Description,
+    "The key's org's job events as Server-Sent Events (`id:` the event id, `event:` its kind, `data:` the event as JSON), resumable with Last-Event-ID within the retention (PGFIBER_EVENTS_RETAIN)"
+  )
+{}
+
+// ---------------------------------------------------------------------------------------------
+// webhooks: an org's subscriptions to its job events
+
+export const WebhookView = Subscriptions.WebhookView
+
+export const WebhookRequest = Schema.Struct({
+  url: Schema.String.pipe(Schema.maxLength(2000)),
+  /** Event kinds to deliver; default completed, dead, cancelled. */
+  kinds: Schema.optional(Schema.Array(Schema.String.pipe(Schema.maxLength(40))).pipe(Schema.maxItems(20))),
+  /** Only these stages' events; default every stage. */
+  stages: Schema.optional(Schema.Array(Schema.String.pipe(Schema.maxLength(200))).pipe(Schema.maxItems(100)))
+})
+
+const WebhookId = HttpApiSchema.param("id", Schema.String)
+
+export class WebhooksApi extends HttpApiGroup.make("webhooks")
+  .add(
+    HttpApiEndpoint.post("createWebhook", "/webhooks")
+      .setPayload(WebhookRequest)
+      // the signing secret (Standard Webhooks `whsec_…`) is in this answer only
+      .addSuccess(Schema.Struct({ ...WebhookView.fields, secret: Schema.String }), { status: 201 })
+      .addError(BadRequest)
+  )
+  .add(HttpApiEndpoint.get("listWebhooks", "/webhooks").addSuccess(Schema.Struct({ webhooks: Schema.Array(WebhookView) })))
+  .add(
+    HttpApiEndpoint.del("removeWebhook")`/webhooks/${WebhookId}`
+      .addSuccess(Schema.Struct({ id: Schema.String, removed: Schema.Literal(true) }))
+      .addError(NotFound)
+  )
+  .addError(Unavailable)
+  .middleware(Authorization)
+  .annotate(OpenApi.Description, "The key's org's webhooks: each job event they want is delivered as a signed POST (Standard Webhooks), retried as a job")
+{}
+
 export class Api extends HttpApi.make("pgfiber")
   .add(HealthApi)
   .add(StagesApi)
@@ -580,6 +650,8 @@ export class Api extends HttpApi.make("pgfiber")
   .add(JobsApi)
   .add(SchedulesApi)
   .add(CallsApi)
+  .add(EventsApi)
+  .add(WebhooksApi)
   .addError(BadRequest)
   .addError(PayloadTooLarge)
   .addError(UnsupportedMediaType)

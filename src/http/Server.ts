@@ -34,6 +34,10 @@ import { Api } from "./Api.js"
 import * as Queue from "../queue/Queue.js"
 import * as Auth from "./Auth.js"
 import * as Calls from "./Calls.js"
+import * as EventLog from "../queue/EventLog.js"
+import * as EventFeed from "../runtime/EventFeed.js"
+import * as EventsHttp from "./Events.js"
+import * as WebhooksHttp from "./Webhooks.js"
 import * as Health from "./Health.js"
 import * as LimitsHttp from "./Limits.js"
 import * as Stages from "./Stages.js"
@@ -299,6 +303,8 @@ export const layerApi = <R = never>(
     Layer.provide(Jobs.layer<R>(options)),
     Layer.provide(Schedules.layer),
     Layer.provide(Calls.layer),
+    Layer.provide(EventsHttp.layer.pipe(Layer.provide(EventFeed.layer), Layer.provide(EventLog.layer))),
+    Layer.provide(WebhooksHttp.layer),
     Layer.provide(Auth.layer)
   )
 

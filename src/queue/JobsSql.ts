@@ -1,13 +1,22 @@
 /**
  * Every statement on the jobs and dead_letters tables, one named function each, with its locking strategy.
  * Table names are unqualified: the pool's search_path is the pgfiber schema. Times come from the database
- * clock (`now()`), so workers on different hosts agree.
+ * clock (`now()`), so workers on different hosts agree. Each statement that moves a job also logs what it did
+ * to the event log (a `logged` CTE: started, progress, completed, retried, rescheduled, dead, cancelled; the
+ * insert trigger logs enqueued), new rows only, so it takes no lock of its own (docs/events.md).
  */
 import type { Sql } from "../layers/Db.js"
 import type { ValidJob } from "./Job.js"
 import { laterTopic } from "./Queue.js"
 
 export const channel = (schema: string) => `${schema}_jobs`
+
+/**
+ * The head of the insert into the event log (migration 0021) that a statement adds as a CTE of its own, so an
+ * event costs no round trip. The select that follows gives (org_id, stage, job_id, subject_id, kind, attempt,
+ * data), ordered: ids are assigned in that order, and a job's events of one statement must keep theirs.
+ */
+const logEvents = (sql: Sql) => sql`insert into job_events (org_id, stage, job_id, subject_id, kind, attempt, data)`
 
 const columns = (jobs: ReadonlyArray<ValidJob>) => ({
   stages: jobs.map((j) => j.stage),
@@ -179,6 +188,9 @@ export const claimReady = (sql: Sql, stage: string, limit: number, workerId: str
       -- force generic plans) merge-joined the whole primary key, 75-100 ms a claim at 300,000 rows
       where j.id = any(array(select id from next))
       returning j.*
+    ), logged as (
+      ${logEvents(sql)}
+      select org_id, stage, id, subject_id, 'started', attempts + 1, jsonb_build_object('worker', locked_by) from claimed order by id
     )
     -- in no order: sorting them here cost the server more than the worker (PgQueue sorts them)
     select ${claimedJobs(sql, sql`claimed c`, null)} as jobs`
@@ -200,6 +212,9 @@ export const claimReadyIfAll = (sql: Sql, stage: string, limit: number, workerId
       set ${claimedBy(sql, workerId, leaseMs)}
       where j.id = any(array(select id from next)) and (select ok from fits)
       returning j.*
+    ), logged as (
+      ${logEvents(sql)}
+      select org_id, stage, id, subject_id, 'started', attempts + 1, jsonb_build_object('worker', locked_by) from claimed order by id
     )
     select (select ok from fits) as fits, ${claimedJobs(sql, sql`claimed c`, null)} as jobs`
 
@@ -376,6 +391,9 @@ export const claimShares = (
           lease = j.lease + 1, updated_at = statement_timestamp(), started_at = coalesce(j.started_at, statement_timestamp())
       where j.ctid = any(array(select tid from locked))
       returning j.*
+    ), logged as (
+      ${logEvents(sql)}
+      select org_id, stage, id, subject_id, 'started', attempts + 1, jsonb_build_object('worker', locked_by) from claimed order by id
     ), spent as (
       select ${rate.perOrg ? sql`p.org_key` : sql`''`} as org_key, count(*)::int as n
       from claimed c join picked p on p.id = c.id
@@ -477,6 +495,12 @@ export const extendLeases = (
         progress = case when free.reported = 1 then free.progress else j.progress end,
         progress_message = case when free.reported = 1 then free.message else j.progress_message end
       from free where j.id = free.id
+      returning j.id, j.stage, j.org_id, j.subject_id, j.attempts, free.reported, j.progress, j.progress_message
+    ), logged as (
+      ${logEvents(sql)}
+      select org_id, stage, id, subject_id, 'progress', attempts + 1,
+             jsonb_build_object('progress', progress, 'message', progress_message)
+      from extended where reported = 1 order by id
     )
     select id from held`
 
@@ -540,7 +564,7 @@ export const settleOutcomes = (
     ), died as (
       delete from jobs j using held h where j.id = h.id and h.action = 'dead'
       -- a job claimed with its attempts already spent (the reaper recorded the last one) keeps count and history
-      returning j.*, h.message as dead_message, h.run_ms as run_ms_now, h.retain_ms as keep_ms,
+      returning j.*, h.tag as dead_tag, h.message as dead_message, h.run_ms as run_ms_now, h.retain_ms as keep_ms,
         h.reported, h.progress as progress_now, h.progress_message as progress_message_now,
         case when j.attempts >= j.max_attempts then j.attempts else j.attempts + 1 end as final_attempts,
         case when j.attempts >= j.max_attempts then j.errors
@@ -585,7 +609,30 @@ export const settleOutcomes = (
                           'attempt', j.attempts + 1, 'at', now(), 'tag', h.tag, 'message', h.message, 'worker', j.locked_by))
                         else j.errors end
       from held h where j.id = h.id and h.action in ('retry', 'reschedule', 'release')
-      returning j.id, j.stage, h.action, h.delay_ms
+      returning j.id, j.stage, h.action, h.delay_ms, j.org_id, j.subject_id, j.attempts, h.tag, h.message
+    ), logged as (
+      -- a report not yet written by a heartbeat, then the outcome: the job's progress event comes first
+      ${logEvents(sql)}
+      select org_id, stage, id, subject_id, kind, attempt, data from (
+        select j.org_id, j.stage, j.id, j.subject_id, 'progress' as kind, j.attempts + 1 as attempt,
+               jsonb_build_object('progress', h.progress, 'message', h.progress_message) as data, 0 as step
+        from held h join jobs j on j.id = h.id where h.reported
+        union all
+        select org_id, stage, id, subject_id, case when action = 'complete' then 'completed' else 'cancelled' end,
+               attempts + 1,
+               case when action = 'complete'
+                    then jsonb_build_object('outputBytes', coalesce(octet_length(result), 0), 'runMs', run_ms_now) end, 1
+        from deleted
+        union all
+        select org_id, stage, id, subject_id, 'dead', final_attempts,
+               jsonb_build_object('tag', dead_tag, 'message', dead_message, 'runMs', run_ms_now), 1
+        from died
+        union all
+        select org_id, stage, id, subject_id, case when action = 'retry' then 'retried' else 'rescheduled' end,
+               case when action = 'retry' then attempts else attempts + 1 end,
+               jsonb_build_object('delayMs', delay_ms, 'tag', tag, 'message', message), 1
+        from requeued where action <> 'release'
+      ) e order by id, step
     ), woken as (
       select pg_notify(${channel(schema)}, stage) from (
         select stage from requeued where delay_ms <= 0
@@ -638,6 +685,12 @@ export const completeOutcomes = (
              dedupe_key, errors, last_error, result::jsonb, progress, progress_message, timeout_ms,
              created_at, started_at, now(), coalesce(run_ms_now, last_run_ms), now() + keep_ms * interval '1 millisecond'
       from deleted where keep_ms > 0
+    ), logged as (
+      ${logEvents(sql)}
+      -- a job cancelled while it ran completes too, as the history records it
+      select org_id, stage, id, subject_id, 'completed', attempts + 1,
+             jsonb_build_object('outputBytes', coalesce(octet_length(result), 0), 'runMs', run_ms_now)
+      from deleted order by id
     ), woken as (
       select pg_notify(${channel(schema)}, stage) from (select distinct stage from deleted where ${wakeFreed}) s
     )
@@ -671,7 +724,12 @@ export const requeueExpired = (sql: Sql, schema: string) =>
         locked_by = null, locked_until = null, updated_at = now()
       where id in (
         select id from jobs where status = 'running' and locked_until < now() for update skip locked)
-      returning id, stage
+      returning id, stage, org_id, subject_id, attempts, last_error
+    ), logged as (
+      ${logEvents(sql)}
+      select org_id, stage, id, subject_id, 'retried', attempts,
+             jsonb_build_object('delayMs', 0, 'tag', 'LeaseExpired', 'message', last_error)
+      from expired order by id
     ), woken as (
       select pg_notify(${channel(schema)}, stage) from (select distinct stage from expired) s
     )
@@ -708,7 +766,10 @@ export const cancelJob = (sql: Sql, id: string, retention: { readonly defaultMs:
     ),
     marked as (
       update jobs j set status = 'cancelled', updated_at = now()
-      from target t where j.id = t.id and t.status = 'running' returning j.id)
+      from target t where j.id = t.id and t.status = 'running' returning j.id),
+    logged as (
+      ${logEvents(sql)}
+      select org_id, stage, id, subject_id, 'cancelled', attempts, null::jsonb from removed)
     select case when exists (select 1 from removed) then 'cancelled'
                 when exists (select 1 from marked) then 'cancelling'
                 when exists (select 1 from target) then 'cancelling'

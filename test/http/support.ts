@@ -57,8 +57,13 @@ export const layerTempStorage = (prefix: string) =>
   )
 
 /** Server + worker (echo only) + queue + keys + fs storage over the given Db layer; the call stages are known, not run. */
-export const layerService = <E>(dbLayer: Layer.Layer<Db.Db, E>) => {
-  const stages = [echo, manual, ...makeCallStages()]
+export const layerService = <E>(
+  dbLayer: Layer.Layer<Db.Db, E>,
+  /** More stages for the worker to run besides echo (they are known to the API too). */
+  options: { readonly workerStages?: ReadonlyArray<Stage.Stage<any, any, Db.Db, any>> } = {}
+) => {
+  const extra = options.workerStages ?? []
+  const stages = [echo, manual, ...makeCallStages(), ...extra]
   const storage = layerTempStorage("pgfiber-http-storage-")
   return Server.layer({
     host: "127.0.0.1",
@@ -71,7 +76,7 @@ export const layerService = <E>(dbLayer: Layer.Layer<Db.Db, E>) => {
   }).pipe(
     Layer.provideMerge(storage),
     // the worker runs the Scheduler too, as `pgfiber start` does
-    Layer.provideMerge(Scheduler.layer().pipe(Layer.provide(PgSchedules.layer), Layer.provideMerge(Worker.layer([echo], workerOptions)))),
+    Layer.provideMerge(Scheduler.layer().pipe(Layer.provide(PgSchedules.layer), Layer.provideMerge(Worker.layer([echo, ...extra], workerOptions)))),
     Layer.provideMerge(Layer.succeed(Submit.KnownStages, stages)),
     Layer.provideMerge(ApiKeys.layer),
     Layer.provideMerge(PgQueue.layer({ knownStages: stages.map((s) => s.name) })),

@@ -12,7 +12,7 @@ import * as Stage from "../../src/runtime/Stage.js"
 import * as Waker from "../../src/runtime/Waker.js"
 import * as Worker from "../../src/runtime/Worker.js"
 import { databaseUrl, type rawSql } from "../support/pg.js"
-import { waitFor } from "../support/waitFor.js"
+import { waitFor, waitForQuiet } from "../support/waitFor.js"
 import { fixture, freshSchema as freshSchemaWith, spawnWorkerProcess } from "../support/workerProcess.js"
 
 const idleOptions = (workerId: string): Worker.WorkerOptions => ({
@@ -170,15 +170,7 @@ describe("runtime on Postgres", () => {
       let statements: Array<string> = []
       yield* startInProcess(schema, [timing], idleOptions("w-idle"), (q) => statements.push(q))
       // start-up (migrations check, catch-up claim, timer query) is over once 2 s pass without a statement
-      let last = -1
-      let quietSince = Date.now()
-      yield* waitFor("the start-up statements to end", Effect.sync(() => {
-        if (statements.length !== last) {
-          last = statements.length
-          quietSince = Date.now()
-        }
-        return Date.now() - quietSince >= 2000
-      }))
+      yield* waitForQuiet("the start-up statements to end", () => statements.length)
       const startup = statements.length
       statements = []
       yield* Effect.sleep("10 seconds")

@@ -19,3 +19,19 @@ export const waitFor = <A, E, R>(
     }
     return yield* Effect.dieMessage(`timed out waiting for ${what}`)
   })
+
+/**
+ * Waits until `count` (statements sent so far, say) has not changed for `quietFor`: a start-up's burst is over.
+ * A condition with a deadline like `waitFor`'s, not a fixed sleep.
+ */
+export const waitForQuiet = (what: string, count: () => number, quietFor: Duration.DurationInput = Duration.seconds(2)) => {
+  let last = -1
+  let quietSince = Date.now()
+  return waitFor(what, Effect.sync(() => {
+    if (count() !== last) {
+      last = count()
+      quietSince = Date.now()
+    }
+    return Date.now() - quietSince >= Duration.toMillis(quietFor)
+  }))
+}

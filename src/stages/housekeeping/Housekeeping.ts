@@ -8,9 +8,12 @@
  * - `pgfiber.history-retention` (every 10 minutes): delete finished jobs whose retention has passed (the kept
  *   history, `PGFIBER_RETAIN_COMPLETED` or a stage's `retain`), 5,000 rows per statement so each transaction
  *   stays short and never holds up the workers' settles.
- * All three do what deploy/pg_cron.sql does from inside the database, for deployments that prefer pg_cron.
+ * - `pgfiber.events-retention` (every 10 minutes): delete events older than `PGFIBER_EVENTS_RETAIN` (1 day) from
+ *   the event log, 5,000 per statement.
+ * All four do what deploy/pg_cron.sql does from inside the database, for deployments that prefer pg_cron.
  */
 import { Duration, Effect, Schema } from "effect"
+import * as EventLog from "../../queue/EventLog.js"
 import * as Queue from "../../queue/Queue.js"
 import type * as Schedules from "../../queue/Schedules.js"
 import { Transient } from "../../JobError.js"
@@ -21,7 +24,8 @@ export const stageName = "pgfiber.housekeeping"
 export const Task = Schema.Union(
   Schema.Struct({ task: Schema.Literal("reap-expired") }),
   Schema.Struct({ task: Schema.Literal("purge-dead-letters"), olderThanDays: Schema.Int.pipe(Schema.between(0, 3650)) }),
-  Schema.Struct({ task: Schema.Literal("prune-history"), batch: Schema.optional(Schema.Int.pipe(Schema.between(1, 100_000))) })
+  Schema.Struct({ task: Schema.Literal("prune-history"), batch: Schema.optional(Schema.Int.pipe(Schema.between(1, 100_000))) }),
+  Schema.Struct({ task: Schema.Literal("prune-events"), batch: Schema.optional(Schema.Int.pipe(Schema.between(1, 100_000))) })
 )
 
 export const housekeeping = Stage.make({
@@ -42,6 +46,15 @@ export const housekeeping = Stage.make({
         if (pruned > 0) yield* Effect.logInfo("housekeeping: finished jobs past their retention pruned", { pruned })
         return
       }
+      if (task.task === "prune-events") {
+        const log = yield* EventLog.make
+        const retention = yield* Effect.orDie(EventLog.retentionConfig)
+        const pruned = yield* log.prune(retention, { batch: task.batch ?? 5000 }).pipe(
+          Effect.mapError((e) => new Transient({ message: e.message }))
+        )
+        if (pruned > 0) yield* Effect.logInfo("housekeeping: events past their retention pruned", { pruned })
+        return
+      }
       const purged = yield* queue.deadLetters.purge({ olderThan: Duration.days(task.olderThanDays) })
       if (purged > 0) yield* Effect.logInfo("housekeeping: handled dead letters purged", { purged })
     }).pipe(Effect.catchTag("DbError", (e) => Effect.fail(new Transient({ message: e.message }))))
@@ -55,5 +68,6 @@ export const schedules: ReadonlyArray<Schedules.ScheduleSpec> = [
     cron: "17 3 * * *",
     payload: { task: "purge-dead-letters", olderThanDays: 30 }
   },
-  { name: "pgfiber.history-retention", stage: stageName, cron: "*/10 * * * *", payload: { task: "prune-history" } }
+  { name: "pgfiber.history-retention", stage: stageName, cron: "*/10 * * * *", payload: { task: "prune-history" } },
+  { name: "pgfiber.events-retention", stage: stageName, cron: "5-59/10 * * * *", payload: { task: "prune-events" } }
 ]

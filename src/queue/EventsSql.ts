@@ -1,0 +1,82 @@
+/**
+ * Every statement that reads or prunes the event log (`job_events`, migration 0021). The rows are written by the
+ * job statements themselves (JobsSql's `logged` CTEs, the insert trigger); nothing here writes an event.
+ *
+ * Readers go in (tx, id) order, and only over rows whose transaction is older than every transaction still
+ * running (`tx < pg_snapshot_xmin(pg_current_snapshot())`): those are all committed or rolled back, and no row
+ * can be written later with a smaller tx, so a cursor never passes a row that appears behind it. Going by id
+ * alone could: ids are handed out when a row is written, not when it commits.
+ */
+import type { Sql } from "../layers/Db.js"
+
+/** Which events a reader wants; null fields do not filter. `org` null: every org (owner work only). */
+export interface EventFilter {
+  readonly org: string | null
+  readonly stages: ReadonlyArray<string> | null
+  readonly kinds: ReadonlyArray<string> | null
+  readonly jobId: string | null
+  readonly subjectId: string | null
+}
+
+/** The order of an event's fields in `readEvents`' arrays. */
+export const eventFields = ["id", "tx", "kind", "jobId", "stage", "orgId", "subjectId", "attempt", "data", "at"] as const
+
+/**
+ * The next page after the cursor (tx, id), in (tx, id) order, of rows whose transaction is older than every
+ * running one; the horizon (that oldest running xid) it read up to; and whether rows at or past the horizon
+ * are waiting for an older transaction to end (`held`: the caller looks again soon, since that transaction may
+ * write no event and so NOTIFY nothing). Locking: none; the (tx, id) index from the cursor.
+ */
+export const readEvents = (sql: Sql, cursor: { readonly tx: string; readonly id: string }, f: EventFilter, limit: number) =>
+  sql<Array<{ events: ReadonlyArray<ReadonlyArray<unknown>>; horizon: string; held: boolean }>>`
+    with horizon as (
+      select pg_snapshot_xmin(pg_current_snapshot()) as xmin
+    ), page as (
+      select e.* from job_events e
+      where (e.tx, e.id) > (${cursor.tx}::xid8, ${cursor.id}::bigint)
+        and e.tx < (select xmin from horizon)
+        and (${f.org}::text is null or e.org_id = ${f.org}::text)
+        and (${f.stages}::text[] is null or e.stage = any(${f.stages}::text[]))
+        and (${f.kinds}::text[] is null or e.kind = any(${f.kinds}::text[]))
+        and (${f.jobId}::bigint is null or e.job_id = ${f.jobId}::bigint)
+        and (${f.subjectId}::text is null or e.subject_id = ${f.subjectId}::text)
+      order by e.tx, e.id
+      limit ${limit}
+    )
+    -- each event an array of its fields in \`eventFields\` order, its time as epoch ms (see EventLog.fromArray)
+    select coalesce((
+      select json_agg(json_build_array(
+        p.id::text, p.tx::text, p.kind, p.job_id::text, p.stage, p.org_id, p.subject_id, p.attempt, p.data,
+        floor(date_part('epoch', p.at) * 1000 + 0.0005)) order by p.tx, p.id)
+      from page p), '[]'::json) as events,
+      (select xmin::text from horizon) as horizon,
+      exists (select 1 from job_events e where e.tx >= (select xmin from horizon)) as held`
+
+/**
+ * Where a reader resumes after event `id` (a client's Last-Event-ID): that event's own (tx, id) when it is still
+ * kept and the reader may see it; the log's beginning when it is older than anything kept (it was pruned: the
+ * reader gets everything retained); else nothing (unknown: the caller starts from now). Locking: none.
+ */
+export const cursorAfter = (sql: Sql, id: string, org: string | null) =>
+  sql<Array<{ tx: string | null; oldest: string | null }>>`
+    select (select tx::text from job_events where id = ${id}::bigint and (${org}::text is null or org_id = ${org}::text)) as tx,
+           (select min(id)::text from job_events) as oldest`
+
+/** The cursor "from now": the oldest running transaction (every row before it is settled). Locking: none. */
+export const horizon = (sql: Sql) =>
+  sql<Array<{ xmin: string }>>`select pg_snapshot_xmin(pg_current_snapshot())::text as xmin`
+
+/**
+ * Deletes up to `limit` of the oldest events written before the retention: the first `limit` ids, of which
+ * those old enough (the log is appended in roughly `at` order, so this never scans the kept rows). Locking: SKIP
+ * LOCKED is not needed (no one updates events); concurrent pruners may delete the same rows, harmlessly.
+ */
+export const pruneEvents = (sql: Sql, retentionMs: number, limit: number) =>
+  sql<Array<{ n: number }>>`
+    with gone as (
+      delete from job_events where id = any(array(
+        select id from (select id, at from job_events order by id limit ${limit}) oldest
+        where at < now() - ${retentionMs}::float8 * interval '1 millisecond'))
+      returning 1
+    )
+    select count(*)::int as n from gone`
