@@ -112,6 +112,11 @@ export const cancelBatch = (
     marked as (
       update jobs j set status = 'cancelled', updated_at = now()
       from picked p where j.id = p.id and j.status = 'running' returning j.id
+    ),
+    -- the event log (migration 0021), as JobsSql.cancelJob: a running job's 'cancelled' is logged by its settle
+    logged as (
+      insert into job_events (org_id, stage, job_id, subject_id, kind, attempt, data)
+      select org_id, stage, id, subject_id, 'cancelled', attempts, null::jsonb from removed order by id
     )
     select (select max(id)::text from picked) as last,
            ((select count(*) from removed) + (select count(*) from marked))::int as changed,

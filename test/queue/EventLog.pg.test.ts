@@ -99,6 +99,20 @@ describe("the event log", () => {
         expect((yield* readAll(log, resumed, { org: "org-a", stages: ["tenancy"] })).events).toEqual([])
       }))
 
+    it.effect("a bulk cancel logs each queued job it removes as cancelled, like a single cancel", () =>
+      Effect.gen(function*() {
+        const log = yield* EventLog.EventLog
+        const queue = yield* Queue.Queue
+        const stage = "bulk_cancel_logged"
+        const start = yield* log.now
+        const jobs = yield* queue.enqueue(Array.from({ length: 5 }, (_, n) => ({ stage, payload: { n, pick: n % 2 === 0 } })))
+        const picked = jobs.filter((_, n) => n % 2 === 0).map((j) => j.id)
+        const result = yield* queue.bulk.apply({ stage, payload: { pick: true } }, { kind: "cancel" }, { actor: "test", batch: 2 })
+        expect(result.affected).toBe(picked.length)
+        const cancelled = (yield* readAll(log, start, { stages: [stage], kinds: ["cancelled"] })).events
+        expect(cancelled.map((e) => e.jobId).sort()).toEqual([...picked].sort())
+      }))
+
     it.effect("pruning removes events past the retention and keeps the rest", () =>
       Effect.gen(function*() {
         const log = yield* EventLog.EventLog
