@@ -677,10 +677,19 @@ export const requeueExpired = (sql: Sql, schema: string) =>
     )
     select expired.id from expired cross join (select count(*) from woken) w`
 
-/** When the waker should look again, as ms from the database's now. Locking: none (reads on two partial indexes). */
-export const nextWake = (sql: Sql, stages: ReadonlyArray<string>) =>
+/**
+ * When the waker should look again, as ms from the database's now. With `seenBy` (the safety sweep's round), it
+ * also marks that process's stage registry rows seen, so the registry's refresh costs no statement of its own.
+ * Locking: none on jobs (reads on two partial indexes); with `seenBy`, that process's registry rows.
+ */
+export const nextWake = (sql: Sql, stages: ReadonlyArray<string>, seenBy: string | null) =>
   sql<Array<{ job_due_in_ms: number | null; lease_expires_in_ms: number | null }>>`
+    with seen as (
+      update stage_processes set last_seen_at = now() where ${seenBy}::text is not null and worker_id = ${seenBy}::text
+      returning 1
+    )
     select
+      (select count(*) from seen)::int as seen,
       (extract(epoch from (
         select min(d.at) from unnest(${stages}::text[]) as s(stage)
         cross join lateral (select min(available_at) as at from jobs

@@ -9,6 +9,7 @@ import type { Beat, DeadLetter, EnqueueResult, ErrorEntry, Job, Lease, NewJob, S
 import { countEnqueued, defaultMaxPayloadBytes, errorEntry, jobFromDeadLetter, JobNotFound, validateAll } from "./Job.js"
 import * as Events from "./Events.js"
 import * as Limits from "./Limits.js"
+import type * as Registry from "./Registry.js"
 import * as Outcome from "./Outcome.js"
 import type { Settled } from "./Outcome.js"
 import { type ClaimOptions, type OnDead, Queue, type QueueOptions, laterTopic, resolveRetention, stageControlsTopic, type Wakeups } from "./Queue.js"
@@ -30,6 +31,9 @@ export const make = (options: QueueOptions = {}) =>
       knownStages: options.knownStages ? new Set(options.knownStages) : undefined
     }
     const jobs = new Map<string, MutableJob>()
+    // the stage registry: stages as declared, and per process and stage when it was last seen
+    const registered = new Map<string, Registry.StageEntry & { registeredBy: string; updatedAt: number }>()
+    const processes = new Map<string, { workerId: string; stage: string; concurrency: number; sweepMs: number; startedAt: number; lastSeenAt: number }>()
     const dead = new Map<string, { -readonly [K in keyof DeadLetter]: DeadLetter[K] }>()
     const listeners = new Set<Wakeups>()
     let nextId = 1
@@ -161,7 +165,9 @@ export const make = (options: QueueOptions = {}) =>
           })))
 
     const enqueue = (newJobs: ReadonlyArray<NewJob>) => {
-      const valid = validateAll(newJobs, validation)
+      const valid = validateAll(newJobs, validation.knownStages === undefined || registered.size === 0
+        ? validation
+        : { ...validation, knownStages: new Set([...validation.knownStages, ...registered.keys()]) })
       return Either.isLeft(valid)
         ? Effect.fail(valid.left)
         : Effect.tap(enqueueValid(valid.right), (results) =>
@@ -511,8 +517,41 @@ export const make = (options: QueueOptions = {}) =>
       return { requeued, deadLettered, removedCancelled, ran: true }
     })
 
-    const nextWake = (stages: ReadonlyArray<string>) =>
+    const registry = {
+      register: (presence: Registry.Presence, entries: ReadonlyArray<Registry.StageEntry>) =>
+        Effect.map(Clock.currentTimeMillis, (now) => {
+          for (const e of entries) {
+            registered.set(e.name, { ...e, registeredBy: presence.workerId, updatedAt: now })
+            const key = `${presence.workerId}\u0000${e.name}`
+            const was = processes.get(key)
+            processes.set(key, {
+              workerId: presence.workerId, stage: e.name, concurrency: e.concurrency, sweepMs: presence.sweepMs,
+              startedAt: was?.startedAt ?? now, lastSeenAt: now
+            })
+          }
+        }),
+      unregister: (workerId: string, names: ReadonlyArray<string>) =>
+        Effect.sync(() => names.forEach((n) => processes.delete(`${workerId}\u0000${n}`))),
+      list: Effect.map(Clock.currentTimeMillis, (now): ReadonlyArray<Registry.RegisteredStage> =>
+        [...registered.values()].sort((a, b) => (a.name < b.name ? -1 : 1)).map(({ updatedAt, ...e }) => ({
+          ...e,
+          updatedAt: new Date(updatedAt),
+          processes: [...processes.values()].filter((p) => p.stage === e.name).sort((a, b) => (a.workerId < b.workerId ? -1 : 1))
+            .map((p) => ({
+              workerId: p.workerId,
+              concurrency: p.concurrency,
+              startedAt: new Date(p.startedAt),
+              lastSeenAt: new Date(p.lastSeenAt),
+              live: p.lastSeenAt > now - 3 * p.sweepMs
+            }))
+        })))
+    }
+
+    const nextWake = (stages: ReadonlyArray<string>, options?: { readonly seenBy?: string | undefined }) =>
       Effect.map(Clock.currentTimeMillis, (now) => {
+        if (options?.seenBy !== undefined) {
+          for (const p of processes.values()) if (p.workerId === options.seenBy) p.lastSeenAt = now
+        }
         let due: number | null = null
         let lease: number | null = null
         for (const j of jobs.values()) {
@@ -703,6 +742,7 @@ export const make = (options: QueueOptions = {}) =>
       deadLetters,
       history,
       stageControls,
+      registry,
       listen
     })
   }))

@@ -2,7 +2,7 @@
  * The Postgres Queue: jobs live in `<schema>.jobs`; the insert trigger NOTIFYs per stage; one LISTEN
  * connection per process carries wake-ups. Statements are in JobsSql.ts.
  */
-import { Duration, Effect, Either, Exit, Layer } from "effect"
+import { Duration, Effect, Either, Exit, Layer, Schema } from "effect"
 import * as Db from "../layers/Db.js"
 import * as Spans from "../layers/Spans.js"
 import * as Events from "./Events.js"
@@ -13,6 +13,7 @@ import * as Limits from "./Limits.js"
 import * as Outcome from "./Outcome.js"
 import type { DeadLettered, Settled, SettleOptions } from "./Outcome.js"
 import * as Queue from "./Queue.js"
+import * as Registry from "./Registry.js"
 import { type OnDead, type QueueOptions, resolveRetention, retentionParams, type Wakeups } from "./Queue.js"
 
 /** Spans for queue operations, without `Effect.fn`'s two stack captures per call (~0.06 ms on a wake-up's claim). */
@@ -178,9 +179,21 @@ export const make = (options: QueueOptions = {}) =>
         })
       })
 
+    // a stage this build does not know may be one a user's worker registered: ask the registry (only then)
+    const validationFor = (jobs: ReadonlyArray<import("./Job.js").NewJob>) =>
+      Effect.gen(function*() {
+        const known = validation.knownStages
+        if (known === undefined) return validation
+        const others = [...new Set(jobs.map((j) => j?.stage).filter((s): s is string => typeof s === "string" && !known.has(s)))]
+        if (others.length === 0) return validation
+        const registered = yield* db.run((sql) => Registry.registeredAmong(sql, others))
+        if (registered.length === 0) return validation
+        return { ...validation, knownStages: new Set([...known, ...registered.map((r) => r.stage)]) }
+      })
+
     const enqueue = (jobs: ReadonlyArray<import("./Job.js").NewJob>) =>
       Effect.gen(function*() {
-        const valid = validateAll(jobs, validation)
+        const valid = validateAll(jobs, yield* validationFor(jobs))
         if (Either.isLeft(valid)) return yield* valid.left
         const results = yield* enqueueValid(valid.right)
         yield* countEnqueued(valid.right, results)
@@ -520,8 +533,8 @@ export const make = (options: QueueOptions = {}) =>
       })
     ).pipe(Effect.withSpan("Queue.reapExpired"))
 
-    const nextWake = (stages: ReadonlyArray<string>) =>
-      db.run((sql) => JobsSql.nextWake(sql, stages)).pipe(
+    const nextWake = (stages: ReadonlyArray<string>, options?: { readonly seenBy?: string | undefined }) =>
+      db.run((sql) => JobsSql.nextWake(sql, stages, options?.seenBy ?? null)).pipe(
         Effect.map(([row]) => ({
           jobDueInMs: row?.job_due_in_ms == null ? null : Math.max(0, row.job_due_in_ms),
           leaseExpiresInMs: row?.lease_expires_in_ms == null ? null : Math.max(0, row.lease_expires_in_ms)
@@ -579,6 +592,15 @@ export const make = (options: QueueOptions = {}) =>
       setPaused: (stage: string, paused: boolean, by?: string) =>
         db.run((sql) => JobsSql.setStagePaused(sql, stage, paused, by ?? null)).pipe(Effect.asVoid),
       purge: (stage: string) => db.run((sql) => JobsSql.purgeQueued(sql, stage)).pipe(Effect.map(([row]) => row?.n ?? 0))
+    }
+
+    const decodeRegistered = Schema.decodeUnknownSync(Schema.Array(Registry.RegisteredRow))
+    const registry = {
+      register: (presence: Registry.Presence, entries: ReadonlyArray<Registry.StageEntry>) =>
+        entries.length === 0 ? Effect.void : db.run((sql) => Registry.register(sql, presence, entries)).pipe(Effect.asVoid),
+      unregister: (workerId: string, names: ReadonlyArray<string>) =>
+        names.length === 0 ? Effect.void : db.run((sql) => Registry.unregister(sql, workerId, names)).pipe(Effect.asVoid),
+      list: db.run((sql) => Registry.list(sql)).pipe(Effect.map((rows) => decodeRegistered(rows).map(Registry.fromRow)))
     }
 
     const list = (o: import("./Job.js").ListOptions = {}) =>
@@ -665,6 +687,7 @@ export const make = (options: QueueOptions = {}) =>
       deadLetters,
       history,
       stageControls,
+      registry,
       listen
     })
   })

@@ -27,11 +27,13 @@ import type {
 } from "./Job.js"
 
 import type * as Limits from "./Limits.js"
+import type * as Registry from "./Registry.js"
 import type { Outcome, Settled, SettleOptions } from "./Outcome.js"
 
 export * from "./Job.js"
 export * as Outcome from "./Outcome.js"
 export * as Limits from "./Limits.js"
+export * as Registry from "./Registry.js"
 
 export type QueueError = Db.DbError
 
@@ -129,8 +131,11 @@ export class Queue extends Context.Tag("pgfiber/Queue")<Queue, {
    * stage's onDeadLetter runs; `deadLettered` is always 0.
    */
   readonly reapExpired: Effect.Effect<ReapResult, QueueError>
-  /** When something next needs doing, in ms from now by the database clock (0 when overdue; null: nothing). */
-  readonly nextWake: (stages: ReadonlyArray<string>) => Effect.Effect<NextWake, QueueError>
+  /**
+   * When something next needs doing, in ms from now by the database clock (0 when overdue; null: nothing).
+   * `seenBy`: the same statement marks that process's registered stages seen (the safety sweep's refresh).
+   */
+  readonly nextWake: (stages: ReadonlyArray<string>, options?: { readonly seenBy?: string | undefined }) => Effect.Effect<NextWake, QueueError>
   /** Queued: removed. Running: marked cancelled; its worker stops it at the next heartbeat. */
   readonly cancel: (id: JobId) => Effect.Effect<CancelOutcome, QueueError>
   /** A live job, or a finished one from the kept history (until its retention passes); null: neither. */
@@ -164,12 +169,22 @@ export class Queue extends Context.Tag("pgfiber/Queue")<Queue, {
     /** Deletes the stage's queued jobs (running ones finish); returns how many. */
     readonly purge: (stage: string) => Effect.Effect<number, QueueError>
   }
+  /** The stage registry: which stages exist, declared by the processes that run them (`Registry`). */
+  readonly registry: {
+    /** Records (or refreshes) a process's stages: one statement. */
+    readonly register: (presence: Registry.Presence, stages: ReadonlyArray<Registry.StageEntry>) => Effect.Effect<void, QueueError>
+    /** The process no longer runs these stages (clean shutdown). */
+    readonly unregister: (workerId: string, stages: ReadonlyArray<string>) => Effect.Effect<void, QueueError>
+    /** Every registered stage with its processes, by name. */
+    readonly list: Effect.Effect<ReadonlyArray<Registry.RegisteredStage>, QueueError>
+  }
   /** Subscribes to wake-ups for the life of the scope (one LISTEN connection for Postgres). */
   readonly listen: (wakeups: Wakeups) => Effect.Effect<void, never, Scope.Scope>
 }>() {}
 
 export interface QueueOptions {
   readonly maxPayloadBytes?: number
+  /** When set, enqueues to stages outside it and outside the stage registry are refused. */
   readonly knownStages?: ReadonlyArray<string>
   /** How long finished jobs stay readable; default from PGFIBER_RETAIN_COMPLETED (7 days). */
   readonly retention?: Retention
