@@ -7,6 +7,7 @@ import { Duration, Effect, Option } from "effect"
 import type * as Db from "../layers/Db.js"
 import * as Queue from "../queue/Queue.js"
 import type * as ApiKeys from "../auth/ApiKeys.js"
+import * as StageRegistry from "../runtime/StageRegistry.js"
 import * as Submit from "../runtime/Submit.js"
 import * as Env from "./Env.js"
 import { Conflict, NotFound, UsageError } from "./Failure.js"
@@ -391,29 +392,45 @@ export const stats = Command.make("stats", { json: jsonFlag }, ({ json }) =>
 
 const stageArg = Args.text({ name: "stage" }).pipe(Args.withDescription("The stage's name"))
 
+/** The stage, compiled in or registered by any worker, or a NotFound listing those that are. */
 const knownStage = (stages: ReadonlyArray<Env.KnownStage>, name: string) =>
-  stages.some((s) => s.name === name)
-    ? Effect.void
-    : Effect.fail(new NotFound({ message: `unknown stage ${JSON.stringify(name)}; known: ${stages.map((s) => s.name).sort().join(", ")}` }))
+  Effect.flatMap(StageRegistry.operable(stages), (known) =>
+    known.some((s) => s.name === name) ? Effect.void : Effect.fail(new NotFound({ message: StageRegistry.unknownMessage(name, known) })))
 
 const stagesList = Command.make("list", { json: jsonFlag }, ({ json }) =>
   operator((stages) =>
     Effect.gen(function*() {
       const queue = yield* Queue.Queue
+      const known = yield* StageRegistry.operable(stages)
       const controls = yield* queue.stageControls.list
-      const names = [...new Set([...stages.map((s) => s.name), ...controls.map((c) => c.stage)])].sort()
+      const names = [...new Set([...known.map((s) => s.name), ...controls.map((c) => c.stage)])].sort()
       const rows = names.map((stage) => {
         const c = controls.find((x) => x.stage === stage)
-        return { stage, paused: c?.paused ?? false, changedBy: c?.changedBy ?? null, changedAt: c?.changedAt ?? null }
+        const k = known.find((x) => x.name === stage)
+        return {
+          stage,
+          paused: c?.paused ?? false,
+          changedBy: c?.changedBy ?? null,
+          changedAt: c?.changedAt ?? null,
+          visibility: k?.visibility ?? null,
+          live: k?.live ?? null,
+          processes: k?.registered?.processes.filter((p) => p.live).map((p) => p.workerId) ?? []
+        }
       })
       yield* Output.items(
         json,
         rows,
-        [{ header: "STAGE" }, { header: "STATE" }, { header: "CHANGED" }, { header: "BY" }],
-        (r) => [r.stage, r.paused ? "paused" : "running", r.changedAt?.toISOString() ?? "", r.changedBy ?? ""]
+        [{ header: "STAGE" }, { header: "STATE" }, { header: "PROCESSES" }, { header: "CHANGED" }, { header: "BY" }],
+        (r) => [
+          r.stage,
+          r.paused ? "paused" : "running",
+          r.live === null ? "not registered" : r.live ? String(r.processes.length) : "none live",
+          r.changedAt?.toISOString() ?? "",
+          r.changedBy ?? ""
+        ]
       )
     })
-  )).pipe(Command.withDescription("Each stage's state: running or paused"))
+  )).pipe(Command.withDescription("Each stage (compiled in or registered by any worker): running or paused, and how many live processes run it"))
 
 const setPaused = (paused: boolean) => ({ stage }: { readonly stage: string }) =>
   operator((stages) =>

@@ -23,6 +23,7 @@ import * as BrowseSql from "../queue/BrowseSql.js"
 import * as PgSchedules from "../queue/PgSchedules.js"
 import * as Queue from "../queue/Queue.js"
 import * as Schedules from "../queue/Schedules.js"
+import * as StageRegistry from "../runtime/StageRegistry.js"
 import * as Submit from "../runtime/Submit.js"
 import * as Worker from "../runtime/Worker.js"
 import * as Assets from "./Assets.js"
@@ -109,7 +110,17 @@ export const make = (options: DashboardOptions) =>
     // the server's limiter when there is one, so the API and the sign-in share one budget per client
     const limiter = Option.getOrElse(yield* Effect.serviceOption(AuthLimiter.AuthLimiter), () => AuthLimiter.make(AuthLimiter.defaults))
     const ttlMs = Duration.toMillis(options.sessionTtl)
-    const knownStages = Option.match(known, { onNone: () => [] as Array<string>, onSome: (s) => s.map((x) => x.name) })
+    const compiledStages = Option.getOrElse(known, () => [] as ReadonlyArray<Submit.KnownStages["Type"][number]>)
+    /**
+     * The stages the viewer may name (filters, overview rows, stage actions): every one compiled in or registered by
+     * any worker for an operator, the public ones only for an org's key. Without the registry, the compiled ones.
+     */
+    const stageNamesFor = (s: Session.Session) =>
+      StageRegistry.operable(compiledStages, s.admin ? "operator" : "tenant").pipe(
+        Effect.provideService(Queue.Queue, queue),
+        Effect.map((all) => all.map((x) => x.name)),
+        Effect.catchAll(() => Effect.succeed(compiledStages.filter((x) => s.admin || x.visibility === "public").map((x) => x.name)))
+      )
     const minutes = 60
 
     /** Runs `effect` as the viewer may: under their org's row-level security, or as the owner for operators. */
@@ -152,7 +163,7 @@ export const make = (options: DashboardOptions) =>
       Effect.gen(function*() {
         const scope = scopeOf(s, params)
         const snapshot = yield* live.latest
-        const data = View.overview(snapshot, scope, knownStages, minutes)
+        const data = View.overview(snapshot, scope, yield* stageNamesFor(s), minutes)
         // this process's pools count every org's jobs: for operators only
         const pools = Option.isSome(worker) && s.admin ? yield* worker.value.pools : undefined
         const liveUrl = `${base}/live${scope.org ? `?org=${encodeURIComponent(scope.org)}` : ""}`
@@ -188,7 +199,8 @@ export const make = (options: DashboardOptions) =>
         }
         const rows = yield* asViewer(s, db.run((sql) => BrowseSql.browseJobs(sql, filter, limit + 1)))
         const next = rows.length > limit ? rows[limit - 1]!.id : null
-        const stages = [...new Set([...knownStages, ...rows.map((r) => r.stage)])].sort()
+        // a tenant's filter lists public stages only, whatever its own jobs' stages
+        const stages = [...new Set([...(yield* stageNamesFor(s)), ...(s.admin ? rows.map((r) => r.stage) : [])])].sort()
         return page(Pages.layout(frame(s, "Jobs", "jobs"), Pages.jobs(base, scopeOf(s, params), query, stages, rows.slice(0, limit), next)))
       })
 
@@ -245,7 +257,7 @@ export const make = (options: DashboardOptions) =>
         }))
         const shown = (filter.org ? list.filter((d) => d.orgId === filter.org) : list)
         const next = shown.length > limit ? shown[limit - 1]!.id : null
-        const stages = [...new Set([...knownStages, ...shown.map((d) => d.stage)])].sort()
+        const stages = [...new Set([...(yield* stageNamesFor(s)), ...(s.admin ? shown.map((d) => d.stage) : [])])].sort()
         return page(Pages.layout(
           frame(s, "Dead letters", "dead", { notice: text(params, "notice", 500) || undefined, error: text(params, "error", 500) || undefined }),
           Pages.deadLetters(base, s.csrf, scopeOf(s, params), filter, stages, shown.slice(0, limit), next)
@@ -283,9 +295,10 @@ export const make = (options: DashboardOptions) =>
 
     const liveOverview = (s: Signed, params: URLSearchParams) => {
       const scope = scopeOf(s, params)
-      return sse(distinct(Stream.map(live.changes(), (snapshot) => View.overview(snapshot, scope, knownStages, minutes))).pipe(
-        Stream.map((json) => `event: overview\ndata: ${json}\n\n`)
-      ))
+      return sse(Stream.unwrap(Effect.map(stageNamesFor(s), (names) =>
+        distinct(Stream.map(live.changes(), (snapshot) => View.overview(snapshot, scope, names, minutes))).pipe(
+          Stream.map((json) => `event: overview\ndata: ${json}\n\n`)
+        ))))
     }
 
     const liveJob = (s: Signed, id: string) => {
@@ -361,7 +374,7 @@ export const make = (options: DashboardOptions) =>
         if (first === "stages" && id !== undefined && (verb === "pause" || verb === "resume")) {
           // stage controls are shared by every org: operators only
           if (!s.admin) return page(Pages.layout(frame(s, "Refused", "none"), html`<h1>Refused</h1><p>Only an operator's key may pause or resume a stage.</p>`), 403)
-          if (!knownStages.includes(id)) return redirect(withNotice("/", "notice", `no stage ${id}`))
+          if (!(yield* stageNamesFor(s)).includes(id)) return redirect(withNotice("/", "notice", `no stage ${id}`))
           yield* Db.asOwner(queue.stageControls.setPaused(id, verb === "pause", `dashboard (key ${s.keyId})`))
           // the page it redirects to, and every open overview, show the new state at once
           yield* live.fresh
@@ -371,7 +384,7 @@ export const make = (options: DashboardOptions) =>
         if (first === "stages" && id !== undefined && verb === "purge") {
           // a stage's queue holds every org's jobs: operators only, after a confirmation that says how many go
           if (!s.admin) return page(Pages.layout(frame(s, "Refused", "none"), html`<h1>Refused</h1><p>Only an operator's key may purge a stage.</p>`), 403)
-          if (!knownStages.includes(id)) return redirect(withNotice("/", "notice", `no stage ${id}`))
+          if (!(yield* stageNamesFor(s)).includes(id)) return redirect(withNotice("/", "notice", `no stage ${id}`))
           if (!confirmed) {
             const [row] = yield* Db.asOwner(db.run((sql) => BrowseSql.countQueued(sql, id)))
             return page(Pages.layout(frame(s, "Confirm", "overview"), Pages.confirm(base, s.csrf, `/stages/${encodeURIComponent(id)}/purge`,

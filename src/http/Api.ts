@@ -443,7 +443,13 @@ export const StageControlView = Schema.Struct({
   stage: Schema.String,
   paused: Schema.Boolean,
   changedBy: Schema.NullOr(Schema.String),
-  changedAt: Schema.NullOr(Schema.Date)
+  changedAt: Schema.NullOr(Schema.Date),
+  /** From the stage's code (compiled into this service, or as the worker that runs it registered it). */
+  visibility: Schema.NullOr(Schema.Literal("public", "internal")),
+  /** A process that runs it was seen lately (the stage registry); null: no worker has registered it. */
+  live: Schema.NullOr(Schema.Boolean),
+  /** The processes that run it now (seen lately). */
+  processes: Schema.Number
 })
 
 export class StagesApi extends HttpApiGroup.make("stages")
@@ -491,7 +497,7 @@ export const LimitsRequest = Schema.Struct({
 
 export class LimitsApi extends HttpApiGroup.make("limits")
   .add(HttpApiEndpoint.get("listLimits", "/limits").addSuccess(Schema.Struct({ limits: Schema.Array(LimitsView) })))
-  .add(HttpApiEndpoint.put("putLimits")`/limits/${LimitStage}`.setPayload(LimitsRequest).addSuccess(LimitsView).addError(BadRequest))
+  .add(HttpApiEndpoint.put("putLimits")`/limits/${LimitStage}`.setPayload(LimitsRequest).addSuccess(LimitsView).addError(BadRequest).addError(NotFound))
   .add(
     HttpApiEndpoint.del("resetLimits")`/limits/${LimitStage}`
       .addSuccess(Schema.Struct({ stage: Schema.String, reset: Schema.Boolean }))

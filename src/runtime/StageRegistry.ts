@@ -72,6 +72,11 @@ export const operable = (compiled: ReadonlyArray<Stage.Any>, caller: "tenant" | 
 export const find = (compiled: ReadonlyArray<Stage.Any>, name: string, caller: "tenant" | "operator" = "operator") =>
   Effect.map(operable(compiled, caller), (all) => all.find((s) => s.name === name))
 
+/** Each operable stage's limits in its code: a compiled stage's own, else as its worker registered them. */
+export const limitStages = (compiled: ReadonlyArray<Stage.Any>) =>
+  Effect.map(operable(compiled), (all) =>
+    all.map((s) => ({ name: s.name, shares: s.compiled?.shares ?? s.registered!.limits })))
+
 /** `unknown stage "x"; known: a, b` for a refusal. */
 export const unknownMessage = (name: string, known: ReadonlyArray<Operable>) =>
   `unknown stage ${JSON.stringify(name)}; known: ${known.map((s) => s.name).join(", ") || "(none)"}`
