@@ -110,7 +110,7 @@ export const isLive = (s: RegisteredStage) => s.processes.some((p) => p.live)
 export const register = (sql: Sql, presence: Presence, entries: ReadonlyArray<StageEntry>) =>
   sql`
     with declared as (
-      select * from jsonb_to_recordset(${JSON.stringify(entries.map((e) => ({ ...e, payloadSchema: e.payloadSchema ?? null })))}::jsonb)
+      select * from jsonb_to_recordset(${JSON.stringify(entries.map((e) => ({ ...e, payloadSchema: e.payloadSchema ?? null })))}::text::jsonb)
         as d(name text, visibility text, concurrency int, limits jsonb, "retainMs" float8, "maxAttempts" int, priority int,
              "payloadSchema" jsonb)
     ), stages as (
