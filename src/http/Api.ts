@@ -71,7 +71,8 @@ export const StageReadiness = Schema.Struct({
     state: Schema.Literal("running", "stopping"),
     concurrency: Schema.Number,
     inFlight: Schema.Number,
-    paused: Schema.Boolean,
+    /** The claim loop is retrying because the database does not answer (a readiness problem). */
+    claimsFailing: Schema.Boolean,
     lastClaimAt: Schema.NullOr(Schema.Date),
     /** This process waits for the stage's next token. */
     rateLimited: Schema.Boolean,
@@ -84,7 +85,10 @@ export const StageReadiness = Schema.Struct({
   deadLetters: Schema.Number,
   /** How long the oldest ready job has waited: the stage's lag. */
   oldestReadyAgeSeconds: Schema.Number,
-  /** Paused by an operator (`pgfiber stages pause`): claimed by no process until resumed. Not a readiness problem. */
+  /**
+   * Paused by an operator (`pgfiber stages pause`): claimed by no process until resumed. Not a readiness problem.
+   * The stage's one pause state, whether this process's pool has heard of it yet or not.
+   */
   paused: Schema.Boolean,
   /** Jobs are ready and the stage's token bucket is empty: they wait for its next token. */
   rateLimited: Schema.Boolean

@@ -3,7 +3,7 @@
  * built package by its name, as a user's app does) runs `probe.work`, a stage the service under test never
  * compiled. The service's HTTP API and the compiled CLI pause and resume it, enqueue to it (a payload that does
  * not match its registered JSON Schema is a 400 naming the field), retry its dead letters and edit its limits;
- * after the worker's clean shutdown the stage is still known, shown with no live process.
+ * an operator's key pauses it on the API listener too; after the worker's clean shutdown the stage is still known, shown with no live process.
  */
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Redacted } from "effect"
@@ -94,6 +94,27 @@ describe("stage registry: a user's worker process runs its own stage beside the 
         expect(nobody.status).toBe(404)
         expect(nobody.json).toMatchObject({ _tag: "NotFound" })
         expect((yield* call(admin, "POST", "/stages/nobody.runs/pause")).status).toBe(404)
+
+        // ---- an operator's (admin) key may pause and resume on the API listener; an org's key learns nothing there
+        const operatorKey = Redacted.value((yield* keys.create({ admin: true, name: "registry operator" })).token)
+        const byKey = yield* call(base, "POST", "/stages/probe.work/pause", { key: operatorKey })
+        expect(byKey.status).toBe(200)
+        expect(byKey.json).toMatchObject({ stage: "probe.work", paused: true })
+        expect((yield* call(base, "POST", "/stages/probe.work/resume", { key: operatorKey })).json).toMatchObject({ paused: false })
+        const byTenant = yield* call(base, "POST", "/stages/probe.work/pause", { key: tenant })
+        expect(byTenant.status).toBe(404)
+        expect(byTenant.json).toEqual({ _tag: "NotFound", message: "no such route" })
+        expect((yield* call(base, "POST", "/stages/probe.work/pause")).status).toBe(401)
+        expect((yield* call(base, "POST", "/stages/nobody.runs/pause", { key: operatorKey })).status).toBe(404)
+        expect((yield* stageRow(admin))).toMatchObject({ paused: false })
+
+        // ---- /readyz reports one pause state per stage (the pool's own field says whether its claims fail)
+        yield* call(admin, "POST", "/stages/echo/pause")
+        const readyz = yield* call(admin, "GET", "/readyz")
+        const echoReady = readyz.json.stages.find((s: any) => s.stage === "echo")
+        expect(echoReady).toMatchObject({ paused: true, pool: { claimsFailing: false } })
+        expect(echoReady.pool).not.toHaveProperty("paused")
+        yield* call(admin, "POST", "/stages/echo/resume")
 
         // ---- the CLI, on the same database
         const [pause, list] = yield* Effect.all([
