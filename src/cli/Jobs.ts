@@ -460,7 +460,7 @@ const stagesPurge = Command.make(
           return yield* new UsageError({ message: `purge deletes every queued job of ${stage} (running ones finish); add --yes to confirm` })
         }
         const queue = yield* Queue.Queue
-        const purged = yield* queue.stageControls.purge(stage)
+        const purged = yield* queue.stageControls.purge(stage, "cli")
         yield* Effect.logInfo("stage purged").pipe(Effect.annotateLogs({ stage, purged }))
         yield* Output.line(String(purged))
       })

@@ -391,7 +391,7 @@ export const make = (options: DashboardOptions) =>
               `Delete the ${row?.n ?? 0} queued job(s) of stage ${id}, of every org? Running jobs finish; delayed ones go too. This cannot be undone.`,
               {}, "/")))
           }
-          const purged = yield* Db.asOwner(queue.stageControls.purge(id))
+          const purged = yield* Db.asOwner(queue.stageControls.purge(id, `dashboard (key ${s.keyId})`))
           yield* live.fresh
           yield* Effect.logInfo("stage purged from the dashboard").pipe(Effect.annotateLogs({ stage: id, purged, keyId: s.keyId }))
           return redirect(withNotice("/", "notice", `stage ${id}: ${purged} queued job(s) purged`))

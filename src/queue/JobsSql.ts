@@ -775,13 +775,25 @@ export const setStagePaused = (sql: Sql, stage: string, paused: boolean, by: str
     insert into stage_controls (stage, paused, changed_by, changed_at) values (${stage}, ${paused}, ${by}, now())
     on conflict (stage) do update set paused = excluded.paused, changed_by = excluded.changed_by, changed_at = now()`
 
-/** Deletes a stage's queued jobs (running ones finish). Locking: SKIP LOCKED, so a claim in flight keeps its rows. */
-export const purgeQueued = (sql: Sql, stage: string) =>
+/**
+ * Deletes a stage's queued jobs (running ones finish); each goes to the history as `cancelled`, its last error
+ * saying who purged it, when the stage keeps any. Locking: SKIP LOCKED, so a claim in flight keeps its rows.
+ */
+export const purgeQueued = (
+  sql: Sql, stage: string, by: string, retention: { readonly defaultMs: number; readonly byStage: string }
+) =>
   sql<Array<{ n: number }>>`
     with gone as (
       delete from jobs where id in (
         select id from jobs where stage = ${stage} and status = 'queued' for update skip locked)
-      returning 1
+      returning *
+    ), kept as (
+      insert into jobs_archive (${archiveColumns(sql)})
+      select id, stage, org_id, subject_id, payload, priority, 'cancelled', attempts, max_attempts, polls, dedupe_key,
+             errors, ${`purged by ${by}`}, null, progress, progress_message, timeout_ms, created_at, started_at, now(), last_run_ms,
+             now() + coalesce((${retention.byStage}::jsonb ->> stage)::float8, ${retention.defaultMs}::float8) * interval '1 millisecond'
+      from gone
+      where coalesce((${retention.byStage}::jsonb ->> stage)::float8, ${retention.defaultMs}::float8) > 0
     )
     select count(*)::int as n from gone`
 

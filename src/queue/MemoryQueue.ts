@@ -617,12 +617,13 @@ export const make = (options: QueueOptions = {}) =>
           controls.set(stage, { stage, paused, changedBy: by ?? null, changedAt: new Date(now) })
           wake(stageControlsTopic)
         }),
-      purge: (stage: string) =>
-        Effect.sync(() => {
+      purge: (stage: string, by?: string) =>
+        Effect.map(Clock.currentTimeMillis, (now) => {
           let n = 0
           for (const j of [...jobs.values()]) {
             if (j.stage === stage && j.status === "queued") {
               jobs.delete(j.id)
+              keep({ ...j, lastError: `purged by ${by ?? "an operator"}` }, "cancelled", now)
               n++
             }
           }

@@ -591,7 +591,8 @@ export const make = (options: QueueOptions = {}) =>
       ),
       setPaused: (stage: string, paused: boolean, by?: string) =>
         db.run((sql) => JobsSql.setStagePaused(sql, stage, paused, by ?? null)).pipe(Effect.asVoid),
-      purge: (stage: string) => db.run((sql) => JobsSql.purgeQueued(sql, stage)).pipe(Effect.map(([row]) => row?.n ?? 0))
+      purge: (stage: string, by?: string) =>
+        db.run((sql) => JobsSql.purgeQueued(sql, stage, by ?? "an operator", retention)).pipe(Effect.map(([row]) => row?.n ?? 0))
     }
 
     const decodeRegistered = Schema.decodeUnknownSync(Schema.Array(Registry.RegisteredRow))

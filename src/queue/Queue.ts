@@ -166,8 +166,11 @@ export class Queue extends Context.Tag("pgfiber/Queue")<Queue, {
     readonly list: Effect.Effect<ReadonlyArray<StageControl>, QueueError>
     /** Pauses (or resumes) the stage everywhere: every listening worker hears it at once. */
     readonly setPaused: (stage: string, paused: boolean, by?: string) => Effect.Effect<void, QueueError>
-    /** Deletes the stage's queued jobs (running ones finish); returns how many. */
-    readonly purge: (stage: string) => Effect.Effect<number, QueueError>
+    /**
+     * Deletes the stage's queued jobs (running ones finish); each is kept in the history as `cancelled` (for its
+     * stage's retention), its last error saying who purged it (`by`). Returns how many.
+     */
+    readonly purge: (stage: string, by?: string) => Effect.Effect<number, QueueError>
   }
   /** The stage registry: which stages exist, declared by the processes that run them (`Registry`). */
   readonly registry: {
