@@ -15,7 +15,7 @@
  */
 import { HttpIncomingMessage, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import type { HttpApp } from "@effect/platform"
-import { Config, Context, Duration, Effect, Layer, Option, Redacted, Schedule, Stream } from "effect"
+import { Config, Context, Duration, Effect, Either, Layer, Option, Redacted, Schedule, Stream } from "effect"
 import * as ApiKeys from "../auth/ApiKeys.js"
 import * as AuthLimiter from "../auth/AuthLimiter.js"
 import * as Db from "../layers/Db.js"
@@ -32,6 +32,7 @@ import * as Live from "./Live.js"
 import * as Millis from "../layers/Millis.js"
 import * as Pages from "./Pages.js"
 import * as Session from "./Session.js"
+import * as StagePages from "./StagePages.js"
 import * as View from "./View.js"
 
 export interface DashboardOptions {
@@ -270,6 +271,40 @@ export const make = (options: DashboardOptions) =>
         return page(Pages.layout(frame(s, "Schedules", "schedules", { notice: text(params, "notice", 500) || undefined }), Pages.schedules(base, s.csrf, list)))
       })
 
+    // ---- stages: every stage the viewer may name, its processes and limits, and a "new job" form
+
+    const operableFor = (s: Session.Session) =>
+      StageRegistry.operable(compiledStages, s.admin ? "operator" : "tenant").pipe(Effect.provideService(Queue.Queue, queue))
+
+    const limitViews = Effect.flatMap(StageRegistry.limitStages(compiledStages), Worker.limitViews).pipe(
+      Effect.provideService(Queue.Queue, queue),
+      Effect.catchTag("ConfigError", (e) => Effect.die(e))
+    )
+
+    const stagesPage = (s: Signed, params: URLSearchParams) =>
+      Effect.gen(function*() {
+        const known = yield* operableFor(s)
+        const views = yield* limitViews
+        const rows = known.map((stage) => ({ stage, limits: views.find((v) => v.stage === stage.name) }))
+        return page(Pages.layout(
+          frame(s, "Stages", "stages", { notice: text(params, "notice", 500) || undefined, error: text(params, "error", 500) || undefined }),
+          StagePages.stages(base, s.csrf, s.admin, rows)
+        ))
+      })
+
+    const payloadSchemaOf = (stage: StageRegistry.Operable) =>
+      stage.compiled !== undefined ? StageRegistry.payloadJsonSchema(stage.compiled) : stage.registered?.payloadSchema ?? null
+
+    const newJobPage = (s: Signed, name: string, values?: URLSearchParams, error?: string) =>
+      Effect.gen(function*() {
+        const stage = (yield* operableFor(s)).find((x) => x.name === name)
+        if (stage === undefined) return page(Pages.layout(frame(s, "Not found", "stages"), Pages.notFound(`No stage ${name}.`)), 404)
+        return page(
+          Pages.layout(frame(s, `New ${name} job`, "stages", { error }), StagePages.newJob(base, s.csrf, s.admin, stage, payloadSchemaOf(stage), values)),
+          error === undefined ? 200 : 400
+        )
+      })
+
     const orgsPage = (s: Signed, params: URLSearchParams) =>
       Effect.map(live.latest, (snapshot) =>
         page(Pages.layout(frame(s, "Orgs", "orgs"), Pages.orgs(base, View.orgs(snapshot, scopeOf(s, params))))))
@@ -396,6 +431,52 @@ export const make = (options: DashboardOptions) =>
           yield* Effect.logInfo("stage purged from the dashboard").pipe(Effect.annotateLogs({ stage: id, purged, keyId: s.keyId }))
           return redirect(withNotice("/", "notice", `stage ${id}: ${purged} queued job(s) purged`))
         }
+        if (first === "stages" && id !== undefined && verb === "enqueue") {
+          // an operator may submit any stage, for any org or none; an org's key, its public stages for its org
+          const stage = (yield* operableFor(s)).find((x) => x.name === id)
+          if (stage === undefined) return redirect(withNotice("/stages", "error", `no stage ${id}`))
+          const payload = StagePages.payloadFromForm(payloadSchemaOf(stage), params)
+          const delaySeconds = Number(params.get("delaySeconds") ?? "")
+          const org = s.admin ? text(params, "org") : s.orgId ?? ""
+          const request: Submit.SubmitRequest = {
+            stage: id,
+            payload,
+            orgId: org === "" ? undefined : org,
+            delay: Number.isInteger(delaySeconds) && delaySeconds > 0 && delaySeconds <= 366 * 86_400 ? Duration.seconds(delaySeconds) : undefined,
+            caller: s.admin ? "operator" : "tenant"
+          }
+          const submitted = yield* Effect.either(asViewer(s, Submit.submit(compiledStages, request).pipe(Effect.provideService(Queue.Queue, queue))))
+          if (Either.isLeft(submitted)) {
+            if (submitted.left._tag === "InvalidJob") return yield* newJobPage(s, id, params, submitted.left.message)
+            return yield* Effect.fail(submitted.left)
+          }
+          yield* Effect.logInfo("job submitted from the dashboard").pipe(Effect.annotateLogs({ stage: id, jobId: submitted.right.id, keyId: s.keyId }))
+          return redirect(withNotice(`/jobs/${submitted.right.id}`, "notice", submitted.right.deduped ? `a live job with that dedupe key exists: ${submitted.right.id}` : `job ${submitted.right.id} enqueued`))
+        }
+        if (first === "stages" && id !== undefined && verb === "limits") {
+          // limits are shared by every org: operators only
+          if (!s.admin) return page(Pages.layout(frame(s, "Refused", "none"), html`<h1>Refused</h1><p>Only an operator's key may change a stage's limits.</p>`), 403)
+          if (!(yield* stageNamesFor(s)).includes(id)) return redirect(withNotice("/stages", "error", `no stage ${id}`))
+          const count = (name: string) => {
+            const v = (params.get(name) ?? "").trim()
+            return v === "" ? 0 : /^\d{1,8}$/.test(v) ? Number(v) : undefined
+          }
+          const maxRunning = count("maxRunning")
+          const maxRunningPerOrg = count("maxRunningPerOrg")
+          const rateText = (params.get("rate") ?? "").trim()
+          const rate = rateText === "" || rateText === "none" ? Either.right(null) : Queue.Limits.parseRate(rateText)
+          if (maxRunning === undefined || maxRunningPerOrg === undefined) {
+            return redirect(withNotice("/stages", "error", `${id}: caps are whole numbers (empty: no cap)`))
+          }
+          if (Either.isLeft(rate)) return redirect(withNotice("/stages", "error", `${id}: rate: ${rate.left}`))
+          yield* Db.asOwner(queue.limits.set(id, {
+            maxRunning,
+            maxRunningPerOrg,
+            ...(rate.right === null ? { rateLimit: 0 } : { rateLimit: rate.right.limit, ratePerMs: rate.right.perMs })
+          }))
+          yield* Effect.logInfo("stage limits changed from the dashboard").pipe(Effect.annotateLogs({ stage: id, keyId: s.keyId }))
+          return redirect(withNotice("/stages", "notice", `limits of ${id} saved; every process applies them within a second`))
+        }
         if (first === "schedules" && path.length === 4 && ["enable", "disable", "run-now"].includes(path[3]!)) {
           // an org key reaches its own org's schedules only (row-level security); operators any, system ones too
           const key = { name: path[2]!, orgId: s.admin ? (path[1] === "-" ? null : path[1]!) : s.orgId }
@@ -509,6 +590,10 @@ export const make = (options: DashboardOptions) =>
           return yield* schedulesPage(s, params)
         case "orgs":
           return yield* orgsPage(s, params)
+        case "stages":
+          if (rest[1] === undefined) return yield* stagesPage(s, params)
+          if (rest[2] === "new" && rest.length === 3) return yield* newJobPage(s, rest[1])
+          return page(Pages.layout(frame(s, "Not found", "none"), Pages.notFound("No such page.")), 404)
         case "live":
           return rest[1] === "jobs" && rest[2] !== undefined && Queue.isJobId(rest[2]) ? liveJob(s, rest[2]) : liveOverview(s, params)
         default:
