@@ -118,9 +118,9 @@ const fieldInput = (f: Field, value: string | null) => {
       return html`<select name="${name}">${f.required ? "" : html`<option value=""></option>`}${f.options.map((o) => html`<option ${o === value ? "selected" : ""}>${o}</option>`)}</select>`
     case "number":
     case "integer":
-      return html`<input name="${name}" type="number" step="${f.type === "integer" ? "1" : "any"}" value="${value ?? ""}" ${f.required ? "required" : ""}>`
+      return html`<input name="${name}" type="number" step="${f.type === "integer" ? "1" : "any"}" value="${value ?? ""}">`
     case "string":
-      return html`<input name="${name}" value="${value ?? ""}" ${f.required ? "required" : ""}>`
+      return html`<input name="${name}" value="${value ?? ""}">`
     case "json":
       return html`<input name="${name}" value="${value ?? ""}" placeholder="JSON">`
   }
@@ -139,7 +139,7 @@ export const newJob = (
 <h1>New ${stage.name} job</h1>
 ${stage.live === false ? html`<p class="notice">No live process runs ${stage.name}: the job waits until one does.</p>` : ""}
 <form id="new-job" method="post" action="${base}/stages/${encodeURIComponent(stage.name)}/enqueue">${csrfField(csrf)}
-${fields === undefined || fields.length === 0 ? "" : html`<fieldset><legend>Payload</legend>
+${fields === undefined || fields.length === 0 ? "" : html`<fieldset><legend>Payload (* required; checked by the server against the stage's schema)</legend>
 ${fields.map((f) => html`<p><label>${f.name}${f.required ? " *" : ""} ${fieldInput(f, values.get(`f.${f.name}`))}</label>${f.description ? html` <span class="muted">${f.description}</span>` : ""}</p>`)}</fieldset>`}
 <p><label>Payload as JSON${fields === undefined || fields.length === 0 ? "" : " (instead of the fields)"}<br><textarea name="payload" rows="4" cols="60">${values.get("payload") ?? ""}</textarea></label></p>
 ${admin ? html`<p><label>Org <input name="org" value="${values.get("org") ?? ""}" placeholder="none"></label></p>` : ""}
