@@ -406,6 +406,14 @@ export const make = (options: DashboardOptions) =>
           yield* Effect.logInfo("job cancelled from the dashboard").pipe(Effect.annotateLogs({ jobId: id, outcome }))
           return redirect(outcome === "not-found" ? withNotice("/jobs", "notice", `job ${id} was not found`) : withNotice(`/jobs/${id}`, "notice", `job ${outcome}`))
         }
+        if (first === "jobs" && id !== undefined && verb === "run-now") {
+          // a delayed job made due now: the viewer's own (row-level security), any for operators
+          const outcome = Queue.isJobId(id) ? yield* asViewer(s, queue.runNow(id)) : "not-found" as const
+          yield* Effect.logInfo("job made due from the dashboard").pipe(Effect.annotateLogs({ jobId: id, outcome, keyId: s.keyId }))
+          return redirect(outcome === "not-found"
+            ? withNotice("/jobs", "notice", `job ${id} was not found`)
+            : withNotice(`/jobs/${id}`, "notice", outcome === "due" ? `job ${id} is due now` : `job ${id} is not delayed: nothing to do`))
+        }
         if (first === "stages" && id !== undefined && (verb === "pause" || verb === "resume")) {
           // stage controls are shared by every org: operators only
           if (!s.admin) return page(Pages.layout(frame(s, "Refused", "none"), html`<h1>Refused</h1><p>Only an operator's key may pause or resume a stage.</p>`), 403)

@@ -214,6 +214,7 @@ export const job = (base: string, csrf: string, j: JobPage, related: ReadonlyArr
 <div class="actions">
 ${j.status === "queued" || j.status === "delayed" || j.status === "running" ? html`
 <form method="post" action="${base}/jobs/${j.id}/cancel">${csrfField(csrf)}<button class="danger" type="submit" data-action="cancel">Cancel job…</button></form>` : ""}
+${j.status === "delayed" ? html`<form method="post" action="${base}/jobs/${j.id}/run-now">${csrfField(csrf)}<button type="submit" data-action="run-now">Run now</button></form>` : ""}
 ${j.deadLetter && j.deadLetter.resolutionStatus === null ? deadLetterActions(base, csrf, j.deadLetter.id) : ""}
 </div>
 <h2>Payload</h2>

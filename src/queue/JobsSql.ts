@@ -724,6 +724,23 @@ export const cancelJob = (sql: Sql, id: string, retention: { readonly defaultMs:
                 else 'not-found' end as outcome,
            (select stage from target) as stage, (select org_id from target) as org_id`
 
+/**
+ * Makes one delayed job due now ("run now"): a queued job whose run time is later gets it now, and its stage is
+ * NOTIFYed so a worker claims it at once. Locking: that row (SKIP LOCKED: a claim in flight wins).
+ */
+export const makeDue = (sql: Sql, schema: string, id: string) =>
+  sql<Array<{ outcome: string; stage: string | null }>>`
+    with target as (select id, stage, status, available_at > now() as later from jobs where id = ${id}),
+    due as (
+      update jobs j set available_at = now(), updated_at = now()
+      from target t where j.id = t.id and t.status = 'queued' and t.later
+      returning j.stage
+    ), woken as (select pg_notify(${channel(schema)}, stage) from due)
+    select case when exists (select 1 from due) then 'due'
+                when exists (select 1 from target) then 'not-delayed'
+                else 'not-found' end as outcome,
+           (select stage from target) as stage, (select count(*) from woken) as woken`
+
 export const selectJob = (sql: Sql, id: string) => sql<Array<Record<string, unknown>>>`select * from jobs where id = ${id}`
 
 /** A finished job from the kept history. Locking: none; by primary key. */

@@ -581,6 +581,17 @@ export const make = (options: QueueOptions = {}) =>
         return "cancelling" as const
       })
 
+    const runNow = (id: string) =>
+      Effect.map(Clock.currentTimeMillis, (now) => {
+        const j = jobs.get(id)
+        if (!j) return "not-found" as const
+        if (j.status !== "queued" || j.availableAt.getTime() <= now) return "not-delayed" as const
+        j.availableAt = new Date(now)
+        j.updatedAt = new Date(now)
+        wake(j.stage)
+        return "due" as const
+      })
+
     const get = (id: string) =>
       Effect.sync(() => {
         const live = jobs.get(id)
@@ -737,6 +748,7 @@ export const make = (options: QueueOptions = {}) =>
       reapExpired,
       nextWake,
       cancel,
+      runNow,
       get,
       list,
       stats,

@@ -555,6 +555,14 @@ export const make = (options: QueueOptions = {}) =>
         )
         : Effect.succeed("not-found" as const)
 
+    const runNow = (id: string) =>
+      isId(id)
+        ? db.run((sql) => JobsSql.makeDue(sql, db.schema, id)).pipe(
+          Effect.map(([row]) => (row?.outcome ?? "not-found") as "due" | "not-delayed" | "not-found"),
+          Effect.withSpan("Queue.runNow")
+        )
+        : Effect.succeed("not-found" as const)
+
     const get = (id: string) =>
       isId(id)
         ? Effect.gen(function*() {
@@ -682,6 +690,7 @@ export const make = (options: QueueOptions = {}) =>
       reapExpired,
       nextWake,
       cancel,
+      runNow,
       get,
       list,
       stats,

@@ -138,6 +138,11 @@ export class Queue extends Context.Tag("pgfiber/Queue")<Queue, {
   readonly nextWake: (stages: ReadonlyArray<string>, options?: { readonly seenBy?: string | undefined }) => Effect.Effect<NextWake, QueueError>
   /** Queued: removed. Running: marked cancelled; its worker stops it at the next heartbeat. */
   readonly cancel: (id: JobId) => Effect.Effect<CancelOutcome, QueueError>
+  /**
+   * "Run now": a queued job whose run time is later becomes due now (its stage's workers are woken).
+   * `not-delayed`: it is running, cancelled or already due; `not-found`: no live job (or not the caller's org's).
+   */
+  readonly runNow: (id: JobId) => Effect.Effect<"due" | "not-delayed" | "not-found", QueueError>
   /** A live job, or a finished one from the kept history (until its retention passes); null: neither. */
   readonly get: (id: JobId) => Effect.Effect<Job | null, QueueError>
   readonly list: (options?: ListOptions) => Effect.Effect<ReadonlyArray<Job>, QueueError>

@@ -724,6 +724,19 @@ export const contract = (target: ContractTarget) =>
           expect(yield* q.complete(running!)).toBe(true)
         }))
 
+      test("run now: a delayed job becomes due at once and its stage is woken; a due, running or unknown job is left alone", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("runnow")
+          const [delayed, due] = yield* q.enqueue([{ stage, delay: "1 hour" }, { stage }])
+          expect(yield* q.runNow(due!.id)).toBe("not-delayed")
+          expect(yield* q.runNow(delayed!.id)).toBe("due")
+          expect((yield* q.claim(stage, 10, worker("w"))).map((j) => j.id).sort()).toEqual([delayed!.id, due!.id].sort())
+          expect(yield* q.runNow(delayed!.id)).toBe("not-delayed")
+          expect(yield* q.runNow("999999999")).toBe("not-found")
+          expect(yield* q.runNow("not-an-id")).toBe("not-found")
+        }))
+
       test("stage registry: a process registers its stages, the sweep's next-due question marks them seen, unregistering leaves the stage known", () =>
         Effect.gen(function*() {
           const q = yield* Queue.Queue

@@ -2,8 +2,8 @@
  * The stage registry from the dashboard, in a real Chromium: a user's own worker process
  * (test/fixtures/probeWorker.ts, importing the built package by name) runs `probe.work`, which the service
  * never compiled. An operator pauses and resumes it, enqueues to it from the "new job" form built from its
- * registered JSON Schema (a mismatching payload is refused naming the field), retries its dead letter and edits
- * its limits; an org's key sees public stages only, in the stages page and in the filters.
+ * registered JSON Schema (a mismatching payload is refused naming the field), runs a delayed job now, retries its
+ * dead letter and edits its limits; an org's key sees public stages only, in the stages page and in the filters.
  */
 import { Effect, ManagedRuntime, Redacted } from "effect"
 import { type ChildProcess, spawn } from "node:child_process"
@@ -124,6 +124,21 @@ describe("the stage registry in the dashboard", () => {
     }, { timeout: 60_000 }).toBe(1)
     await page.click("button[data-action=retry]")
     await expect.poll(() => page.locator("[role=status]").textContent()).toMatch(/retried as job \d+/)
+
+    // a delayed job run now
+    await page.goto(`${base}/dashboard/stages/probe.work/new`)
+    await page.fill("input[name='f.customer']", "9")
+    await page.fill("input[name=delaySeconds]", "3600")
+    await page.click("#enqueue")
+    await page.waitForURL(/\/dashboard\/jobs\/\d+/)
+    const delayedId = /\/jobs\/(\d+)/.exec(page.url())![1]!
+    expect(await page.locator("[data-job-field=status]").textContent()).toBe("delayed")
+    await page.click("button[data-action=run-now]")
+    await expect.poll(() => page.locator("[role=status]").textContent()).toContain(`job ${delayedId} is due now`)
+    await expect.poll(async () => {
+      await page.goto(`${base}/dashboard/jobs/${delayedId}`)
+      return page.locator("[data-job-field=status]").textContent()
+    }, { timeout: 60_000 }).toBe("completed")
 
     // its limits: shown as its worker declared them, then edited
     await page.goto(`${base}/dashboard/stages`)
