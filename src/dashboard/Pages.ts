@@ -117,8 +117,9 @@ ${scope.viewer.admin ? html`<td class="actions"><form method="post" data-stage-c
 <tbody id="worker-rows">${data.workers.length === 0 ? html`<tr><td colspan="3" class="muted">no job is running</td></tr>` : data.workers.map((w) => html`<tr><td>${w.worker}</td><td>${w.stage}</td><td class="num">${w.running}</td></tr>`)}</tbody></table>
 ${pools === undefined ? "" : html`
 <h2>Pools in this process</h2>
-<table><thead><tr><th>stage</th><th>state</th><th class="num">concurrency</th><th class="num">in flight</th><th>last claim</th></tr></thead>
-<tbody>${pools.map((p) => html`<tr><td>${p.stage}</td><td>${p.paused ? "waiting for the database" : p.state}</td><td class="num">${p.concurrency}</td><td class="num">${p.inFlight}</td><td>${when(p.lastClaimAt)}</td></tr>`)}</tbody></table>`}`
+<table id="pools"><thead><tr><th>stage</th><th>state</th><th class="num">concurrency</th><th class="num">in flight</th><th class="num">claimed ahead</th><th>last claim</th></tr></thead>
+<tbody>${pools.map((p) => html`<tr data-pool="${p.stage}"><td>${p.stage}</td><td>${p.paused ? "waiting for the database" : p.state}</td><td class="num">${p.concurrency}</td><td class="num" data-field="inFlight">${p.inFlight}</td><td class="num" data-field="claimedAhead">${p.claimedAhead}</td><td>${when(p.lastClaimAt)}</td></tr>`)}</tbody></table>
+<p class="muted">A job claimed ahead is leased (counted as running above) but waits here for a free slot.</p>`}`
 
 export const statuses = ["queued", "delayed", "running", "completed", "cancelled", "dead"] as const
 

@@ -71,6 +71,8 @@ export const StageReadiness = Schema.Struct({
     state: Schema.Literal("running", "stopping"),
     concurrency: Schema.Number,
     inFlight: Schema.Number,
+    /** Jobs this pool claimed ahead of a free slot: leased (`running` in the counts) but not started. */
+    claimedAhead: Schema.Number,
     /** The claim loop is retrying because the database does not answer (a readiness problem). */
     claimsFailing: Schema.Boolean,
     lastClaimAt: Schema.NullOr(Schema.Date),

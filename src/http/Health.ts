@@ -112,6 +112,7 @@ export const layer = HttpApiBuilder.group(Api, "health", (handlers) =>
               state: pool.state,
               concurrency: pool.concurrency,
               inFlight: pool.inFlight,
+              claimedAhead: pool.claimedAhead,
               claimsFailing: pool.paused,
               lastClaimAt: pool.lastClaimAt,
               rateLimited: pool.rateLimited,

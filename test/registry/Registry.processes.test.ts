@@ -112,7 +112,7 @@ describe("stage registry: a user's worker process runs its own stage beside the 
         yield* call(admin, "POST", "/stages/echo/pause")
         const readyz = yield* call(admin, "GET", "/readyz")
         const echoReady = readyz.json.stages.find((s: any) => s.stage === "echo")
-        expect(echoReady).toMatchObject({ paused: true, pool: { claimsFailing: false } })
+        expect(echoReady).toMatchObject({ paused: true, pool: { claimsFailing: false, claimedAhead: 0 } })
         expect(echoReady.pool).not.toHaveProperty("paused")
         yield* call(admin, "POST", "/stages/echo/resume")
 
