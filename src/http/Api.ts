@@ -462,6 +462,11 @@ export class StagesApi extends HttpApiGroup.make("stages")
   .add(HttpApiEndpoint.get("listStages", "/stages").addSuccess(Schema.Struct({ stages: Schema.Array(StageControlView) })))
   .add(HttpApiEndpoint.post("pauseStage")`/stages/${StageName}/pause`.addSuccess(StageControlView).addError(NotFound))
   .add(HttpApiEndpoint.post("resumeStage")`/stages/${StageName}/resume`.addSuccess(StageControlView).addError(NotFound))
+  .add(
+    HttpApiEndpoint.post("purgeStage")`/stages/${StageName}/purge`
+      .addSuccess(Schema.Struct({ stage: Schema.String, purged: Schema.Number }))
+      .addError(NotFound)
+  )
   .addError(Unavailable)
   .annotate(
     OpenApi.Description,

@@ -104,7 +104,7 @@ export const adminPaths: ReadonlySet<string> = new Set(["/readyz", "/metrics", "
  * Pausing and resuming a stage: operators only (a stage is shared by every org): the admin listener without a
  * key, and the API listener to an admin key.
  */
-const stageControlPath = /^\/stages\/[^/]+\/(pause|resume)$/
+const stageControlPath = /^\/stages\/[^/]+\/(pause|resume|purge)$/
 /** Shared limits are the operator's: `/limits` and `/limits/<stage>` answer on the admin listener only. */
 export const isAdminPath = (path: string): boolean =>
   adminPaths.has(path) || stageControlPath.test(path) || path.startsWith("/limits/")

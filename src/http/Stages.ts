@@ -1,6 +1,7 @@
 /**
  * The stages group: list the stages (every one compiled into this service or registered by any worker, with its
- * pause state and whether a live process runs it), pause one, resume one. A stage is shared by every org (its
+ * pause state and whether a live process runs it), pause one, resume one, purge one's queued jobs (kept in the
+ * history as cancelled). A stage is shared by every org (its
  * pool claims every org's jobs), so no tenant may pause it: these routes are served on the admin listener
  * without a key (loopback by default; expose it only to operators) and on the API listener to an admin key
  * only. A paused stage claims nothing in any process until resumed; enqueues still succeed and running jobs
@@ -58,4 +59,12 @@ export const layer = HttpApiBuilder.group(Api, "stages", (handlers) =>
         }).pipe(Effect.catchTag("DbError", dbFailure)))
       .handle("pauseStage", ({ path }) => set(path.name, true))
       .handle("resumeStage", ({ path }) => set(path.name, false))
+      .handle("purgeStage", ({ path }) =>
+        Effect.gen(function*() {
+          const known = yield* operable
+          if (!known.some((s) => s.name === path.name)) return yield* new NotFound({ message: `stage ${path.name} not found` })
+          const purged = yield* queue.stageControls.purge(path.name, "http")
+          yield* Effect.logInfo("stage purged").pipe(Effect.annotateLogs({ stage: path.name, purged }))
+          return { stage: path.name, purged }
+        }).pipe(Effect.catchTag("DbError", dbFailure)))
   }))

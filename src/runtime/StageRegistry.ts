@@ -65,7 +65,7 @@ export const operable = (compiled: ReadonlyArray<Stage.Any>, caller: "tenant" | 
     }
     return [...byName.values()]
       .filter((s) => caller === "operator" || s.visibility === "public")
-      .sort((a, b) => a.name.localeCompare(b.name))
+      .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
   })
 
 /** The stage by name, or undefined when neither compiled in nor registered (or not public, for a tenant). */

@@ -171,6 +171,13 @@ describe("stage registry: a user's worker process runs its own stage beside the 
         expect(waiting.status).toBe(201)
         const stats = yield* pgfiber(schema, ["stages", "list"])
         expect(stats.stdout).toMatch(/probe\.work\s+running\s+none live/)
+        // purged over HTTP, and kept in the history saying so
+        const purged = yield* call(admin, "POST", "/stages/probe.work/purge")
+        expect(purged.json).toEqual({ stage: "probe.work", purged: 1 })
+        expect(yield* jobRow(schema, waiting.json.id)).toMatchObject({ status: "cancelled", stage: "probe.work" })
+        const [history] = yield* query<{ last_error: string }>(schema, `select last_error from jobs_archive where id = ${Number(waiting.json.id)}`)
+        expect(history!.last_error).toBe("purged by http")
+        expect((yield* call(admin, "POST", "/stages/nobody.runs/purge")).status).toBe(404)
       }))
   })
 })
