@@ -350,8 +350,14 @@ export const stats = Command.make("stats", { json: jsonFlag }, ({ json }) =>
     Effect.gen(function*() {
       const queue = yield* Queue.Queue
       const rows = yield* queue.stats
-      const all = Queue.statsForStages(rows, stages.map((s) => s.name))
+      const known = yield* StageRegistry.operable(stages)
+      const all = Queue.statsForStages(rows, known.map((s) => s.name))
       if (json) return yield* Output.json(all)
+      // a registered stage with jobs and no live process: they wait for one
+      const noProcess = new Set(known.filter((s) => s.live === false).map((s) => s.name))
+      const note = (s: Queue.StageStats) =>
+        [s.rateLimited ? "rate limited" : "", noProcess.has(s.stage) && s.ready + s.scheduled > 0 ? "no live process" : ""]
+          .filter(Boolean).join(", ")
       const sum = (f: (s: Queue.StageStats) => number) => String(all.reduce((n, s) => n + f(s), 0))
       const n = (v: number) => String(v)
       yield* Output.line(Output.table(
@@ -370,7 +376,7 @@ export const stats = Command.make("stats", { json: jsonFlag }, ({ json }) =>
           ...all.map((s) => [
             s.stage, n(s.ready), n(s.scheduled), n(s.running), n(s.cancelling), n(s.deadLetters), Output.age(s.oldestReadyAgeMs),
             s.paused ? "paused" : "",
-            s.rateLimited ? "rate limited" : ""
+            note(s)
           ]),
           [
             "total",

@@ -171,6 +171,8 @@ describe("stage registry: a user's worker process runs its own stage beside the 
         expect(waiting.status).toBe(201)
         const stats = yield* pgfiber(schema, ["stages", "list"])
         expect(stats.stdout).toMatch(/probe\.work\s+running\s+none live/)
+        const depth = yield* pgfiber(schema, ["stats"])
+        expect(depth.stdout).toMatch(/^probe\.work\s.*no live process$/m)
         // purged over HTTP, and kept in the history saying so
         const purged = yield* call(admin, "POST", "/stages/probe.work/purge")
         expect(purged.json).toEqual({ stage: "probe.work", purged: 1 })
