@@ -68,10 +68,6 @@ export const operable = (compiled: ReadonlyArray<Stage.Any>, caller: "tenant" | 
       .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
   })
 
-/** The stage by name, or undefined when neither compiled in nor registered (or not public, for a tenant). */
-export const find = (compiled: ReadonlyArray<Stage.Any>, name: string, caller: "tenant" | "operator" = "operator") =>
-  Effect.map(operable(compiled, caller), (all) => all.find((s) => s.name === name))
-
 /** Each operable stage's limits in its code: a compiled stage's own, else as its worker registered them. */
 export const limitStages = (compiled: ReadonlyArray<Stage.Any>) =>
   Effect.map(operable(compiled), (all) =>

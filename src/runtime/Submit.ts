@@ -33,6 +33,22 @@ export interface SubmitRequest {
 
 const invalid = (field: string, message: string) => new Queue.InvalidJob({ field, message })
 
+/** The request's job options that were given (the stage's defaults stand for the rest). */
+const optionsOf = (request: SubmitRequest): Stage.EnqueueOptions =>
+  Object.fromEntries(
+    Object.entries({
+      orgId: request.orgId,
+      subjectId: request.subjectId,
+      priority: request.priority,
+      delay: request.delay,
+      runAt: request.runAt,
+      maxAttempts: request.maxAttempts,
+      dedupeKey: request.dedupeKey,
+      dedupeMode: request.dedupeMode,
+      timeout: request.timeout
+    }).filter(([, v]) => v !== undefined)
+  )
+
 /** The NewJob for a request, or the reason it is refused (nothing is written either way). */
 export const prepare = (stages: ReadonlyArray<Stage.Any>, request: SubmitRequest): Effect.Effect<Queue.NewJob, Queue.InvalidJob> =>
   Effect.gen(function*() {
@@ -47,20 +63,7 @@ export const prepare = (stages: ReadonlyArray<Stage.Any>, request: SubmitRequest
         invalid("payload", `payload does not match the ${stage.name} schema: ${ParseResult.TreeFormatter.formatErrorSync(e)}`)
       )
     )
-    const options: Stage.EnqueueOptions = Object.fromEntries(
-      Object.entries({
-        orgId: request.orgId,
-        subjectId: request.subjectId,
-        priority: request.priority,
-        delay: request.delay,
-        runAt: request.runAt,
-        maxAttempts: request.maxAttempts,
-        dedupeKey: request.dedupeKey,
-        dedupeMode: request.dedupeMode,
-        timeout: request.timeout
-      }).filter(([, v]) => v !== undefined)
-    )
-    return yield* Stage.job(stage, decoded, options)
+    return yield* Stage.job(stage, decoded, optionsOf(request))
   })
 
 /**
@@ -83,19 +86,7 @@ export const prepareAny = (stages: ReadonlyArray<Stage.Any>, request: SubmitRequ
     const job: Queue.NewJob = {
       maxAttempts: registered.maxAttempts,
       priority: registered.priority,
-      ...Object.fromEntries(
-        Object.entries({
-          orgId: request.orgId,
-          subjectId: request.subjectId,
-          priority: request.priority,
-          delay: request.delay,
-          runAt: request.runAt,
-          maxAttempts: request.maxAttempts,
-          dedupeKey: request.dedupeKey,
-          dedupeMode: request.dedupeMode,
-          timeout: request.timeout
-        }).filter(([, v]) => v !== undefined)
-      ),
+      ...optionsOf(request),
       stage: registered.name,
       payload
     }
