@@ -116,12 +116,18 @@ export const make = (options: DashboardOptions) =>
      * The stages the viewer may name (filters, overview rows, stage actions): every one compiled in or registered by
      * any worker for an operator, the public ones only for an org's key. Without the registry, the compiled ones.
      */
-    const stageNamesFor = (s: Session.Session) =>
+    const stagesFor = (s: Session.Session) =>
       StageRegistry.operable(compiledStages, s.admin ? "operator" : "tenant").pipe(
         Effect.provideService(Queue.Queue, queue),
-        Effect.map((all) => all.map((x) => x.name)),
-        Effect.catchAll(() => Effect.succeed(compiledStages.filter((x) => s.admin || x.visibility === "public").map((x) => x.name)))
+        Effect.map((all) => ({ names: all.map((x) => x.name), noProcess: new Set(all.filter((x) => x.live === false).map((x) => x.name)) })),
+        Effect.catchAll(() =>
+          Effect.succeed({
+            names: compiledStages.filter((x) => s.admin || x.visibility === "public").map((x) => x.name),
+            noProcess: new Set<string>()
+          })
+        )
       )
+    const stageNamesFor = (s: Session.Session) => Effect.map(stagesFor(s), (x) => x.names)
     const minutes = 60
 
     /** Runs `effect` as the viewer may: under their org's row-level security, or as the owner for operators. */
@@ -164,7 +170,8 @@ export const make = (options: DashboardOptions) =>
       Effect.gen(function*() {
         const scope = scopeOf(s, params)
         const snapshot = yield* live.latest
-        const data = View.overview(snapshot, scope, yield* stageNamesFor(s), minutes)
+        const known = yield* stagesFor(s)
+        const data = View.overview(snapshot, scope, known.names, minutes, known.noProcess)
         // this process's pools count every org's jobs: for operators only
         const pools = Option.isSome(worker) && s.admin ? yield* worker.value.pools : undefined
         const liveUrl = `${base}/live${scope.org ? `?org=${encodeURIComponent(scope.org)}` : ""}`
@@ -330,8 +337,8 @@ export const make = (options: DashboardOptions) =>
 
     const liveOverview = (s: Signed, params: URLSearchParams) => {
       const scope = scopeOf(s, params)
-      return sse(Stream.unwrap(Effect.map(stageNamesFor(s), (names) =>
-        distinct(Stream.map(live.changes(), (snapshot) => View.overview(snapshot, scope, names, minutes))).pipe(
+      return sse(Stream.unwrap(Effect.map(stagesFor(s), (known) =>
+        distinct(Stream.map(live.changes(), (snapshot) => View.overview(snapshot, scope, known.names, minutes, known.noProcess))).pipe(
           Stream.map((json) => `event: overview\ndata: ${json}\n\n`)
         ))))
     }

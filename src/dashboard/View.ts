@@ -84,7 +84,17 @@ const charts = (rows: ReadonlyArray<StatsSql.SnapshotRow["series"][number]>, now
   }
 }
 
-export const overview = (snapshot: Live.Snapshot, scope: Scope, knownStages: ReadonlyArray<string>, minutes: number): Overview => {
+/**
+ * `knownStages` get a row even with no jobs; `noProcess` are registered stages no live process runs, whose
+ * waiting jobs say so.
+ */
+export const overview = (
+  snapshot: Live.Snapshot,
+  scope: Scope,
+  knownStages: ReadonlyArray<string>,
+  minutes: number,
+  noProcess: ReadonlySet<string> = new Set()
+): Overview => {
   const see = visible(scope)
   const byStage = new Map<string, { ready: number; delayed: number; running: number; cancelling: number; dead: number; oldest: number }>()
   const row = (stage: string) => {
@@ -117,7 +127,13 @@ export const overview = (snapshot: Live.Snapshot, scope: Scope, knownStages: Rea
     at: snapshot.at.toISOString(),
     stages: [...byStage.entries()].sort(([a], [b]) => (a < b ? -1 : 1)).map(([stage, r]) => ({
       stage, ready: r.ready, delayed: r.delayed, running: r.running, cancelling: r.cancelling, dead: r.dead, oldest: age(r.oldest),
-      state: paused.has(stage) ? "paused" : rateLimited.has(stage) ? "rate limited" : ""
+      state: paused.has(stage)
+        ? "paused"
+        : rateLimited.has(stage)
+        ? "rate limited"
+        : noProcess.has(stage) && r.ready + r.delayed > 0
+        ? "no live process"
+        : ""
     })),
     workers: [...workers.values()].sort((a, b) => (a.worker + a.stage < b.worker + b.stage ? -1 : 1)),
     series: charts(snapshot.row.series.filter(see), new Date(snapshot.row.now), minutes)

@@ -3,7 +3,8 @@
  * (test/fixtures/probeWorker.ts, importing the built package by name) runs `probe.work`, which the service
  * never compiled. An operator pauses and resumes it, enqueues to it from the "new job" form built from its
  * registered JSON Schema (a mismatching payload is refused naming the field), runs a delayed job now, retries its
- * dead letter and edits its limits; an org's key sees public stages only, in the stages page and in the filters.
+ * dead letter and edits its limits; once the worker stops cleanly the stage is still shown, with no live process;
+ * an org's key sees public stages only, in the stages page and in the filters.
  */
 import { Effect, ManagedRuntime, Redacted } from "effect"
 import { type ChildProcess, spawn } from "node:child_process"
@@ -148,6 +149,24 @@ describe("the stage registry in the dashboard", () => {
     await page.click(`#registry tr[data-stage="probe.work"] button[data-action=limits]`)
     await expect.poll(() => page.locator("[role=status]").textContent()).toContain("limits of probe.work saved")
     expect(await probeRow(page, "limits").textContent()).toMatch(/max running 3 .*rate 20\/s.*\(override\)/)
+    expect(problems).toEqual([])
+  })
+
+  it("after the user's worker stops cleanly, the stage is still there, shown with no live process; its jobs wait", async () => {
+    const exited = new Promise<number | null>((resolve) => worker!.once("exit", (code) => resolve(code)))
+    worker!.kill("SIGTERM")
+    expect(await exited).toBe(0)
+    const page = await newPage()
+    await signIn(page, keys.admin)
+    await page.goto(`${base}/dashboard/stages`)
+    expect(await probeRow(page, "live").textContent()).toBe("no live process")
+    await page.goto(`${base}/dashboard/stages/probe.work/new`)
+    expect(await page.locator(".notice").textContent()).toContain("No live process runs probe.work")
+    await page.fill("input[name='f.customer']", "11")
+    await page.click("#enqueue")
+    await page.waitForURL(/\/dashboard\/jobs\/\d+/)
+    await page.goto(`${base}/dashboard/`)
+    await expect.poll(() => page.locator(`tr[data-stage="probe.work"] [data-field=state]`).textContent()).toBe("no live process")
     expect(problems).toEqual([])
   })
 
