@@ -420,7 +420,7 @@ const stagesList = Command.make("list", { json: jsonFlag }, ({ json }) =>
           changedAt: c?.changedAt ?? null,
           visibility: k?.visibility ?? null,
           live: k?.live ?? null,
-          processes: k?.registered?.processes.filter((p) => p.live).map((p) => p.workerId) ?? []
+          processes: k?.registered?.processes.map((p) => ({ workerId: p.workerId, concurrency: p.concurrency, live: p.live, lastSeenAt: p.lastSeenAt })) ?? []
         }
       })
       yield* Output.items(
@@ -430,7 +430,7 @@ const stagesList = Command.make("list", { json: jsonFlag }, ({ json }) =>
         (r) => [
           r.stage,
           r.paused ? "paused" : "running",
-          r.live === null ? "not registered" : r.live ? String(r.processes.length) : "none live",
+          r.live === null ? "not registered" : r.live ? String(r.processes.filter((p) => p.live).length) : "none live",
           r.changedAt?.toISOString() ?? "",
           r.changedBy ?? ""
         ]

@@ -19,7 +19,7 @@ const liveness = (s: StageRegistry.Operable) =>
   s.live === null
     ? html`<span class="muted" data-field="live">not registered</span>`
     : s.live
-    ? html`<span data-field="live">${s.registered!.processes.filter((p) => p.live).length} live</span>`
+    ? html`<span data-field="live" title="${s.registered!.processes.map((p) => `${p.workerId}: ${p.live ? "live" : "gone"}, last seen ${p.lastSeenAt.toISOString()}`).join("\n")}">${s.registered!.processes.filter((p) => p.live).length} live</span>`
     : html`<span class="badge paused" data-field="live">no live process</span>`
 
 const limitsForm = (base: string, csrf: string, name: string, v: Limits.View) => {

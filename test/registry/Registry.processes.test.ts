@@ -123,7 +123,7 @@ describe("stage registry: a user's worker process runs its own stage beside the 
         ], { concurrency: 2 })
         expect(pause.code, pause.stderr).toBe(0)
         expect(pause.stdout).toBe("paused\n")
-        expect(JSON.parse(list.stdout).find((s: any) => s.stage === "probe.work")).toMatchObject({ visibility: "public", live: true, processes: ["probe-1"] })
+        expect(JSON.parse(list.stdout).find((s: any) => s.stage === "probe.work")).toMatchObject({ visibility: "public", live: true, processes: [{ workerId: "probe-1", concurrency: 2, live: true }] })
         expect(yield* stageRow(admin)).toMatchObject({ paused: true, changedBy: "cli" })
         const resume = yield* pgfiber(schema, ["stages", "resume", "probe.work"])
         expect(resume.stdout).toBe("resumed\n")
