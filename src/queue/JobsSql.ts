@@ -794,7 +794,7 @@ export const setStagePaused = (sql: Sql, stage: string, paused: boolean, by: str
 
 /**
  * Deletes a stage's queued jobs (running ones finish); each goes to the history as `cancelled`, its last error
- * saying who purged it, when the stage keeps any. Locking: SKIP LOCKED, so a claim in flight keeps its rows.
+ * saying who purged it, when the stage keeps any (its retention here, or as its worker registered it). Locking: SKIP LOCKED, so a claim in flight keeps its rows.
  */
 export const purgeQueued = (
   sql: Sql, stage: string, by: string, retention: { readonly defaultMs: number; readonly byStage: string }
@@ -804,13 +804,18 @@ export const purgeQueued = (
       delete from jobs where id in (
         select id from jobs where stage = ${stage} and status = 'queued' for update skip locked)
       returning *
+    ), keep as (
+      -- the stage's retention: this build's, else as the worker that runs it registered it, else the default
+      select coalesce((${retention.byStage}::jsonb ->> ${stage})::float8,
+                      (select r.retain_ms from stage_registry r where r.stage = ${stage}),
+                      ${retention.defaultMs}::float8) as ms
     ), kept as (
       insert into jobs_archive (${archiveColumns(sql)})
       select id, stage, org_id, subject_id, payload, priority, 'cancelled', attempts, max_attempts, polls, dedupe_key,
              errors, ${`purged by ${by}`}, null, progress, progress_message, timeout_ms, created_at, started_at, now(), last_run_ms,
-             now() + coalesce((${retention.byStage}::jsonb ->> stage)::float8, ${retention.defaultMs}::float8) * interval '1 millisecond'
-      from gone
-      where coalesce((${retention.byStage}::jsonb ->> stage)::float8, ${retention.defaultMs}::float8) > 0
+             now() + keep.ms * interval '1 millisecond'
+      from gone cross join keep
+      where keep.ms > 0
     )
     select count(*)::int as n from gone`
 

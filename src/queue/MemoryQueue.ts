@@ -634,7 +634,9 @@ export const make = (options: QueueOptions = {}) =>
           for (const j of [...jobs.values()]) {
             if (j.stage === stage && j.status === "queued") {
               jobs.delete(j.id)
-              keep({ ...j, lastError: `purged by ${by ?? "an operator"}` }, "cancelled", now)
+              // the stage's retention here, else as its worker registered it (as PgQueue's purge)
+              const registeredMs = retention.stages?.[stage] === undefined ? registered.get(stage)?.retainMs ?? null : null
+              keep({ ...j, lastError: `purged by ${by ?? "an operator"}` }, "cancelled", now, registeredMs === null ? undefined : Duration.millis(registeredMs))
               n++
             }
           }

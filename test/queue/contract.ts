@@ -764,6 +764,12 @@ export const contract = (target: ContractTarget) =>
           yield* q.registry.unregister("proc-b", [stage])
           expect(mine(yield* q.registry.list)).toMatchObject({ name: stage, processes: [] })
           expect(Queue.Registry.isLive(mine(yield* q.registry.list)!)).toBe(false)
+          // a purge keeps the stage's jobs for its registered retention: none here
+          const unkept = freshStage("registered_unkept")
+          yield* q.registry.register({ workerId: "proc-a", sweepMs: 60_000 }, [{ ...entry, name: unkept, retainMs: 0 }])
+          yield* q.enqueue([{ stage: unkept, payload: { n: 1 } }])
+          expect(yield* q.stageControls.purge(unkept, "ops")).toBe(1)
+          expect(yield* q.history.list({ stage: unkept })).toEqual([])
         }))
 
       test("fair claiming: orgs take turns within a priority, each org's r-th job before any org's (r+1)-th", () =>
