@@ -5,6 +5,7 @@
  * registered JSON Schema (a mismatching payload is refused naming the field), runs a delayed job now, retries its
  * dead letter and edits its limits; once the worker stops cleanly the stage is still shown, with no live process;
  * an org's key sees public stages only, in the stages page and in the filters.
+ * The fixture loads dist/ (as `import "pgfiber"` does): after changing src/, `npm run build` before this file.
  */
 import { Effect, ManagedRuntime, Redacted } from "effect"
 import { type ChildProcess, spawn } from "node:child_process"

@@ -3,7 +3,9 @@
  * built package by its name, as a user's app does) runs `probe.work`, a stage the service under test never
  * compiled. The service's HTTP API and the compiled CLI pause and resume it, enqueue to it (a payload that does
  * not match its registered JSON Schema is a 400 naming the field), retry its dead letters and edit its limits;
- * an operator's key pauses it on the API listener too; after the worker's clean shutdown the stage is still known, shown with no live process.
+ * an operator's key pauses it on the API listener too; after the worker's clean shutdown the stage is still known,
+ * shown with no live process, and purged. The fixture loads dist/ (as `import "pgfiber"` does): after changing
+ * src/, `npm run build` before this file.
  */
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Redacted } from "effect"
@@ -38,7 +40,7 @@ describe("stage registry: a user's worker process runs its own stage beside the 
           LOG_LEVEL: "warn"
         })
         const registered = yield* waitFor("probe.work to be registered by the user's worker", Effect.map(stageRow(admin), (s) => s?.live === true && s)).pipe(
-          Effect.tapDefect(() => Effect.sync(() => console.log(`the probe worker's output:\n${worker.output()}`)))
+          Effect.tapDefect(() => Effect.sync(() => console.log(`the probe worker's output (it runs the built package: is dist/ current? npm run build):\n${worker.output()}`)))
         )
         expect(registered).toMatchObject({ stage: "probe.work", paused: false, visibility: "public", live: true, processes: 1 })
 
