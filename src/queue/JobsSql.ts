@@ -678,18 +678,13 @@ export const requeueExpired = (sql: Sql, schema: string) =>
     select expired.id from expired cross join (select count(*) from woken) w`
 
 /**
- * When the waker should look again, as ms from the database's now. With `seenBy` (the safety sweep's round), it
- * also marks that process's stage registry rows seen, so the registry's refresh costs no statement of its own.
+ * When the waker should look again, as ms from the database's now. With `seenBy` (the safety sweep's round, once
+ * per sweep interval), the same statement also marks that process's stage registry rows seen, so the registry's
+ * refresh costs no statement of its own; every other call sends the plain question (bench/nextWakeCost.ts).
  * Locking: none on jobs (reads on two partial indexes); with `seenBy`, that process's registry rows.
  */
-export const nextWake = (sql: Sql, stages: ReadonlyArray<string>, seenBy: string | null) =>
-  sql<Array<{ job_due_in_ms: number | null; lease_expires_in_ms: number | null }>>`
-    with seen as (
-      update stage_processes set last_seen_at = now() where ${seenBy}::text is not null and worker_id = ${seenBy}::text
-      returning 1
-    )
-    select
-      (select count(*) from seen)::int as seen,
+export const nextWake = (sql: Sql, stages: ReadonlyArray<string>, seenBy: string | null) => {
+  const due = sql`
       (extract(epoch from (
         select min(d.at) from unnest(${stages}::text[]) as s(stage)
         cross join lateral (select min(available_at) as at from jobs
@@ -697,6 +692,12 @@ export const nextWake = (sql: Sql, stages: ReadonlyArray<string>, seenBy: string
         as job_due_in_ms,
       (extract(epoch from (select min(locked_until) from jobs where status <> 'queued') - now()) * 1000)::float8
         as lease_expires_in_ms`
+  return seenBy === null
+    ? sql<Array<{ job_due_in_ms: number | null; lease_expires_in_ms: number | null }>>`select ${due}`
+    : sql<Array<{ job_due_in_ms: number | null; lease_expires_in_ms: number | null }>>`
+      with seen as (update stage_processes set last_seen_at = now() where worker_id = ${seenBy} returning 1)
+      select (select count(*) from seen)::int as seen, ${due}`
+}
 
 /**
  * Cancels a job: a queued one is deleted (into the history, as `cancelled`, when its stage keeps any), a

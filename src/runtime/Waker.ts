@@ -255,7 +255,8 @@ export const make = (options: Partial<WakerOptions> = {}) =>
       if (changed && listener === "listening") return
       const now = yield* Clock.currentTimeMillis
       lastSweepAt = new Date(now)
-      if (opts.presence !== undefined && now - lastSeenAt >= Duration.toMillis(opts.sweepInterval)) {
+      // once per sweep interval (a tenth of slack for the timer's jitter), also while polling every pollInterval
+      if (opts.presence !== undefined && now - lastSeenAt >= 0.9 * Duration.toMillis(opts.sweepInterval)) {
         seenDue = true
         lastSeenAt = now
       }
