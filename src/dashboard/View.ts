@@ -86,7 +86,8 @@ const charts = (rows: ReadonlyArray<StatsSql.SnapshotRow["series"][number]>, now
 
 /**
  * `knownStages` get a row even with no jobs; `noProcess` are registered stages no live process runs, whose
- * waiting jobs say so.
+ * waiting jobs say so. An org's viewer sees only `knownStages` (the public ones): its own jobs of internal
+ * stages are counted nowhere on the overview.
  */
 export const overview = (
   snapshot: Live.Snapshot,
@@ -95,7 +96,9 @@ export const overview = (
   minutes: number,
   noProcess: ReadonlySet<string> = new Set()
 ): Overview => {
-  const see = visible(scope)
+  const seeOrg = visible(scope)
+  const shown = new Set(knownStages)
+  const see = (row: { readonly org: string | null; readonly stage: string }) => seeOrg(row) && (scope.viewer.admin || shown.has(row.stage))
   const byStage = new Map<string, { ready: number; delayed: number; running: number; cancelling: number; dead: number; oldest: number }>()
   const row = (stage: string) => {
     let r = byStage.get(stage)

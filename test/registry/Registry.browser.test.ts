@@ -13,6 +13,7 @@ import type { Browser, BrowserContext, Page } from "playwright-core"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import * as ApiKeys from "../../src/auth/ApiKeys.js"
 import * as Db from "../../src/layers/Db.js"
+import * as Queue from "../../src/queue/Queue.js"
 import { launch } from "../dashboard/browser.js"
 import { baseUrl, layerService, query } from "../http/support.js"
 import { databaseUrl, layerDb } from "../support/pg.js"
@@ -171,9 +172,14 @@ describe("the stage registry in the dashboard", () => {
     expect(problems).toEqual([])
   })
 
-  it("an org's key sees public stages only: the stages page and the jobs filter never list internal ones", async () => {
+  it("an org's key sees public stages only: the overview, the stages page and the jobs filter never list internal ones", async () => {
+    // acme has a job of an internal stage (its call's analysis): it is counted nowhere on acme's overview
+    await run(Effect.flatMap(Queue.Queue, (q) =>
+      q.enqueue([{ stage: "analyze", payload: { callId: "00000000-0000-4000-8000-000000000001" }, orgId: "acme", delay: "1 hour" }])))
     const page = await newPage()
     await signIn(page, keys.acme)
+    expect(await page.locator(`#stage-rows tr[data-stage="analyze"]`).count()).toBe(0)
+    expect(await page.locator(`#stage-rows tr[data-stage="probe.work"]`).count()).toBe(1)
     await page.goto(`${base}/dashboard/stages`)
     const listed = await page.locator("#registry tbody tr").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-stage")))
     expect(listed).toContain("probe.work")
