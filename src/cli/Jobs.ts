@@ -46,10 +46,10 @@ const parseJson = (text: string) =>
 export const enqueue = Command.make(
   "enqueue",
   {
-    stage: Args.text({ name: "stage" }).pipe(Args.withDescription("The stage to run the job")),
+    stage: Args.text({ name: "stage" }).pipe(Args.withDescription("The stage to run the job: compiled into this build or registered by any worker")),
     payload: Args.text({ name: "json" }).pipe(
       Args.withDefault("{}"),
-      Args.withDescription("The payload as JSON, validated by the stage's Schema (default {})")
+      Args.withDescription("The payload as JSON, validated by the stage's Schema, or by the JSON Schema its worker registered (default {})")
     ),
     org: optionalText("org", "The org the job belongs to (row-level security scopes it to that org's API keys)"),
     subject: optionalText("subject", "The subject id (the call or document the job works on)"),
