@@ -8,6 +8,7 @@ import type * as Db from "../layers/Db.js"
 import * as Queue from "../queue/Queue.js"
 import * as Bulk from "../queue/Bulk.js"
 import type * as ApiKeys from "../auth/ApiKeys.js"
+import * as StageRegistry from "../runtime/StageRegistry.js"
 import * as Submit from "../runtime/Submit.js"
 import * as Env from "./Env.js"
 import { Conflict, NotFound, UsageError } from "./Failure.js"
@@ -46,10 +47,10 @@ const parseJson = (text: string) =>
 export const enqueue = Command.make(
   "enqueue",
   {
-    stage: Args.text({ name: "stage" }).pipe(Args.withDescription("The stage to run the job")),
+    stage: Args.text({ name: "stage" }).pipe(Args.withDescription("The stage to run the job: compiled into this build or registered by any worker")),
     payload: Args.text({ name: "json" }).pipe(
       Args.withDefault("{}"),
-      Args.withDescription("The payload as JSON, validated by the stage's Schema (default {})")
+      Args.withDescription("The payload as JSON, validated by the stage's Schema, or by the JSON Schema its worker registered (default {})")
     ),
     org: optionalText("org", "The org the job belongs to (row-level security scopes it to that org's API keys)"),
     subject: optionalText("subject", "The subject id (the call or document the job works on)"),
@@ -491,8 +492,14 @@ export const stats = Command.make("stats", { json: jsonFlag }, ({ json }) =>
     Effect.gen(function*() {
       const queue = yield* Queue.Queue
       const rows = yield* queue.stats
-      const all = Queue.statsForStages(rows, stages.map((s) => s.name))
+      const known = yield* StageRegistry.operable(stages)
+      const all = Queue.statsForStages(rows, known.map((s) => s.name))
       if (json) return yield* Output.json(all)
+      // a registered stage with jobs and no live process: they wait for one
+      const noProcess = new Set(known.filter((s) => s.live === false).map((s) => s.name))
+      const note = (s: Queue.StageStats) =>
+        [s.rateLimited ? "rate limited" : "", noProcess.has(s.stage) && s.ready + s.scheduled > 0 ? "no live process" : ""]
+          .filter(Boolean).join(", ")
       const sum = (f: (s: Queue.StageStats) => number) => String(all.reduce((n, s) => n + f(s), 0))
       const n = (v: number) => String(v)
       yield* Output.line(Output.table(
@@ -511,7 +518,7 @@ export const stats = Command.make("stats", { json: jsonFlag }, ({ json }) =>
           ...all.map((s) => [
             s.stage, n(s.ready), n(s.scheduled), n(s.running), n(s.cancelling), n(s.deadLetters), Output.age(s.oldestReadyAgeMs),
             s.paused ? "paused" : "",
-            s.rateLimited ? "rate limited" : ""
+            note(s)
           ]),
           [
             "total",
@@ -533,29 +540,45 @@ export const stats = Command.make("stats", { json: jsonFlag }, ({ json }) =>
 
 const stageArg = Args.text({ name: "stage" }).pipe(Args.withDescription("The stage's name"))
 
+/** The stage, compiled in or registered by any worker, or a NotFound listing those that are. */
 const knownStage = (stages: ReadonlyArray<Env.KnownStage>, name: string) =>
-  stages.some((s) => s.name === name)
-    ? Effect.void
-    : Effect.fail(new NotFound({ message: `unknown stage ${JSON.stringify(name)}; known: ${stages.map((s) => s.name).sort().join(", ")}` }))
+  Effect.flatMap(StageRegistry.operable(stages), (known) =>
+    known.some((s) => s.name === name) ? Effect.void : Effect.fail(new NotFound({ message: StageRegistry.unknownMessage(name, known) })))
 
 const stagesList = Command.make("list", { json: jsonFlag }, ({ json }) =>
   operator((stages) =>
     Effect.gen(function*() {
       const queue = yield* Queue.Queue
+      const known = yield* StageRegistry.operable(stages)
       const controls = yield* queue.stageControls.list
-      const names = [...new Set([...stages.map((s) => s.name), ...controls.map((c) => c.stage)])].sort()
+      const names = [...new Set([...known.map((s) => s.name), ...controls.map((c) => c.stage)])].sort()
       const rows = names.map((stage) => {
         const c = controls.find((x) => x.stage === stage)
-        return { stage, paused: c?.paused ?? false, changedBy: c?.changedBy ?? null, changedAt: c?.changedAt ?? null }
+        const k = known.find((x) => x.name === stage)
+        return {
+          stage,
+          paused: c?.paused ?? false,
+          changedBy: c?.changedBy ?? null,
+          changedAt: c?.changedAt ?? null,
+          visibility: k?.visibility ?? null,
+          live: k?.live ?? null,
+          processes: k?.registered?.processes.map((p) => ({ workerId: p.workerId, concurrency: p.concurrency, live: p.live, lastSeenAt: p.lastSeenAt })) ?? []
+        }
       })
       yield* Output.items(
         json,
         rows,
-        [{ header: "STAGE" }, { header: "STATE" }, { header: "CHANGED" }, { header: "BY" }],
-        (r) => [r.stage, r.paused ? "paused" : "running", r.changedAt?.toISOString() ?? "", r.changedBy ?? ""]
+        [{ header: "STAGE" }, { header: "STATE" }, { header: "PROCESSES" }, { header: "CHANGED" }, { header: "BY" }],
+        (r) => [
+          r.stage,
+          r.paused ? "paused" : "running",
+          r.live === null ? "not registered" : r.live ? String(r.processes.filter((p) => p.live).length) : "none live",
+          r.changedAt?.toISOString() ?? "",
+          r.changedBy ?? ""
+        ]
       )
     })
-  )).pipe(Command.withDescription("Each stage's state: running or paused"))
+  )).pipe(Command.withDescription("Each stage (compiled in or registered by any worker): running or paused, and how many live processes run it"))
 
 const setPaused = (paused: boolean) => ({ stage }: { readonly stage: string }) =>
   operator((stages) =>
@@ -585,7 +608,7 @@ const stagesPurge = Command.make(
           return yield* new UsageError({ message: `purge deletes every queued job of ${stage} (running ones finish); add --yes to confirm` })
         }
         const queue = yield* Queue.Queue
-        const purged = yield* queue.stageControls.purge(stage)
+        const purged = yield* queue.stageControls.purge(stage, "cli")
         yield* Effect.logInfo("stage purged").pipe(Effect.annotateLogs({ stage, purged }))
         yield* Output.line(String(purged))
       })

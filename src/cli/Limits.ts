@@ -7,8 +7,9 @@ import { Args, Command, Options } from "@effect/cli"
 import { Effect, Either, Option } from "effect"
 import * as Limits from "../queue/Limits.js"
 import * as Queue from "../queue/Queue.js"
+import * as StageRegistry from "../runtime/StageRegistry.js"
 import * as Worker from "../runtime/Worker.js"
-import { UsageError } from "./Failure.js"
+import { NotFound, UsageError } from "./Failure.js"
 import { operator } from "./Jobs.js"
 import * as Output from "./Output.js"
 
@@ -18,7 +19,7 @@ const jsonFlag = Options.boolean("json").pipe(Options.withDescription("Print JSO
 const list = Command.make("list", { json: jsonFlag }, ({ json }) =>
   operator((stages) =>
     Effect.gen(function*() {
-      const all = yield* Worker.limitViews(stages)
+      const all = yield* Worker.limitViews(yield* StageRegistry.limitStages(stages))
       if (json) return yield* Output.json(all)
       yield* Output.line(Output.table(
         [{ header: "STAGE" }, { header: "FAIR" }, { header: "MAX RUNNING", align: "right" }, { header: "PER ORG", align: "right" },
@@ -51,9 +52,11 @@ const set = Command.make("set", {
   burst: intOption("burst", "Most tokens the bucket holds (default: a second's worth, at least 1)"),
   fair: Options.choice("fair", ["on", "off"]).pipe(Options.optional, Options.withDescription("Orgs take turns within a priority"))
 }, (o) =>
-  operator(() =>
+  operator((stages) =>
     Effect.gen(function*() {
       const queue = yield* Queue.Queue
+      const known = yield* StageRegistry.operable(stages)
+      if (!known.some((s) => s.name === o.stage)) return yield* new NotFound({ message: StageRegistry.unknownMessage(o.stage, known) })
       const counts = [o.maxRunning, o.maxRunningPerOrg, o.burst].flatMap((v) => (Option.isSome(v) ? [v.value] : []))
       if (counts.some((n) => n < 0)) return yield* new UsageError({ message: "caps and the burst are whole numbers, at least 0" })
       if (Option.isSome(o.burst) && o.burst.value < 1) return yield* new UsageError({ message: "--burst: at least 1" })

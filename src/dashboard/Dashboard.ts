@@ -24,6 +24,7 @@ import * as Bulk from "../queue/Bulk.js"
 import * as PgSchedules from "../queue/PgSchedules.js"
 import * as Queue from "../queue/Queue.js"
 import * as Schedules from "../queue/Schedules.js"
+import * as StageRegistry from "../runtime/StageRegistry.js"
 import * as Submit from "../runtime/Submit.js"
 import * as Worker from "../runtime/Worker.js"
 import * as Assets from "./Assets.js"
@@ -32,6 +33,7 @@ import * as Live from "./Live.js"
 import * as Millis from "../layers/Millis.js"
 import * as Pages from "./Pages.js"
 import * as Session from "./Session.js"
+import * as StagePages from "./StagePages.js"
 import * as View from "./View.js"
 
 export interface DashboardOptions {
@@ -110,10 +112,29 @@ export const make = (options: DashboardOptions) =>
     // the server's limiter when there is one, so the API and the sign-in share one budget per client
     const limiter = Option.getOrElse(yield* Effect.serviceOption(AuthLimiter.AuthLimiter), () => AuthLimiter.make(AuthLimiter.defaults))
     const ttlMs = Duration.toMillis(options.sessionTtl)
-    const knownStages = Option.match(known, { onNone: () => [] as Array<string>, onSome: (s) => s.map((x) => x.name) })
-    // a tenant sees public stages only: its bulk actions leave the internal ones' jobs alone
-    const internalStages = Option.match(known, { onNone: () => [] as Array<string>, onSome: (s) => s.filter((x) => x.visibility !== "public").map((x) => x.name) })
-    const visibleStages = (s: Session.Session) => (s.admin ? knownStages : knownStages.filter((n) => !internalStages.includes(n)))
+    const compiledStages = Option.getOrElse(known, () => [] as ReadonlyArray<Submit.KnownStages["Type"][number]>)
+    /**
+     * The stages the viewer may name (filters, overview rows, stage actions): every one compiled in or registered by
+     * any worker for an operator, the public ones only for an org's key. Without the registry, the compiled ones.
+     */
+    const stagesFor = (s: Session.Session) =>
+      StageRegistry.operable(compiledStages, s.admin ? "operator" : "tenant").pipe(
+        Effect.provideService(Queue.Queue, queue),
+        Effect.map((all) => ({ names: all.map((x) => x.name), noProcess: new Set(all.filter((x) => x.live === false).map((x) => x.name)) })),
+        Effect.catchAll(() =>
+          Effect.succeed({
+            names: compiledStages.filter((x) => s.admin || x.visibility === "public").map((x) => x.name),
+            noProcess: new Set<string>()
+          })
+        )
+      )
+    const stageNamesFor = (s: Session.Session) => Effect.map(stagesFor(s), (x) => x.names)
+    /** The internal stages (compiled or registered) an org's bulk action leaves alone. */
+    const internalStages = StageRegistry.operable(compiledStages, "operator").pipe(
+      Effect.provideService(Queue.Queue, queue),
+      Effect.map((all) => all.filter((x) => x.visibility !== "public").map((x) => x.name)),
+      Effect.catchAll(() => Effect.succeed(compiledStages.filter((x) => x.visibility !== "public").map((x) => x.name)))
+    )
     const minutes = 60
 
     /** Runs `effect` as the viewer may: under their org's row-level security, or as the owner for operators. */
@@ -156,7 +177,8 @@ export const make = (options: DashboardOptions) =>
       Effect.gen(function*() {
         const scope = scopeOf(s, params)
         const snapshot = yield* live.latest
-        const data = View.overview(snapshot, scope, knownStages, minutes)
+        const known = yield* stagesFor(s)
+        const data = View.overview(snapshot, scope, known.names, minutes, known.noProcess)
         // this process's pools count every org's jobs: for operators only
         const pools = Option.isSome(worker) && s.admin ? yield* worker.value.pools : undefined
         const liveUrl = `${base}/live${scope.org ? `?org=${encodeURIComponent(scope.org)}` : ""}`
@@ -197,7 +219,8 @@ export const make = (options: DashboardOptions) =>
         // a search that cannot be read matches nothing, and says why
         const rows = Either.isLeft(search) ? [] : yield* asViewer(s, db.run((sql) => BrowseSql.browseJobs(sql, filter, limit + 1)))
         const next = rows.length > limit ? rows[limit - 1]!.id : null
-        const stages = [...new Set([...visibleStages(s), ...rows.map((r) => r.stage)])].sort()
+        // a tenant's filter lists public stages only, whatever its own jobs' stages
+        const stages = [...new Set([...(yield* stageNamesFor(s)), ...(s.admin ? rows.map((r) => r.stage) : [])])].sort()
         const notice = Either.isLeft(search) ? search.left.message : text(params, "notice", 500) || undefined
         return page(Pages.layout(frame(s, "Jobs", "jobs", { notice }), Pages.jobs(base, s.csrf, scopeOf(s, params), query, stages, rows.slice(0, limit), next)))
       })
@@ -255,7 +278,7 @@ export const make = (options: DashboardOptions) =>
         }))
         const shown = (filter.org ? list.filter((d) => d.orgId === filter.org) : list)
         const next = shown.length > limit ? shown[limit - 1]!.id : null
-        const stages = [...new Set([...knownStages, ...shown.map((d) => d.stage)])].sort()
+        const stages = [...new Set([...(yield* stageNamesFor(s)), ...(s.admin ? shown.map((d) => d.stage) : [])])].sort()
         return page(Pages.layout(
           frame(s, "Dead letters", "dead", { notice: text(params, "notice", 500) || undefined, error: text(params, "error", 500) || undefined }),
           Pages.deadLetters(base, s.csrf, scopeOf(s, params), filter, stages, shown.slice(0, limit), next)
@@ -266,6 +289,40 @@ export const make = (options: DashboardOptions) =>
       Effect.gen(function*() {
         const list = yield* asViewer(s, s.admin ? schedules.list() : schedules.list({ orgId: s.orgId }))
         return page(Pages.layout(frame(s, "Schedules", "schedules", { notice: text(params, "notice", 500) || undefined }), Pages.schedules(base, s.csrf, list)))
+      })
+
+    // ---- stages: every stage the viewer may name, its processes and limits, and a "new job" form
+
+    const operableFor = (s: Session.Session) =>
+      StageRegistry.operable(compiledStages, s.admin ? "operator" : "tenant").pipe(Effect.provideService(Queue.Queue, queue))
+
+    const limitViews = Effect.flatMap(StageRegistry.limitStages(compiledStages), Worker.limitViews).pipe(
+      Effect.provideService(Queue.Queue, queue),
+      Effect.catchTag("ConfigError", (e) => Effect.die(e))
+    )
+
+    const stagesPage = (s: Signed, params: URLSearchParams) =>
+      Effect.gen(function*() {
+        const known = yield* operableFor(s)
+        const views = yield* limitViews
+        const rows = known.map((stage) => ({ stage, limits: views.find((v) => v.stage === stage.name) }))
+        return page(Pages.layout(
+          frame(s, "Stages", "stages", { notice: text(params, "notice", 500) || undefined, error: text(params, "error", 500) || undefined }),
+          StagePages.stages(base, s.csrf, s.admin, rows)
+        ))
+      })
+
+    const payloadSchemaOf = (stage: StageRegistry.Operable) =>
+      stage.compiled !== undefined ? StageRegistry.payloadJsonSchema(stage.compiled) : stage.registered?.payloadSchema ?? null
+
+    const newJobPage = (s: Signed, name: string, values?: URLSearchParams, error?: string) =>
+      Effect.gen(function*() {
+        const stage = (yield* operableFor(s)).find((x) => x.name === name)
+        if (stage === undefined) return page(Pages.layout(frame(s, "Not found", "stages"), Pages.notFound(`No stage ${name}.`)), 404)
+        return page(
+          Pages.layout(frame(s, `New ${name} job`, "stages", { error }), StagePages.newJob(base, s.csrf, s.admin, stage, payloadSchemaOf(stage), values)),
+          error === undefined ? 200 : 400
+        )
       })
 
     const orgsPage = (s: Signed, params: URLSearchParams) =>
@@ -293,9 +350,10 @@ export const make = (options: DashboardOptions) =>
 
     const liveOverview = (s: Signed, params: URLSearchParams) => {
       const scope = scopeOf(s, params)
-      return sse(distinct(Stream.map(live.changes(), (snapshot) => View.overview(snapshot, scope, knownStages, minutes))).pipe(
-        Stream.map((json) => `event: overview\ndata: ${json}\n\n`)
-      ))
+      return sse(Stream.unwrap(Effect.map(stagesFor(s), (known) =>
+        distinct(Stream.map(live.changes(), (snapshot) => View.overview(snapshot, scope, known.names, minutes, known.noProcess))).pipe(
+          Stream.map((json) => `event: overview\ndata: ${json}\n\n`)
+        ))))
     }
 
     const liveJob = (s: Signed, id: string) => {
@@ -393,7 +451,7 @@ export const make = (options: DashboardOptions) =>
           if (bulkAction === undefined) return redirect(withNotice(back, "notice", "no such bulk action"))
           const checked = Bulk.validateAction(bulkAction)
           if (Either.isLeft(checked)) return redirect(withNotice(back, "notice", checked.left.message))
-          const filter: Bulk.JobFilter = s.admin ? parsed.right : { ...parsed.right, org: s.orgId ?? "", hiddenStages: internalStages }
+          const filter: Bulk.JobFilter = s.admin ? parsed.right : { ...parsed.right, org: s.orgId ?? "", hiddenStages: yield* internalStages }
           // each batch its own transaction: under the org's row-level security for an org key, as the owner for operators
           const scoped = <A, E, R>(effect: Effect.Effect<A, E, R>) => (s.admin ? Db.asOwner(effect) : Db.forOrg(s.orgId ?? "")(effect))
           const what = { cancel: "Cancel", retry: "Retry now", "run-now": "Run now", priority: `Set priority ${priority} on` }[bulkAction.kind]
@@ -411,10 +469,18 @@ export const make = (options: DashboardOptions) =>
           const done = { cancel: "cancelled", retry: "retried now", "run-now": "made due now", priority: `given priority ${priority}` }[bulkAction.kind]
           return redirect(withNotice(back, "notice", `${result.affected} job(s) ${done}${result.cancelling > 0 ? ` (${result.cancelling} running: stopping at their next heartbeat)` : ""}`))
         }
+        if (first === "jobs" && id !== undefined && verb === "run-now") {
+          // a delayed job made due now: the viewer's own (row-level security), any for operators
+          const outcome = Queue.isJobId(id) ? yield* asViewer(s, queue.runNow(id)) : "not-found" as const
+          yield* Effect.logInfo("job made due from the dashboard").pipe(Effect.annotateLogs({ jobId: id, outcome, keyId: s.keyId }))
+          return redirect(outcome === "not-found"
+            ? withNotice("/jobs", "notice", `job ${id} was not found`)
+            : withNotice(`/jobs/${id}`, "notice", outcome === "due" ? `job ${id} is due now` : `job ${id} is not delayed: nothing to do`))
+        }
         if (first === "stages" && id !== undefined && (verb === "pause" || verb === "resume")) {
           // stage controls are shared by every org: operators only
           if (!s.admin) return page(Pages.layout(frame(s, "Refused", "none"), html`<h1>Refused</h1><p>Only an operator's key may pause or resume a stage.</p>`), 403)
-          if (!knownStages.includes(id)) return redirect(withNotice("/", "notice", `no stage ${id}`))
+          if (!(yield* stageNamesFor(s)).includes(id)) return redirect(withNotice("/", "notice", `no stage ${id}`))
           yield* Db.asOwner(queue.stageControls.setPaused(id, verb === "pause", `dashboard (key ${s.keyId})`))
           // the page it redirects to, and every open overview, show the new state at once
           yield* live.fresh
@@ -424,17 +490,63 @@ export const make = (options: DashboardOptions) =>
         if (first === "stages" && id !== undefined && verb === "purge") {
           // a stage's queue holds every org's jobs: operators only, after a confirmation that says how many go
           if (!s.admin) return page(Pages.layout(frame(s, "Refused", "none"), html`<h1>Refused</h1><p>Only an operator's key may purge a stage.</p>`), 403)
-          if (!knownStages.includes(id)) return redirect(withNotice("/", "notice", `no stage ${id}`))
+          if (!(yield* stageNamesFor(s)).includes(id)) return redirect(withNotice("/", "notice", `no stage ${id}`))
           if (!confirmed) {
             const [row] = yield* Db.asOwner(db.run((sql) => BrowseSql.countQueued(sql, id)))
             return page(Pages.layout(frame(s, "Confirm", "overview"), Pages.confirm(base, s.csrf, `/stages/${encodeURIComponent(id)}/purge`,
               `Delete the ${row?.n ?? 0} queued job(s) of stage ${id}, of every org? Running jobs finish; delayed ones go too. This cannot be undone.`,
               {}, "/")))
           }
-          const purged = yield* Db.asOwner(queue.stageControls.purge(id))
+          const purged = yield* Db.asOwner(queue.stageControls.purge(id, `dashboard (key ${s.keyId})`))
           yield* live.fresh
           yield* Effect.logInfo("stage purged from the dashboard").pipe(Effect.annotateLogs({ stage: id, purged, keyId: s.keyId }))
           return redirect(withNotice("/", "notice", `stage ${id}: ${purged} queued job(s) purged`))
+        }
+        if (first === "stages" && id !== undefined && verb === "enqueue") {
+          // an operator may submit any stage, for any org or none; an org's key, its public stages for its org
+          const stage = (yield* operableFor(s)).find((x) => x.name === id)
+          if (stage === undefined) return redirect(withNotice("/stages", "error", `no stage ${id}`))
+          const payload = StagePages.payloadFromForm(payloadSchemaOf(stage), params)
+          const delaySeconds = Number(params.get("delaySeconds") ?? "")
+          const org = s.admin ? text(params, "org") : s.orgId ?? ""
+          const request: Submit.SubmitRequest = {
+            stage: id,
+            payload,
+            orgId: org === "" ? undefined : org,
+            delay: Number.isInteger(delaySeconds) && delaySeconds > 0 && delaySeconds <= 366 * 86_400 ? Duration.seconds(delaySeconds) : undefined,
+            caller: s.admin ? "operator" : "tenant"
+          }
+          const submitted = yield* Effect.either(asViewer(s, Submit.submit(compiledStages, request).pipe(Effect.provideService(Queue.Queue, queue))))
+          if (Either.isLeft(submitted)) {
+            if (submitted.left._tag === "InvalidJob") return yield* newJobPage(s, id, params, submitted.left.message)
+            return yield* Effect.fail(submitted.left)
+          }
+          yield* Effect.logInfo("job submitted from the dashboard").pipe(Effect.annotateLogs({ stage: id, jobId: submitted.right.id, keyId: s.keyId }))
+          return redirect(withNotice(`/jobs/${submitted.right.id}`, "notice", submitted.right.deduped ? `a live job with that dedupe key exists: ${submitted.right.id}` : `job ${submitted.right.id} enqueued`))
+        }
+        if (first === "stages" && id !== undefined && verb === "limits") {
+          // limits are shared by every org: operators only
+          if (!s.admin) return page(Pages.layout(frame(s, "Refused", "none"), html`<h1>Refused</h1><p>Only an operator's key may change a stage's limits.</p>`), 403)
+          if (!(yield* stageNamesFor(s)).includes(id)) return redirect(withNotice("/stages", "error", `no stage ${id}`))
+          const count = (name: string) => {
+            const v = (params.get(name) ?? "").trim()
+            return v === "" ? 0 : /^\d{1,8}$/.test(v) ? Number(v) : undefined
+          }
+          const maxRunning = count("maxRunning")
+          const maxRunningPerOrg = count("maxRunningPerOrg")
+          const rateText = (params.get("rate") ?? "").trim()
+          const rate = rateText === "" || rateText === "none" ? Either.right(null) : Queue.Limits.parseRate(rateText)
+          if (maxRunning === undefined || maxRunningPerOrg === undefined) {
+            return redirect(withNotice("/stages", "error", `${id}: caps are whole numbers (empty: no cap)`))
+          }
+          if (Either.isLeft(rate)) return redirect(withNotice("/stages", "error", `${id}: rate: ${rate.left}`))
+          yield* Db.asOwner(queue.limits.set(id, {
+            maxRunning,
+            maxRunningPerOrg,
+            ...(rate.right === null ? { rateLimit: 0 } : { rateLimit: rate.right.limit, ratePerMs: rate.right.perMs })
+          }))
+          yield* Effect.logInfo("stage limits changed from the dashboard").pipe(Effect.annotateLogs({ stage: id, keyId: s.keyId }))
+          return redirect(withNotice("/stages", "notice", `limits of ${id} saved; every process applies them within a second`))
         }
         if (first === "schedules" && path.length === 4 && ["enable", "disable", "run-now"].includes(path[3]!)) {
           // an org key reaches its own org's schedules only (row-level security); operators any, system ones too
@@ -549,6 +661,10 @@ export const make = (options: DashboardOptions) =>
           return yield* schedulesPage(s, params)
         case "orgs":
           return yield* orgsPage(s, params)
+        case "stages":
+          if (rest[1] === undefined) return yield* stagesPage(s, params)
+          if (rest[2] === "new" && rest.length === 3) return yield* newJobPage(s, rest[1])
+          return page(Pages.layout(frame(s, "Not found", "none"), Pages.notFound("No such page.")), 404)
         case "live":
           return rest[1] === "jobs" && rest[2] !== undefined && Queue.isJobId(rest[2]) ? liveJob(s, rest[2]) : liveOverview(s, params)
         default:

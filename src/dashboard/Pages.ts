@@ -14,7 +14,7 @@ import type * as View from "./View.js"
 export interface Frame {
   readonly base: string
   readonly title: string
-  readonly nav: "overview" | "jobs" | "dead" | "schedules" | "orgs" | "none"
+  readonly nav: "overview" | "jobs" | "dead" | "schedules" | "orgs" | "stages" | "none"
   /** Who is signed in, for the header; absent on the sign-in page. */
   readonly who?: { readonly label: string; readonly csrf: string } | undefined
   readonly liveUrl?: string | undefined
@@ -55,6 +55,7 @@ ${link("overview", "/", "Overview")}
 ${link("jobs", "/jobs", "Jobs")}
 ${link("dead", "/dead", "Dead letters")}
 ${link("schedules", "/schedules", "Schedules")}
+${link("stages", "/stages", "Stages")}
 ${link("orgs", "/orgs", "Orgs")}
 <span class="who">${frame.who.label} · <span id="live-status">${frame.liveUrl ? "connecting…" : ""}</span></span>
 <form method="post" action="${frame.base}/logout"><input type="hidden" name="_csrf" value="${frame.who.csrf}"><button type="submit">Sign out</button></form>`}
@@ -117,8 +118,9 @@ ${scope.viewer.admin ? html`<td class="actions"><form method="post" data-stage-c
 <tbody id="worker-rows">${data.workers.length === 0 ? html`<tr><td colspan="3" class="muted">no job is running</td></tr>` : data.workers.map((w) => html`<tr><td>${w.worker}</td><td>${w.stage}</td><td class="num">${w.running}</td></tr>`)}</tbody></table>
 ${pools === undefined ? "" : html`
 <h2>Pools in this process</h2>
-<table><thead><tr><th>stage</th><th>state</th><th class="num">concurrency</th><th class="num">in flight</th><th>last claim</th></tr></thead>
-<tbody>${pools.map((p) => html`<tr><td>${p.stage}</td><td>${p.paused ? "waiting for the database" : p.state}</td><td class="num">${p.concurrency}</td><td class="num">${p.inFlight}</td><td>${when(p.lastClaimAt)}</td></tr>`)}</tbody></table>`}`
+<table id="pools"><thead><tr><th>stage</th><th>state</th><th class="num">concurrency</th><th class="num">in flight</th><th class="num">claimed ahead</th><th>last claim</th></tr></thead>
+<tbody>${pools.map((p) => html`<tr data-pool="${p.stage}"><td>${p.stage}</td><td>${p.paused ? "waiting for the database" : p.state}</td><td class="num">${p.concurrency}</td><td class="num" data-field="inFlight">${p.inFlight}</td><td class="num" data-field="claimedAhead">${p.claimedAhead}</td><td>${when(p.lastClaimAt)}</td></tr>`)}</tbody></table>
+<p class="muted">A job claimed ahead is leased (counted as running above) but waits here for a free slot.</p>`}`
 
 export const statuses = ["queued", "delayed", "running", "completed", "cancelled", "dead"] as const
 
@@ -240,6 +242,7 @@ export const job = (base: string, csrf: string, j: JobPage, related: ReadonlyArr
 <div class="actions">
 ${j.status === "queued" || j.status === "delayed" || j.status === "running" ? html`
 <form method="post" action="${base}/jobs/${j.id}/cancel">${csrfField(csrf)}<button class="danger" type="submit" data-action="cancel">Cancel job…</button></form>` : ""}
+${j.status === "delayed" ? html`<form method="post" action="${base}/jobs/${j.id}/run-now">${csrfField(csrf)}<button type="submit" data-action="run-now">Run now</button></form>` : ""}
 ${j.deadLetter && j.deadLetter.resolutionStatus === null ? deadLetterActions(base, csrf, j.deadLetter.id) : ""}
 </div>
 <h2>Payload</h2>

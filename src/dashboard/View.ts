@@ -84,8 +84,21 @@ const charts = (rows: ReadonlyArray<StatsSql.SnapshotRow["series"][number]>, now
   }
 }
 
-export const overview = (snapshot: Live.Snapshot, scope: Scope, knownStages: ReadonlyArray<string>, minutes: number): Overview => {
-  const see = visible(scope)
+/**
+ * `knownStages` get a row even with no jobs; `noProcess` are registered stages no live process runs, whose
+ * waiting jobs say so. An org's viewer sees only `knownStages` (the public ones): its own jobs of internal
+ * stages are counted nowhere on the overview.
+ */
+export const overview = (
+  snapshot: Live.Snapshot,
+  scope: Scope,
+  knownStages: ReadonlyArray<string>,
+  minutes: number,
+  noProcess: ReadonlySet<string> = new Set()
+): Overview => {
+  const seeOrg = visible(scope)
+  const shown = new Set(knownStages)
+  const see = (row: { readonly org: string | null; readonly stage: string }) => seeOrg(row) && (scope.viewer.admin || shown.has(row.stage))
   const byStage = new Map<string, { ready: number; delayed: number; running: number; cancelling: number; dead: number; oldest: number }>()
   const row = (stage: string) => {
     let r = byStage.get(stage)
@@ -117,7 +130,13 @@ export const overview = (snapshot: Live.Snapshot, scope: Scope, knownStages: Rea
     at: snapshot.at.toISOString(),
     stages: [...byStage.entries()].sort(([a], [b]) => (a < b ? -1 : 1)).map(([stage, r]) => ({
       stage, ready: r.ready, delayed: r.delayed, running: r.running, cancelling: r.cancelling, dead: r.dead, oldest: age(r.oldest),
-      state: paused.has(stage) ? "paused" : rateLimited.has(stage) ? "rate limited" : ""
+      state: paused.has(stage)
+        ? "paused"
+        : rateLimited.has(stage)
+        ? "rate limited"
+        : noProcess.has(stage) && r.ready + r.delayed > 0
+        ? "no live process"
+        : ""
     })),
     workers: [...workers.values()].sort((a, b) => (a.worker + a.stage < b.worker + b.stage ? -1 : 1)),
     series: charts(snapshot.row.series.filter(see), new Date(snapshot.row.now), minutes)

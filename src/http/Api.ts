@@ -73,7 +73,10 @@ export const StageReadiness = Schema.Struct({
     state: Schema.Literal("running", "stopping"),
     concurrency: Schema.Number,
     inFlight: Schema.Number,
-    paused: Schema.Boolean,
+    /** Jobs this pool claimed ahead of a free slot: leased (`running` in the counts) but not started. */
+    claimedAhead: Schema.Number,
+    /** The claim loop is retrying because the database does not answer (a readiness problem). */
+    claimsFailing: Schema.Boolean,
     lastClaimAt: Schema.NullOr(Schema.Date),
     /** This process waits for the stage's next token. */
     rateLimited: Schema.Boolean,
@@ -86,7 +89,10 @@ export const StageReadiness = Schema.Struct({
   deadLetters: Schema.Number,
   /** How long the oldest ready job has waited: the stage's lag. */
   oldestReadyAgeSeconds: Schema.Number,
-  /** Paused by an operator (`pgfiber stages pause`): claimed by no process until resumed. Not a readiness problem. */
+  /**
+   * Paused by an operator (`pgfiber stages pause`): claimed by no process until resumed. Not a readiness problem.
+   * The stage's one pause state, whether this process's pool has heard of it yet or not.
+   */
   paused: Schema.Boolean,
   /** Jobs are ready and the stage's token bucket is empty: they wait for its next token. */
   rateLimited: Schema.Boolean
@@ -514,13 +520,24 @@ export const StageControlView = Schema.Struct({
   stage: Schema.String,
   paused: Schema.Boolean,
   changedBy: Schema.NullOr(Schema.String),
-  changedAt: Schema.NullOr(Schema.Date)
+  changedAt: Schema.NullOr(Schema.Date),
+  /** From the stage's code (compiled into this service, or as the worker that runs it registered it). */
+  visibility: Schema.NullOr(Schema.Literal("public", "internal")),
+  /** A process that runs it was seen lately (the stage registry); null: no worker has registered it. */
+  live: Schema.NullOr(Schema.Boolean),
+  /** The processes that run it now (seen lately). */
+  processes: Schema.Number
 })
 
 export class StagesApi extends HttpApiGroup.make("stages")
   .add(HttpApiEndpoint.get("listStages", "/stages").addSuccess(Schema.Struct({ stages: Schema.Array(StageControlView) })))
   .add(HttpApiEndpoint.post("pauseStage")`/stages/${StageName}/pause`.addSuccess(StageControlView).addError(NotFound))
   .add(HttpApiEndpoint.post("resumeStage")`/stages/${StageName}/resume`.addSuccess(StageControlView).addError(NotFound))
+  .add(
+    HttpApiEndpoint.post("purgeStage")`/stages/${StageName}/purge`
+      .addSuccess(Schema.Struct({ stage: Schema.String, purged: Schema.Number }))
+      .addError(NotFound)
+  )
   .addError(Unavailable)
   .annotate(
     OpenApi.Description,
@@ -562,7 +579,7 @@ export const LimitsRequest = Schema.Struct({
 
 export class LimitsApi extends HttpApiGroup.make("limits")
   .add(HttpApiEndpoint.get("listLimits", "/limits").addSuccess(Schema.Struct({ limits: Schema.Array(LimitsView) })))
-  .add(HttpApiEndpoint.put("putLimits")`/limits/${LimitStage}`.setPayload(LimitsRequest).addSuccess(LimitsView).addError(BadRequest))
+  .add(HttpApiEndpoint.put("putLimits")`/limits/${LimitStage}`.setPayload(LimitsRequest).addSuccess(LimitsView).addError(BadRequest).addError(NotFound))
   .add(
     HttpApiEndpoint.del("resetLimits")`/limits/${LimitStage}`
       .addSuccess(Schema.Struct({ stage: Schema.String, reset: Schema.Boolean }))

@@ -89,3 +89,35 @@ export const guard = (
         }
       })
   })
+
+/**
+ * The routes an operator's key may reach on the API listener although they are the admin listener's (pausing
+ * and resuming a stage): an admin key is served; an org's key gets the 404 every admin path answers there (it
+ * learns nothing); no key, or a bad one, the API's 401 (429 once throttled), counted like any other attempt.
+ */
+export const adminKeyGate = Effect.gen(function*() {
+  const keys = yield* ApiKeys.ApiKeys
+  const limiter = yield* AuthLimiter.AuthLimiter
+  return <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, R> =>
+    Effect.gen(function*() {
+      const request = yield* HttpServerRequest.HttpServerRequest
+      const client = limiter.clientOf(Option.getOrUndefined(request.remoteAddress), request.headers["x-forwarded-for"])
+      const token = bearerToken(request.headers["authorization"])
+      const outcome = yield* Effect.either(limiter.authenticate(
+        client,
+        token,
+        token === undefined ? Effect.succeedNone : keys.verifyViewer(Redacted.make(token))
+      ))
+      if (outcome._tag === "Left") return json(503, "Unavailable", unavailableMessage)
+      switch (outcome.right._tag) {
+        case "Verified":
+          return outcome.right.value.admin ? yield* app : json(404, "NotFound", "no such route")
+        case "Refused":
+          return json(401, "Unauthorized", unauthorizedMessage)
+        case "Throttled": {
+          const seconds = AuthLimiter.retryAfterSeconds(outcome.right.retryAfterMs)
+          return json(429, "TooManyRequests", `too many failed authentications; retry in ${seconds} s`, { "retry-after": String(seconds) })
+        }
+      }
+    })
+})

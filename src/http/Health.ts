@@ -112,7 +112,8 @@ export const layer = HttpApiBuilder.group(Api, "health", (handlers) =>
               state: pool.state,
               concurrency: pool.concurrency,
               inFlight: pool.inFlight,
-              paused: pool.paused,
+              claimedAhead: pool.claimedAhead,
+              claimsFailing: pool.paused,
               lastClaimAt: pool.lastClaimAt,
               rateLimited: pool.rateLimited,
               capped: pool.capped
@@ -122,7 +123,7 @@ export const layer = HttpApiBuilder.group(Api, "health", (handlers) =>
             running: s?.running ?? 0,
             deadLetters: s?.deadLetters ?? 0,
             oldestReadyAgeSeconds: (s?.oldestReadyAgeMs ?? 0) / 1000,
-            paused: s?.paused ?? false,
+            paused: (s?.paused ?? false) || (pool?.stagePaused ?? false),
             // jobs ready, the stage's token bucket empty: waiting for the next token (not a problem: by design)
             rateLimited: (s?.rateLimited ?? false) || (pool?.rateLimited ?? false)
           }

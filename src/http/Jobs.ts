@@ -10,6 +10,7 @@ import * as Bulk from "../queue/Bulk.js"
 import * as Queue from "../queue/Queue.js"
 import type * as Stage from "../runtime/Stage.js"
 import * as Worker from "../runtime/Worker.js"
+import * as StageRegistry from "../runtime/StageRegistry.js"
 import * as Submit from "../runtime/Submit.js"
 import * as Tick from "../runtime/Tick.js"
 import { Api, BadRequest, Conflict, CurrentOrg, NotFound, Unavailable } from "./Api.js"
@@ -131,7 +132,12 @@ export const layer = <R>(options: JobsOptions<R>) =>
 
       const notFound = (what: string) => new NotFound({ message: `${what} not found` })
       const badFilter = (e: Bulk.InvalidFilter) => new BadRequest({ message: e.message, field: e.field })
-      const internalStages = stages.filter((s) => s.visibility !== "public").map((s) => s.name)
+      /** The internal stages an org's bulk action leaves alone: compiled here, or registered by any worker. */
+      const internalStages = StageRegistry.operable(stages, "operator").pipe(
+        Effect.provideService(Queue.Queue, queue),
+        Effect.map((all) => all.filter((s) => s.visibility !== "public").map((s) => s.name)),
+        Effect.orElseSucceed(() => stages.filter((s) => s.visibility !== "public").map((s) => s.name))
+      )
 
       return handlers
         .handle("enqueue", ({ payload: body }) =>
@@ -189,7 +195,7 @@ export const layer = <R>(options: JobsOptions<R>) =>
               : { kind: body.action }
             yield* Bulk.validateAction(action).pipe(Effect.mapError(badFilter))
             // the key's org, and public stages only: another org's or an internal stage's jobs are neither counted nor changed
-            const scoped: Bulk.JobFilter = { ...filter, org: principal.orgId, hiddenStages: internalStages }
+            const scoped: Bulk.JobFilter = { ...filter, org: principal.orgId, hiddenStages: yield* internalStages }
             const asTenant = Db.forOrg(principal.orgId)
             if (body.dryRun !== false) {
               const matched = yield* asTenant(queue.bulk.preview(scoped, action))

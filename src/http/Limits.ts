@@ -8,9 +8,10 @@ import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Either } from "effect"
 import * as Limits from "../queue/Limits.js"
 import * as Queue from "../queue/Queue.js"
+import * as StageRegistry from "../runtime/StageRegistry.js"
 import * as Submit from "../runtime/Submit.js"
 import * as Worker from "../runtime/Worker.js"
-import { Api, BadRequest } from "./Api.js"
+import { Api, BadRequest, NotFound } from "./Api.js"
 import { dbFailure } from "./Jobs.js"
 
 const rateField = (field: string, text: string) =>
@@ -22,7 +23,7 @@ export const layer = HttpApiBuilder.group(Api, "limits", (handlers) =>
   Effect.gen(function*() {
     const queue = yield* Queue.Queue
     const stages = yield* Submit.KnownStages
-    const views = Worker.limitViews(stages).pipe(
+    const views = Effect.flatMap(StageRegistry.limitStages(stages), Worker.limitViews).pipe(
       Effect.provideService(Queue.Queue, queue),
       Effect.catchTag("ConfigError", (e) => Effect.die(e))
     )
@@ -49,6 +50,8 @@ export const layer = HttpApiBuilder.group(Api, "limits", (handlers) =>
           }
           if (Object.keys(override).length === 0) return yield* new BadRequest({ message: "nothing to set" })
           if (!/^[a-z][a-z0-9_.:-]{0,62}$/.test(path.stage)) return yield* new BadRequest({ message: "not a stage name", field: "stage" })
+          const known = yield* StageRegistry.operable(stages).pipe(Effect.provideService(Queue.Queue, queue))
+          if (!known.some((s) => s.name === path.stage)) return yield* new NotFound({ message: `stage ${path.stage} not found` })
           yield* queue.limits.set(path.stage, override)
           yield* Effect.logInfo("stage limits changed").pipe(Effect.annotateLogs({ stage: path.stage, ...override }))
           return present(yield* viewOf(path.stage))

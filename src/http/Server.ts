@@ -104,8 +104,11 @@ const quietPaths = new Set(["/healthz", "/readyz", "/metrics"])
 export const livenessPath = "/healthz"
 /** Served on the admin listener only (and without a key there): operational, some of them across orgs. */
 export const adminPaths: ReadonlySet<string> = new Set(["/readyz", "/metrics", "/docs", "/openapi.json", "/stages", "/limits"])
-/** Pausing and resuming a stage: operators only (a stage is shared by every org), so the admin listener only. */
-const stageControlPath = /^\/stages\/[^/]+\/(pause|resume)$/
+/**
+ * Pausing and resuming a stage: operators only (a stage is shared by every org): the admin listener without a
+ * key, and the API listener to an admin key.
+ */
+const stageControlPath = /^\/stages\/[^/]+\/(pause|resume|purge)$/
 /** Shared limits are the operator's: `/limits` and `/limits/<stage>` answer on the admin listener only. */
 export const isAdminPath = (path: string): boolean =>
   adminPaths.has(path) || stageControlPath.test(path) || path.startsWith("/limits/")
@@ -272,10 +275,17 @@ const strictUrl = <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, R> =>
     return problem === undefined ? app : Effect.succeed(jsonError(400, "BadRequest", problem))
   })
 
-/** What one listener serves: the API listener everything but the admin paths, the admin listener only those. */
-const listenerFilter = (listener: "api" | "admin") => <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, R> =>
+/**
+ * What one listener serves: the API listener everything but the admin paths, the admin listener only those. On
+ * the API listener, pausing and resuming a stage is served to an operator's (admin) key through `adminGate`.
+ */
+const listenerFilter = (
+  listener: "api" | "admin",
+  adminGate?: <E, R>(app: HttpApp.Default<E, R>) => HttpApp.Default<E, R>
+) => <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, R> =>
   Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
     const path = routePath(request.url)
+    if (listener === "api" && adminGate !== undefined && stageControlPath.test(path)) return adminGate(app)
     const served = path === livenessPath || (listener === "admin") === isAdminPath(path)
     return served ? app : Effect.succeed(jsonError(404, "NotFound", "no such route"))
   })
@@ -327,7 +337,8 @@ export const layer = <R = never>(options: ServerOptions) => {
         // the dashboard (its own sign-in, HTML errors) answers its paths before the API's key guard sees them
         const dashboard = listener === "api" ? yield* Effect.serviceOption(Dashboard.Dashboard) : Option.none()
         const served = Option.isSome(dashboard) ? Dashboard.mount(dashboard.value)(app) : app
-        return HttpServer.serve(jsonErrors(strictUrl(listenerFilter(listener)(served))), accessLog)
+        const adminGate = listener === "api" ? yield* Auth.adminKeyGate : undefined
+        return HttpServer.serve(jsonErrors(strictUrl(listenerFilter(listener, adminGate)(served))), accessLog)
       })
     ).pipe(
       Layer.provide([HttpApiBuilder.Router.Live, HttpApiBuilder.Middleware.layer]),

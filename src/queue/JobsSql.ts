@@ -735,10 +735,14 @@ export const requeueExpired = (sql: Sql, schema: string) =>
     )
     select expired.id from expired cross join (select count(*) from woken) w`
 
-/** When the waker should look again, as ms from the database's now. Locking: none (reads on two partial indexes). */
-export const nextWake = (sql: Sql, stages: ReadonlyArray<string>) =>
-  sql<Array<{ job_due_in_ms: number | null; lease_expires_in_ms: number | null }>>`
-    select
+/**
+ * When the waker should look again, as ms from the database's now. With `seenBy` (the safety sweep's round, once
+ * per sweep interval), the same statement also marks that process's stage registry rows seen, so the registry's
+ * refresh costs no statement of its own; every other call sends the plain question (bench/nextWakeCost.ts).
+ * Locking: none on jobs (reads on two partial indexes); with `seenBy`, that process's registry rows.
+ */
+export const nextWake = (sql: Sql, stages: ReadonlyArray<string>, seenBy: string | null) => {
+  const due = sql`
       (extract(epoch from (
         select min(d.at) from unnest(${stages}::text[]) as s(stage)
         cross join lateral (select min(available_at) as at from jobs
@@ -746,6 +750,12 @@ export const nextWake = (sql: Sql, stages: ReadonlyArray<string>) =>
         as job_due_in_ms,
       (extract(epoch from (select min(locked_until) from jobs where status <> 'queued') - now()) * 1000)::float8
         as lease_expires_in_ms`
+  return seenBy === null
+    ? sql<Array<{ job_due_in_ms: number | null; lease_expires_in_ms: number | null }>>`select ${due}`
+    : sql<Array<{ job_due_in_ms: number | null; lease_expires_in_ms: number | null }>>`
+      with seen as (update stage_processes set last_seen_at = now() where worker_id = ${seenBy} returning 1)
+      select (select count(*) from seen)::int as seen, ${due}`
+}
 
 /**
  * Cancels a job: a queued one is deleted (into the history, as `cancelled`, when its stage keeps any), a
@@ -775,6 +785,23 @@ export const cancelJob = (sql: Sql, id: string, retention: { readonly defaultMs:
                 when exists (select 1 from target) then 'cancelling'
                 else 'not-found' end as outcome,
            (select stage from target) as stage, (select org_id from target) as org_id`
+
+/**
+ * Makes one delayed job due now ("run now"): a queued job whose run time is later gets it now, and its stage is
+ * NOTIFYed so a worker claims it at once. Locking: that row (SKIP LOCKED: a claim in flight wins).
+ */
+export const makeDue = (sql: Sql, schema: string, id: string) =>
+  sql<Array<{ outcome: string; stage: string | null }>>`
+    with target as (select id, stage, status, available_at > now() as later from jobs where id = ${id}),
+    due as (
+      update jobs j set available_at = now(), updated_at = now()
+      from target t where j.id = t.id and t.status = 'queued' and t.later
+      returning j.stage
+    ), woken as (select pg_notify(${channel(schema)}, stage) from due)
+    select case when exists (select 1 from due) then 'due'
+                when exists (select 1 from target) then 'not-delayed'
+                else 'not-found' end as outcome,
+           (select stage from target) as stage, (select count(*) from woken) as woken`
 
 export const selectJob = (sql: Sql, id: string) => sql<Array<Record<string, unknown>>>`select * from jobs where id = ${id}`
 
@@ -827,13 +854,30 @@ export const setStagePaused = (sql: Sql, stage: string, paused: boolean, by: str
     insert into stage_controls (stage, paused, changed_by, changed_at) values (${stage}, ${paused}, ${by}, now())
     on conflict (stage) do update set paused = excluded.paused, changed_by = excluded.changed_by, changed_at = now()`
 
-/** Deletes a stage's queued jobs (running ones finish). Locking: SKIP LOCKED, so a claim in flight keeps its rows. */
-export const purgeQueued = (sql: Sql, stage: string) =>
+/**
+ * Deletes a stage's queued jobs (running ones finish); each goes to the history as `cancelled`, its last error
+ * saying who purged it, when the stage keeps any (its retention here, or as its worker registered it). Locking: SKIP LOCKED, so a claim in flight keeps its rows.
+ */
+export const purgeQueued = (
+  sql: Sql, stage: string, by: string, retention: { readonly defaultMs: number; readonly byStage: string }
+) =>
   sql<Array<{ n: number }>>`
     with gone as (
       delete from jobs where id in (
         select id from jobs where stage = ${stage} and status = 'queued' for update skip locked)
-      returning 1
+      returning *
+    ), keep as (
+      -- the stage's retention: this build's, else as the worker that runs it registered it, else the default
+      select coalesce((${retention.byStage}::jsonb ->> ${stage})::float8,
+                      (select r.retain_ms from stage_registry r where r.stage = ${stage}),
+                      ${retention.defaultMs}::float8) as ms
+    ), kept as (
+      insert into jobs_archive (${archiveColumns(sql)})
+      select id, stage, org_id, subject_id, payload, priority, 'cancelled', attempts, max_attempts, polls, dedupe_key,
+             errors, ${`purged by ${by}`}, null, progress, progress_message, timeout_ms, created_at, started_at, now(), last_run_ms,
+             now() + keep.ms * interval '1 millisecond'
+      from gone cross join keep
+      where keep.ms > 0
     )
     select count(*)::int as n from gone`
 

@@ -10,6 +10,7 @@ import { countEnqueued, defaultMaxPayloadBytes, errorEntry, jobFromDeadLetter, J
 import * as Bulk from "./Bulk.js"
 import * as Events from "./Events.js"
 import * as Limits from "./Limits.js"
+import type * as Registry from "./Registry.js"
 import * as Outcome from "./Outcome.js"
 import type { Settled } from "./Outcome.js"
 import { type ClaimOptions, type OnDead, Queue, type QueueOptions, laterTopic, resolveRetention, stageControlsTopic, type Wakeups } from "./Queue.js"
@@ -31,6 +32,9 @@ export const make = (options: QueueOptions = {}) =>
       knownStages: options.knownStages ? new Set(options.knownStages) : undefined
     }
     const jobs = new Map<string, MutableJob>()
+    // the stage registry: stages as declared, and per process and stage when it was last seen
+    const registered = new Map<string, Registry.StageEntry & { registeredBy: string; updatedAt: number }>()
+    const processes = new Map<string, { workerId: string; stage: string; concurrency: number; sweepMs: number; startedAt: number; lastSeenAt: number }>()
     const dead = new Map<string, { -readonly [K in keyof DeadLetter]: DeadLetter[K] }>()
     const listeners = new Set<Wakeups>()
     let nextId = 1
@@ -162,7 +166,9 @@ export const make = (options: QueueOptions = {}) =>
           })))
 
     const enqueue = (newJobs: ReadonlyArray<NewJob>) => {
-      const valid = validateAll(newJobs, validation)
+      const valid = validateAll(newJobs, validation.knownStages === undefined || registered.size === 0
+        ? validation
+        : { ...validation, knownStages: new Set([...validation.knownStages, ...registered.keys()]) })
       return Either.isLeft(valid)
         ? Effect.fail(valid.left)
         : Effect.tap(enqueueValid(valid.right), (results) =>
@@ -512,8 +518,41 @@ export const make = (options: QueueOptions = {}) =>
       return { requeued, deadLettered, removedCancelled, ran: true }
     })
 
-    const nextWake = (stages: ReadonlyArray<string>) =>
+    const registry = {
+      register: (presence: Registry.Presence, entries: ReadonlyArray<Registry.StageEntry>) =>
+        Effect.map(Clock.currentTimeMillis, (now) => {
+          for (const e of entries) {
+            registered.set(e.name, { ...e, registeredBy: presence.workerId, updatedAt: now })
+            const key = `${presence.workerId}\u0000${e.name}`
+            const was = processes.get(key)
+            processes.set(key, {
+              workerId: presence.workerId, stage: e.name, concurrency: e.concurrency, sweepMs: presence.sweepMs,
+              startedAt: was?.startedAt ?? now, lastSeenAt: now
+            })
+          }
+        }),
+      unregister: (workerId: string, names: ReadonlyArray<string>) =>
+        Effect.sync(() => names.forEach((n) => processes.delete(`${workerId}\u0000${n}`))),
+      list: Effect.map(Clock.currentTimeMillis, (now): ReadonlyArray<Registry.RegisteredStage> =>
+        [...registered.values()].sort((a, b) => (a.name < b.name ? -1 : 1)).map(({ updatedAt, ...e }) => ({
+          ...e,
+          updatedAt: new Date(updatedAt),
+          processes: [...processes.values()].filter((p) => p.stage === e.name).sort((a, b) => (a.workerId < b.workerId ? -1 : 1))
+            .map((p) => ({
+              workerId: p.workerId,
+              concurrency: p.concurrency,
+              startedAt: new Date(p.startedAt),
+              lastSeenAt: new Date(p.lastSeenAt),
+              live: p.lastSeenAt > now - 3 * p.sweepMs
+            }))
+        })))
+    }
+
+    const nextWake = (stages: ReadonlyArray<string>, options?: { readonly seenBy?: string | undefined }) =>
       Effect.map(Clock.currentTimeMillis, (now) => {
+        if (options?.seenBy !== undefined) {
+          for (const p of processes.values()) if (p.workerId === options.seenBy) p.lastSeenAt = now
+        }
         let due: number | null = null
         let lease: number | null = null
         for (const j of jobs.values()) {
@@ -541,6 +580,17 @@ export const make = (options: QueueOptions = {}) =>
         }
         j.status = "cancelled"
         return "cancelling" as const
+      })
+
+    const runNow = (id: string) =>
+      Effect.map(Clock.currentTimeMillis, (now) => {
+        const j = jobs.get(id)
+        if (!j) return "not-found" as const
+        if (j.status !== "queued" || j.availableAt.getTime() <= now) return "not-delayed" as const
+        j.availableAt = new Date(now)
+        j.updatedAt = new Date(now)
+        wake(j.stage)
+        return "due" as const
       })
 
     const get = (id: string) =>
@@ -579,12 +629,15 @@ export const make = (options: QueueOptions = {}) =>
           controls.set(stage, { stage, paused, changedBy: by ?? null, changedAt: new Date(now) })
           wake(stageControlsTopic)
         }),
-      purge: (stage: string) =>
-        Effect.sync(() => {
+      purge: (stage: string, by?: string) =>
+        Effect.map(Clock.currentTimeMillis, (now) => {
           let n = 0
           for (const j of [...jobs.values()]) {
             if (j.stage === stage && j.status === "queued") {
               jobs.delete(j.id)
+              // the stage's retention here, else as its worker registered it (as PgQueue's purge)
+              const registeredMs = retention.stages?.[stage] === undefined ? registered.get(stage)?.retainMs ?? null : null
+              keep({ ...j, lastError: `purged by ${by ?? "an operator"}` }, "cancelled", now, registeredMs === null ? undefined : Duration.millis(registeredMs))
               n++
             }
           }
@@ -757,6 +810,7 @@ export const make = (options: QueueOptions = {}) =>
       reapExpired,
       nextWake,
       cancel,
+      runNow,
       get,
       list,
       stats,
@@ -764,6 +818,7 @@ export const make = (options: QueueOptions = {}) =>
       history,
       stageControls,
       bulk,
+      registry,
       listen
     })
   }))

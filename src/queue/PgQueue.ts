@@ -2,7 +2,7 @@
  * The Postgres Queue: jobs live in `<schema>.jobs`; the insert trigger NOTIFYs per stage; one LISTEN
  * connection per process carries wake-ups. Statements are in JobsSql.ts.
  */
-import { Duration, Effect, Either, Exit, Layer } from "effect"
+import { Duration, Effect, Either, Exit, Layer, Schema } from "effect"
 import * as Db from "../layers/Db.js"
 import * as Spans from "../layers/Spans.js"
 import * as Bulk from "./Bulk.js"
@@ -15,6 +15,7 @@ import * as Limits from "./Limits.js"
 import * as Outcome from "./Outcome.js"
 import type { DeadLettered, Settled, SettleOptions } from "./Outcome.js"
 import * as Queue from "./Queue.js"
+import * as Registry from "./Registry.js"
 import { type OnDead, type QueueOptions, resolveRetention, retentionParams, type Wakeups } from "./Queue.js"
 
 /** Spans for queue operations, without `Effect.fn`'s two stack captures per call (~0.06 ms on a wake-up's claim). */
@@ -180,9 +181,21 @@ export const make = (options: QueueOptions = {}) =>
         })
       })
 
+    // a stage this build does not know may be one a user's worker registered: ask the registry (only then)
+    const validationFor = (jobs: ReadonlyArray<import("./Job.js").NewJob>) =>
+      Effect.gen(function*() {
+        const known = validation.knownStages
+        if (known === undefined) return validation
+        const others = [...new Set(jobs.map((j) => j?.stage).filter((s): s is string => typeof s === "string" && !known.has(s)))]
+        if (others.length === 0) return validation
+        const registered = yield* db.run((sql) => Registry.registeredAmong(sql, others))
+        if (registered.length === 0) return validation
+        return { ...validation, knownStages: new Set([...known, ...registered.map((r) => r.stage)]) }
+      })
+
     const enqueue = (jobs: ReadonlyArray<import("./Job.js").NewJob>) =>
       Effect.gen(function*() {
-        const valid = validateAll(jobs, validation)
+        const valid = validateAll(jobs, yield* validationFor(jobs))
         if (Either.isLeft(valid)) return yield* valid.left
         const results = yield* enqueueValid(valid.right)
         yield* countEnqueued(valid.right, results)
@@ -522,8 +535,8 @@ export const make = (options: QueueOptions = {}) =>
       })
     ).pipe(Effect.withSpan("Queue.reapExpired"))
 
-    const nextWake = (stages: ReadonlyArray<string>) =>
-      db.run((sql) => JobsSql.nextWake(sql, stages)).pipe(
+    const nextWake = (stages: ReadonlyArray<string>, options?: { readonly seenBy?: string | undefined }) =>
+      db.run((sql) => JobsSql.nextWake(sql, stages, options?.seenBy ?? null)).pipe(
         Effect.map(([row]) => ({
           jobDueInMs: row?.job_due_in_ms == null ? null : Math.max(0, row.job_due_in_ms),
           leaseExpiresInMs: row?.lease_expires_in_ms == null ? null : Math.max(0, row.lease_expires_in_ms)
@@ -541,6 +554,14 @@ export const make = (options: QueueOptions = {}) =>
             return (row?.outcome ?? "not-found") as "cancelled" | "cancelling" | "not-found"
           }),
           Effect.withSpan("Queue.cancel")
+        )
+        : Effect.succeed("not-found" as const)
+
+    const runNow = (id: string) =>
+      isId(id)
+        ? db.run((sql) => JobsSql.makeDue(sql, db.schema, id)).pipe(
+          Effect.map(([row]) => (row?.outcome ?? "not-found") as "due" | "not-delayed" | "not-found"),
+          Effect.withSpan("Queue.runNow")
         )
         : Effect.succeed("not-found" as const)
 
@@ -580,7 +601,17 @@ export const make = (options: QueueOptions = {}) =>
       ),
       setPaused: (stage: string, paused: boolean, by?: string) =>
         db.run((sql) => JobsSql.setStagePaused(sql, stage, paused, by ?? null)).pipe(Effect.asVoid),
-      purge: (stage: string) => db.run((sql) => JobsSql.purgeQueued(sql, stage)).pipe(Effect.map(([row]) => row?.n ?? 0))
+      purge: (stage: string, by?: string) =>
+        db.run((sql) => JobsSql.purgeQueued(sql, stage, by ?? "an operator", retention)).pipe(Effect.map(([row]) => row?.n ?? 0))
+    }
+
+    const decodeRegistered = Schema.decodeUnknownSync(Schema.Array(Registry.RegisteredRow))
+    const registry = {
+      register: (presence: Registry.Presence, entries: ReadonlyArray<Registry.StageEntry>) =>
+        entries.length === 0 ? Effect.void : db.run((sql) => Registry.register(sql, presence, entries)).pipe(Effect.asVoid),
+      unregister: (workerId: string, names: ReadonlyArray<string>) =>
+        names.length === 0 ? Effect.void : db.run((sql) => Registry.unregister(sql, workerId, names)).pipe(Effect.asVoid),
+      list: db.run((sql) => Registry.list(sql)).pipe(Effect.map((rows) => decodeRegistered(rows).map(Registry.fromRow)))
     }
 
     const list = (o: import("./Job.js").ListOptions = {}) =>
@@ -745,6 +776,7 @@ export const make = (options: QueueOptions = {}) =>
       reapExpired,
       nextWake,
       cancel,
+      runNow,
       get,
       list,
       stats,
@@ -752,6 +784,7 @@ export const make = (options: QueueOptions = {}) =>
       history,
       stageControls,
       bulk,
+      registry,
       listen
     })
   })

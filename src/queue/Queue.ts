@@ -28,12 +28,14 @@ import type {
 
 import type * as Bulk from "./Bulk.js"
 import type * as Limits from "./Limits.js"
+import type * as Registry from "./Registry.js"
 import type { Outcome, Settled, SettleOptions } from "./Outcome.js"
 
 export * from "./Job.js"
 export * as Outcome from "./Outcome.js"
 export * as Limits from "./Limits.js"
 export * as Bulk from "./Bulk.js"
+export * as Registry from "./Registry.js"
 
 export type QueueError = Db.DbError
 
@@ -131,10 +133,18 @@ export class Queue extends Context.Tag("pgfiber/Queue")<Queue, {
    * stage's onDeadLetter runs; `deadLettered` is always 0.
    */
   readonly reapExpired: Effect.Effect<ReapResult, QueueError>
-  /** When something next needs doing, in ms from now by the database clock (0 when overdue; null: nothing). */
-  readonly nextWake: (stages: ReadonlyArray<string>) => Effect.Effect<NextWake, QueueError>
+  /**
+   * When something next needs doing, in ms from now by the database clock (0 when overdue; null: nothing).
+   * `seenBy`: the same statement marks that process's registered stages seen (the safety sweep's refresh).
+   */
+  readonly nextWake: (stages: ReadonlyArray<string>, options?: { readonly seenBy?: string | undefined }) => Effect.Effect<NextWake, QueueError>
   /** Queued: removed. Running: marked cancelled; its worker stops it at the next heartbeat. */
   readonly cancel: (id: JobId) => Effect.Effect<CancelOutcome, QueueError>
+  /**
+   * "Run now": a queued job whose run time is later becomes due now (its stage's workers are woken).
+   * `not-delayed`: it is running, cancelled or already due; `not-found`: no live job (or not the caller's org's).
+   */
+  readonly runNow: (id: JobId) => Effect.Effect<"due" | "not-delayed" | "not-found", QueueError>
   /** A live job, or a finished one from the kept history (until its retention passes); null: neither. */
   readonly get: (id: JobId) => Effect.Effect<Job | null, QueueError>
   readonly list: (options?: ListOptions) => Effect.Effect<ReadonlyArray<Job>, QueueError>
@@ -163,8 +173,20 @@ export class Queue extends Context.Tag("pgfiber/Queue")<Queue, {
     readonly list: Effect.Effect<ReadonlyArray<StageControl>, QueueError>
     /** Pauses (or resumes) the stage everywhere: every listening worker hears it at once. */
     readonly setPaused: (stage: string, paused: boolean, by?: string) => Effect.Effect<void, QueueError>
-    /** Deletes the stage's queued jobs (running ones finish); returns how many. */
-    readonly purge: (stage: string) => Effect.Effect<number, QueueError>
+    /**
+     * Deletes the stage's queued jobs (running ones finish); each is kept in the history as `cancelled` (for its
+     * stage's retention), its last error saying who purged it (`by`). Returns how many.
+     */
+    readonly purge: (stage: string, by?: string) => Effect.Effect<number, QueueError>
+  }
+  /** The stage registry: which stages exist, declared by the processes that run them (`Registry`). */
+  readonly registry: {
+    /** Records (or refreshes) a process's stages: one statement. */
+    readonly register: (presence: Registry.Presence, stages: ReadonlyArray<Registry.StageEntry>) => Effect.Effect<void, QueueError>
+    /** The process no longer runs these stages (clean shutdown). */
+    readonly unregister: (workerId: string, stages: ReadonlyArray<string>) => Effect.Effect<void, QueueError>
+    /** Every registered stage with its processes, by name. */
+    readonly list: Effect.Effect<ReadonlyArray<Registry.RegisteredStage>, QueueError>
   }
   /**
    * Actions on the live jobs a filter chooses (Bulk.ts). Under `Db.forOrg` (a tenant) each batch is its own
@@ -184,6 +206,7 @@ export class Queue extends Context.Tag("pgfiber/Queue")<Queue, {
 
 export interface QueueOptions {
   readonly maxPayloadBytes?: number
+  /** When set, enqueues to stages outside it and outside the stage registry are refused. */
   readonly knownStages?: ReadonlyArray<string>
   /** How long finished jobs stay readable; default from PGFIBER_RETAIN_COMPLETED (7 days). */
   readonly retention?: Retention

@@ -53,7 +53,10 @@ export interface PoolHealth {
   readonly stage: string
   readonly state: "running" | "stopping"
   readonly concurrency: number
+  /** Jobs whose handler runs now (at most `concurrency`). */
   readonly inFlight: number
+  /** Jobs claimed ahead of a free slot (leased, not started): `running` in the database, waiting here. */
+  readonly claimedAhead: number
   /** The claim loop is retrying because the database does not answer. */
   readonly paused: boolean
   /** An operator paused the stage (`pgfiber stages pause`): nothing is claimed until it is resumed. */
@@ -92,6 +95,7 @@ export const run = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOptions) 
       get state() { return stopping ? "stopping" as const : "running" as const },
       get concurrency() { return concurrency },
       get inFlight() { return core.held.running },
+      get claimedAhead() { return core.held.waiting },
       get paused() { return claimed.state.paused },
       get stagePaused() { return control.isPaused(stage.name) },
       get lastClaimAt() { return claimed.state.lastClaimAt },

@@ -5,7 +5,8 @@
  * - a timer armed for the next delayed job or lease expiry (`armNextDueTimer`), which also runs the reaper; jobs
  *   written for later NOTIFY `pgfiber:later`, which re-arms it, and a pool woken by the timer re-arms it after its
  *   claim (so a steady stream of due jobs costs no look-up of the next due time per job);
- * - a slow safety sweep (default 60 s) that re-arms the timer, costing one statement when idle;
+ * - a slow safety sweep (default 60 s) that re-arms the timer, costing one statement when idle; that statement
+ *   also marks this process's stages seen in the stage registry (`presence`), so registration costs nothing more;
  * - other due times kept in memory by a `DueSource` (a schedule's next tick): one more wait for the same timer,
  *   and a NOTIFY whose payload is the source's topic (or a reconnect) tells the source to refresh;
  * - the listener's state is the truth: `down` (with `downSince`) from the moment its connection drops, or LISTEN
@@ -40,6 +41,11 @@ export interface WakerOptions {
   readonly pollInterval: Duration.Duration
   /** Never fire the timer more often than this (coalesces bursts of due jobs). */
   readonly minTimerSpacing: Duration.Duration
+  /**
+   * The process whose stage registry rows the sweep marks seen, inside the next-due question it already asks
+   * (no statement of its own): at most once per sweep interval, also while polling.
+   */
+  readonly presence?: string | undefined
 }
 
 export const defaultOptions: WakerOptions = {
@@ -114,6 +120,9 @@ export const make = (options: Partial<WakerOptions> = {}) =>
     let lastSweepAt: Date | null = null
     // the sweep's cue that the listener changed state: switch between sweeping and polling now, not after a sweep
     const listenerChanged = yield* Q.sliding<void>(1)
+    // the sweep asks the next next-due question to mark this process seen in the registry
+    let seenDue = false
+    let lastSeenAt = 0
 
     const observers = new Set<(topic: string) => void>()
     const wakeAll = () => {
@@ -185,7 +194,9 @@ export const make = (options: Partial<WakerOptions> = {}) =>
       // fire the timer at once, again and again
       const blocked = new Map([...blockedBy].map(([stage, f]) => [stage, f()] as const))
       const held = (stage: string) => (pausedChecks.get(stage)?.() ?? false) || (blocked.get(stage) ?? null) !== null
-      const next = yield* queue.nextWake([...pools.keys()].filter((stage) => !held(stage)))
+      const seenBy = seenDue ? opts.presence : undefined
+      seenDue = false
+      const next = yield* queue.nextWake([...pools.keys()].filter((stage) => !held(stage)), seenBy === undefined ? undefined : { seenBy })
       if (next.leaseExpiresInMs === 0) {
         const reaped = yield* reap
         // the reaped jobs are queued now (and NOTIFYed); look again for what remains. Nothing reaped means
@@ -242,7 +253,13 @@ export const make = (options: Partial<WakerOptions> = {}) =>
         Effect.as(Q.take(listenerChanged), true)
       )
       if (changed && listener === "listening") return
-      lastSweepAt = new Date(yield* Clock.currentTimeMillis)
+      const now = yield* Clock.currentTimeMillis
+      lastSweepAt = new Date(now)
+      // once per sweep interval (a tenth of slack for the timer's jitter), also while polling every pollInterval
+      if (opts.presence !== undefined && now - lastSeenAt >= 0.9 * Duration.toMillis(opts.sweepInterval)) {
+        seenDue = true
+        lastSeenAt = now
+      }
       if (listener !== "listening") {
         wakeAll()
         sources.forEach((s) => s.refresh())

@@ -11,6 +11,7 @@ import * as Os from "node:os"
 import * as Limits from "../queue/Limits.js"
 import * as Stage from "./Stage.js"
 import * as StageControl from "./StageControl.js"
+import * as StageRegistry from "./StageRegistry.js"
 import * as Millis from "../layers/Millis.js"
 import * as StagePool from "./StagePool.js"
 import * as Waker from "./Waker.js"
@@ -147,7 +148,7 @@ export const runtime = (options: WorkerOptions): Layer.Layer<Runtime | Waker.Wak
   )
   return info.pipe(
     Layer.provideMerge(shared),
-    Layer.provideMerge(Waker.layer({ sweepInterval: options.sweepInterval, pollInterval: options.pollInterval }))
+    Layer.provideMerge(Waker.layer({ sweepInterval: options.sweepInterval, pollInterval: options.pollInterval, presence: options.workerId }))
   )
 }
 
@@ -172,6 +173,21 @@ export const stage = <A, I, R>(
         const at = rt.stages.findIndex((s) => s.name === stage.name)
         if (at >= 0) rt.stages.splice(at, 1)
       }))
+      // the stage registry: every operator surface learns of the stage from here; the sweep keeps the row
+      // seen, and a clean shutdown (this finalizer runs after the pool drained) removes this process from it
+      const queue = yield* Queue.Queue
+      const presence = { workerId: rt.options.workerId, sweepMs: Duration.toMillis(rt.options.sweepInterval) }
+      const registryLogs = Effect.annotateLogs({ component: "stage-registry", stage: stage.name })
+      yield* queue.registry.register(presence, [StageRegistry.entry(stage, concurrency ?? stage.concurrency)]).pipe(
+        Effect.catchAll((e) => Effect.logWarning("could not register the stage; operators' tools may not know it", e.message)),
+        registryLogs
+      )
+      yield* Effect.addFinalizer(() =>
+        queue.registry.unregister(presence.workerId, [stage.name]).pipe(
+          Effect.catchAll((e) => Effect.logWarning("could not remove this process from the stage registry", e.message)),
+          registryLogs
+        )
+      )
       yield* StagePool.scoped(stage, {
         workerId: rt.options.workerId,
         shutdownGrace: rt.options.shutdownGrace,

@@ -715,10 +715,61 @@ export const contract = (target: ContractTarget) =>
           const other = freshStage("purge_other")
           yield* q.enqueue([{ stage }, { stage }, { stage }, { stage, delay: "1 hour" }, { stage: other }])
           const [running] = yield* q.claim(stage, 1, worker("w"))
-          expect(yield* q.stageControls.purge(stage)).toBe(3)
+          expect(yield* q.stageControls.purge(stage, "ops")).toBe(3)
           expect((yield* q.list({ stage })).map((j) => [j.id, j.status])).toEqual([[running!.id, "running"]])
           expect((yield* q.list({ stage: other })).length).toBe(1)
+          // the purged jobs are kept in the history, cancelled, saying who purged them
+          const purged = yield* q.history.list({ stage })
+          expect(purged.map((j) => [j.status, j.lastError])).toEqual(Array.from({ length: 3 }, () => ["cancelled", "purged by ops"]))
           expect(yield* q.complete(running!)).toBe(true)
+        }))
+
+      test("run now: a delayed job becomes due at once and its stage is woken; a due, running or unknown job is left alone", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("runnow")
+          const [delayed, due] = yield* q.enqueue([{ stage, delay: "1 hour" }, { stage }])
+          expect(yield* q.runNow(due!.id)).toBe("not-delayed")
+          expect(yield* q.runNow(delayed!.id)).toBe("due")
+          expect((yield* q.claim(stage, 10, worker("w"))).map((j) => j.id).sort()).toEqual([delayed!.id, due!.id].sort())
+          expect(yield* q.runNow(delayed!.id)).toBe("not-delayed")
+          expect(yield* q.runNow("999999999")).toBe("not-found")
+          expect(yield* q.runNow("not-an-id")).toBe("not-found")
+        }))
+
+      test("stage registry: a process registers its stages, the sweep's next-due question marks them seen, unregistering leaves the stage known", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("registered")
+          const entry: Queue.Registry.StageEntry = {
+            name: stage, visibility: "public", concurrency: 3, limits: { ...Queue.Limits.defaultShares, maxRunning: 5 },
+            retainMs: null, maxAttempts: 4, priority: 10,
+            payloadSchema: { type: "object", required: ["n"], properties: { n: { type: "number" } } }
+          }
+          yield* q.registry.register({ workerId: "proc-a", sweepMs: 60_000 }, [entry])
+          yield* q.registry.register({ workerId: "proc-b", sweepMs: 60_000 }, [{ ...entry, concurrency: 6 }])
+          const mine = (list: ReadonlyArray<Queue.Registry.RegisteredStage>) => list.find((r) => r.name === stage)
+          const listed = mine(yield* q.registry.list)
+          expect(listed).toMatchObject({
+            name: stage, visibility: "public", concurrency: 6, limits: { maxRunning: 5 }, maxAttempts: 4, priority: 10,
+            payloadSchema: entry.payloadSchema, registeredBy: "proc-b"
+          })
+          expect(listed!.processes.map((p) => [p.workerId, p.concurrency, p.live])).toEqual([["proc-a", 3, true], ["proc-b", 6, true]])
+          // its jobs enqueue as any stage's
+          yield* q.enqueue([{ stage, payload: { n: 1 } }])
+          yield* q.nextWake([stage], { seenBy: "proc-a" })
+          const seen = mine(yield* q.registry.list)!.processes.find((p) => p.workerId === "proc-a")!
+          expect(seen.lastSeenAt.getTime()).toBeGreaterThanOrEqual(listed!.processes[0]!.lastSeenAt.getTime())
+          yield* q.registry.unregister("proc-a", [stage])
+          yield* q.registry.unregister("proc-b", [stage])
+          expect(mine(yield* q.registry.list)).toMatchObject({ name: stage, processes: [] })
+          expect(Queue.Registry.isLive(mine(yield* q.registry.list)!)).toBe(false)
+          // a purge keeps the stage's jobs for its registered retention: none here
+          const unkept = freshStage("registered_unkept")
+          yield* q.registry.register({ workerId: "proc-a", sweepMs: 60_000 }, [{ ...entry, name: unkept, retainMs: 0 }])
+          yield* q.enqueue([{ stage: unkept, payload: { n: 1 } }])
+          expect(yield* q.stageControls.purge(unkept, "ops")).toBe(1)
+          expect(yield* q.history.list({ stage: unkept })).toEqual([])
         }))
 
       test("fair claiming: orgs take turns within a priority, each org's r-th job before any org's (r+1)-th", () =>

@@ -177,4 +177,36 @@ describe("runtime on Postgres", () => {
       console.log(`idle worker: ${statements.length} statements in 10 s (start-up sent ${startup})`)
       expect(statements.length).toBeLessThanOrEqual(1)
     }).pipe(Effect.scoped), 180_000)
+
+  it.live("the stage registry costs an idle worker no statement: the sweep's one statement marks its stages seen", () =>
+    Effect.gen(function*() {
+      const { schema, sql } = yield* freshSchema
+      let statements: Array<string> = []
+      const sweeps = { ...idleOptions("w-registry"), sweepInterval: Duration.seconds(1) }
+      const { context } = yield* startInProcess(schema, [timing], sweeps, (q) => statements.push(q))
+      const waker = Context.get(context, Waker.Waker)
+      const seenAt = () =>
+        Effect.promise(() => sql<Array<{ last_seen_at: Date }>>`select last_seen_at from stage_processes where worker_id = 'w-registry' and stage = 'timing'`)
+          .pipe(Effect.map((rows) => rows[0]?.last_seen_at.getTime()))
+      // registered at start: the stage with its JSON Schema, this process with its sweep interval
+      const [registered] = yield* Effect.promise(() => sql<Array<{ visibility: string; payload_schema: any }>>`select visibility, payload_schema from stage_registry where stage = 'timing'`)
+      expect(registered).toMatchObject({ visibility: "internal", payload_schema: { type: "object", required: ["tag"] } })
+      const startedSeen = yield* seenAt()
+      // count from a sweep on: what follows is idling only
+      const firstSweep = yield* waitFor("a first sweep", Effect.map(waker.health, (h) => h.lastSweepAt))
+      statements = []
+      // each sweep seen (a second apart; looked at every 100 ms)
+      const sweepTimes = new Set<number>([firstSweep.getTime()])
+      yield* waitFor("four more sweeps", Effect.map(waker.health, (h) => {
+        if (h.lastSweepAt !== null) sweepTimes.add(h.lastSweepAt.getTime())
+        return sweepTimes.size >= 5
+      }))
+      const sent = [...statements]
+      const sweepsSeen = sweepTimes.size - 1
+      console.log(`idle worker, a sweep a second: ${sent.length} statements over ${sweepsSeen} sweeps`)
+      // one statement per sweep, as before the registry: the next-due question, which also marks the stages seen
+      expect(sent.length).toBeLessThanOrEqual(sweepsSeen + 1)
+      expect(sent.every((q) => q.includes("job_due_in_ms") && q.includes("stage_processes"))).toBe(true)
+      expect(yield* seenAt()).toBeGreaterThan(startedSeen!)
+    }).pipe(Effect.scoped), 180_000)
 })
