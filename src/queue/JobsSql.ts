@@ -878,6 +878,10 @@ export const purgeQueued = (
              now() + keep.ms * interval '1 millisecond'
       from gone cross join keep
       where keep.ms > 0
+    ), logged as (
+      ${logEvents(sql)}
+      select org_id, stage, id, subject_id, 'cancelled', attempts, jsonb_build_object('message', ${`purged by ${by}`}::text)
+      from gone order by id
     )
     select count(*)::int as n from gone`
 
