@@ -153,11 +153,13 @@ export const JobView = Schema.Struct({
   payload: Schema.Unknown,
   priority: Schema.Number,
   /**
-   * Live: `queued`, `running`, `cancelled` (asked to stop while running). Finished, kept for the stage's
+   * Live: `waiting` (for its parents), `queued`, `running`, `cancelled` (asked to stop while running). Finished, kept for the stage's
    * retention (PGFIBER_RETAIN_COMPLETED): `completed`, `dead` (see `deadLetterId`), `cancelled` with
    * `finishedAt`. Past its retention a finished job is 404 (a dead one stays readable while its dead letter does).
    */
-  status: Schema.Literal("queued", "running", "cancelled", "completed", "dead"),
+  status: Schema.Literal(...Job.jobStatuses),
+  /** A waiting job's parents not finished yet (see `GET /jobs/:id/dependencies`); null otherwise. */
+  waitingOn: Schema.optional(Schema.NullOr(Schema.Number)),
   attempts: Schema.Number,
   maxAttempts: Schema.Number,
   polls: Schema.Number,
@@ -224,7 +226,32 @@ export const EnqueueRequest = Schema.Struct({
   dedupeMode: Schema.optional(Schema.Literal("first", "replace", "debounce")),
   /** This job's timeout in milliseconds, overriding its stage's. */
   timeoutMs: Schema.optional(Schema.Int.pipe(Schema.between(1, 2_147_483_647))),
-  subjectId: Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(200)))
+  subjectId: Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(200))),
+  /**
+   * Jobs of your org this one waits for: it is `waiting` until each has finished. An id, or `{ id, onFailure }`
+   * with onFailure `cancel` (default: cancelled when that parent dies or is cancelled), `deadLetter` or `continue`.
+   */
+  dependsOn: Schema.optional(Schema.Array(Schema.Union(
+    Schema.String.pipe(Schema.filter(Job.isJobId, { message: () => "dependsOn must hold job ids (digits)" })),
+    Schema.Struct({
+      id: Schema.String.pipe(Schema.filter(Job.isJobId, { message: () => "dependsOn must hold job ids (digits)" })),
+      onFailure: Schema.optional(Schema.Literal(...Job.onParentFailures))
+    })
+  )).pipe(Schema.maxItems(Job.maxDependencies)))
+})
+
+const DependencyLinkView = Schema.Struct({
+  id: Schema.String,
+  stage: Schema.NullOr(Schema.String),
+  status: Schema.NullOr(Schema.Literal(...Job.jobStatuses)),
+  onFailure: Schema.Literal(...Job.onParentFailures),
+  output: Schema.optional(Schema.Unknown)
+})
+
+/** What a job waits on (its parents, with their outputs once completed) and what waits on it (its children). */
+export const DependenciesView = Schema.Struct({
+  parents: Schema.Array(DependencyLinkView),
+  children: Schema.Array(DependencyLinkView)
 })
 
 const ListLimit = Schema.optional(Schema.NumberFromString.pipe(Schema.int(), Schema.between(1, 1000)))
@@ -245,13 +272,14 @@ export class JobsApi extends HttpApiGroup.make("jobs")
     HttpApiEndpoint.get("list", "/jobs")
       .setUrlParams(Schema.Struct({
         stage: Schema.optional(Schema.String),
-        status: Schema.optional(Schema.Literal("queued", "running", "cancelled")),
+        status: Schema.optional(Schema.Literal(...Job.liveStatuses)),
         limit: ListLimit,
         after: Cursor
       }))
       .addSuccess(Schema.Struct({ jobs: Schema.Array(JobView) }))
   )
   .add(HttpApiEndpoint.get("get")`/jobs/${JobId}`.addSuccess(JobView).addError(NotFound))
+  .add(HttpApiEndpoint.get("dependencies")`/jobs/${JobId}/dependencies`.addSuccess(DependenciesView).addError(NotFound))
   .add(
     HttpApiEndpoint.post("cancel")`/jobs/${JobId}/cancel`
       .addSuccess(Schema.Struct({ id: Schema.String, outcome: Schema.Literal("cancelled", "cancelling") }))

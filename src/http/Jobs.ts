@@ -50,7 +50,8 @@ export const jobView = (job: Queue.Job) => ({
   ...(job.output === null || job.output === undefined ? {} : { output: job.output }),
   progress: job.progress,
   progressMessage: job.progressMessage,
-  timeoutMs: job.timeoutMs
+  timeoutMs: job.timeoutMs,
+  waitingOn: job.waitingOn
 })
 
 const deadJobView = (dl: Queue.DeadLetter) => ({
@@ -147,6 +148,7 @@ export const layer = <R>(options: JobsOptions<R>) =>
                 dedupeKey: body.dedupeKey,
                 dedupeMode: body.dedupeMode,
                 timeout: body.timeoutMs === undefined ? undefined : Duration.millis(body.timeoutMs),
+                dependsOn: body.dependsOn,
                 caller: "tenant"
               }).pipe(Effect.provideService(Queue.Queue, queue))
             )
@@ -181,6 +183,20 @@ export const layer = <R>(options: JobsOptions<R>) =>
               return yield* new NotFound({ message: `job ${path.id} not found (finished jobs are kept for their stage's retention, then pruned)` })
             }
             return found
+          }).pipe(Effect.catchTag("DbError", dbFailure)))
+        .handle("dependencies", ({ path }) =>
+          Effect.gen(function*() {
+            // under the org's row-level security: another org's job, or another org's edge, is not found
+            const found = isId(path.id) ? yield* asOrg(queue.dependencies(path.id)) : null
+            if (found === null) return yield* notFound(`job ${path.id}`)
+            const link = (l: Queue.DependencyLink) => ({
+              id: l.id,
+              stage: l.stage,
+              status: l.status,
+              onFailure: l.onFailure,
+              ...(l.output === null || l.output === undefined ? {} : { output: l.output })
+            })
+            return { parents: found.parents.map(link), children: found.children.map(link) }
           }).pipe(Effect.catchTag("DbError", dbFailure)))
         .handle("cancel", ({ path }) =>
           asOrg(queue.cancel(path.id)).pipe(

@@ -27,8 +27,22 @@ const columns = (jobs: ReadonlyArray<ValidJob>) => ({
  * `available_at` its run time or now + its delay. The target is named `j` for the conflict clause that each
  * statement adds after it (what a duplicate does), and its returning list.
  */
-const insertBatch = (sql: Sql, jobs: ReadonlyArray<ValidJob>) => {
+const insertBatch = (sql: Sql, jobs: ReadonlyArray<ValidJob>, waitingOn?: ReadonlyArray<number>) => {
   const c = columns(jobs)
+  // jobs with parents still to finish start `waiting` (the insert trigger wakes no one for them)
+  if (waitingOn !== undefined) {
+    return sql`
+    insert into jobs as j (stage, org_id, subject_id, payload, priority, available_at, max_attempts, dedupe_key, timeout_ms,
+                           status, waiting_on)
+    select stage, org_id, subject_id, payload::jsonb, priority,
+           coalesce(run_at, now() + delay_ms * interval '1 millisecond'), max_attempts, dedupe_key, timeout_ms,
+           case when waiting_on > 0 then 'waiting' else 'queued' end, nullif(waiting_on, 0)
+    from unnest(${c.stages}::text[], ${c.orgs}::text[], ${c.subjects}::text[], ${c.payloads}::text[],
+                ${c.priorities}::int[], ${c.delays}::float8[], ${c.runAts}::timestamptz[], ${c.maxAttempts}::int[],
+                ${c.dedupeKeys}::text[], ${c.timeouts}::int[], ${waitingOn}::int[]) with ordinality
+         as t(stage, org_id, subject_id, payload, priority, delay_ms, run_at, max_attempts, dedupe_key, timeout_ms, waiting_on, ord)
+    order by ord`
+  }
   return sql`
     insert into jobs as j (stage, org_id, subject_id, payload, priority, available_at, max_attempts, dedupe_key, timeout_ms)
     select stage, org_id, subject_id, payload::jsonb, priority,
@@ -50,6 +64,102 @@ export const insertJobs = (sql: Sql, jobs: ReadonlyArray<ValidJob>) =>
     ${insertBatch(sql, jobs)}
     on conflict (org_id, dedupe_key) where dedupe_key is not null do update set dedupe_key = excluded.dedupe_key
     returning id, (xmax <> 0) as deduped`
+
+/**
+ * Inserts a batch of jobs that have parents, each `waiting` on `waitingOn[i]` of them (0: all done, queued at
+ * once); a dedupe-key conflict returns the live job as `insertJobs` does. The edges follow (`insertEdges`), in
+ * the same transaction, after `lockParents`. Locking: new rows only, and a conflicting live row.
+ */
+export const insertWaitingJobs = (sql: Sql, jobs: ReadonlyArray<ValidJob>, waitingOn: ReadonlyArray<number>) =>
+  sql<Array<{ id: string; deduped: boolean }>>`
+    ${insertBatch(sql, jobs, waitingOn)}
+    on conflict (org_id, dedupe_key) where dedupe_key is not null do update set dedupe_key = excluded.dedupe_key
+    returning id, (xmax <> 0) as deduped`
+
+/**
+ * The live parents among `ids`, locked, each marked `has_dependents` so its settle releases its dependents.
+ * Locking: FOR UPDATE on each live parent, held to the enqueue's commit: a settle that comes later waits for
+ * it and then sees the new dependents (`settle_dependents` reads with a fresh snapshot); a parent a settle
+ * locked first is gone when this returns, and `selectFinishedParents` (a new statement) finds it in the history.
+ */
+export const lockParents = (sql: Sql, ids: ReadonlyArray<string>) =>
+  sql<Array<{ id: string; org_id: string | null }>>`
+    with locked as (
+      select id, org_id, has_dependents from jobs where id = any(${ids}::bigint[]) order by id for update
+    ), marked as (
+      update jobs j set has_dependents = true from locked l where j.id = l.id and l.has_dependents is not true
+      returning j.id
+    )
+    select locked.id::text, locked.org_id from locked cross join (select count(*) from marked) m`
+
+/** Parents that have finished, from the kept history. Locking: none (a finished job's row never changes). */
+export const selectFinishedParents = (sql: Sql, ids: ReadonlyArray<string>) =>
+  sql<Array<{ id: string; org_id: string | null; status: string }>>`
+    select id::text, org_id, status from jobs_archive where id = any(${ids}::bigint[])`
+
+/** The edges of newly inserted dependents. Locking: new rows only. */
+export const insertEdges = (sql: Sql, edges: {
+  readonly jobIds: ReadonlyArray<string>
+  readonly parentIds: ReadonlyArray<string>
+  readonly orgs: ReadonlyArray<string | null>
+  readonly onFailure: ReadonlyArray<string>
+}) =>
+  sql`
+    insert into job_dependencies (job_id, depends_on, org_id, on_failure)
+    select * from unnest(${edges.jobIds}::bigint[], ${edges.parentIds}::bigint[], ${edges.orgs}::text[], ${edges.onFailure}::text[])
+    on conflict do nothing`
+
+/**
+ * A job's parents and children with each one's status (live, else from the history) and, for a completed one
+ * that is kept, its output. Locking: none.
+ */
+export const selectDependencies = (sql: Sql, id: string) =>
+  sql<Array<{ side: "parent" | "child"; id: string; on_failure: string; stage: string | null; status: string | null; output: unknown }>>`
+    with edges as (
+      select 'parent' as side, depends_on as other, on_failure from job_dependencies where job_id = ${id}
+      union all
+      select 'child', job_id, on_failure from job_dependencies where depends_on = ${id}
+    )
+    select e.side, e.other::text as id, e.on_failure, coalesce(j.stage, a.stage) as stage,
+           coalesce(j.status, a.status) as status, a.output
+    from edges e
+    left join jobs j on j.id = e.other
+    left join jobs_archive a on a.id = e.other and j.id is null
+    order by e.side desc, e.other`
+
+/**
+ * Edges whose dependent has left both the live table and the history (pruned, or never kept). Locking: SKIP
+ * LOCKED on the edges it takes.
+ */
+export const pruneDependencies = (sql: Sql, limit: number) =>
+  sql<Array<{ n: number }>>`
+    with gone as (
+      delete from job_dependencies where ctid = any(array(
+        select d.ctid from job_dependencies d
+        where not exists (select 1 from jobs j where j.id = d.job_id)
+          and not exists (select 1 from jobs_archive a where a.id = d.job_id)
+        limit ${limit} for update skip locked))
+      returning 1
+    )
+    select count(*)::int as n from gone`
+
+/**
+ * Settles the dependents of parents that just finished, in the statement that finished them: a CTE that calls
+ * `settle_dependents` (migration 0020) only when some finished row has `has_dependents`, so a job without
+ * dependents costs nothing more. `rows` is the CTE of finished rows (with `id`, `has_dependents`), `fate` and
+ * `reason` are SQL over its columns.
+ */
+const dependentsSettled = (
+  sql: Sql,
+  rows: ReturnType<Sql>,
+  fate: ReturnType<Sql>,
+  reason: ReturnType<Sql>,
+  retention: { readonly defaultMs: number; readonly byStage: string }
+) =>
+  sql`
+      select settle_dependents(array_agg(id), array_agg((${fate})::text), array_agg((${reason})::text),
+                               ${retention.defaultMs}::float8, ${retention.byStage}::jsonb) as n
+      from ${rows} where has_dependents having count(*) > 0`
 
 /**
  * Inserts a batch whose duplicates update the live job while it is still queued: `replace` takes the new
@@ -350,7 +460,7 @@ export const claimShares = (
       order by priority, available_at, id limit 1
     ), running as (
       select coalesce(org_id, '') as org_key, count(*)::int as n from jobs
-      where ${s.maxRunning !== null || s.maxRunningPerOrg !== null} and stage = ${stage} and status <> 'queued'
+      where ${s.maxRunning !== null || s.maxRunningPerOrg !== null} and stage = ${stage} and status <> 'queued' and status <> 'waiting'
       group by 1
     ), stage_bucket as (
       select ${refilled("b")} as tokens
@@ -594,11 +704,17 @@ export const settleOutcomes = (
       union all
       select pg_notify(${channel(schema)}, ${laterTopic}) where exists (select 1 from requeued where delay_ms > 0)
     )
+    ), released as (
+      ${dependentsSettled(sql, sql`deleted`, sql`case when action = 'complete' then 'completed' else 'cancelled' end`, sql`null::text`, retention)}
+      union all
+      ${dependentsSettled(sql, sql`died`, sql`'dead'`, sql`dead_message`, retention)}
+    )
     select id::text, action, null::text as reason from deleted
     union all select job_id::text, 'dead', reason from buried
     -- the aggregate forces the notify CTE to run, whether or not anything was requeued (a freed slot wakes too)
     union all select id::text, action, null from requeued
-    union all select null, null, null from (select count(*) as n from woken) w where w.n < 0`
+    union all select null, null, null from (select count(*) as n from woken) w where w.n < 0
+    union all select null, null, null from (select count(*) as n from released) r where r.n < 0`
 
 /**
  * Settles a batch of completions only (no follow-ups), the settler's common case, in a statement of its own:
@@ -640,21 +756,29 @@ export const completeOutcomes = (
       from deleted where keep_ms > 0
     ), woken as (
       select pg_notify(${channel(schema)}, stage) from (select distinct stage from deleted where ${wakeFreed}) s
+    ), released as (
+      ${dependentsSettled(sql, sql`deleted`, sql`'completed'`, sql`null::text`, retention)}
     )
     select i.id::text from unnest(${o.ids}::bigint[]) as i(id) where not exists (select 1 from deleted d where d.id = i.id)
-    -- the aggregate forces the notify CTE to run
-    union all select null from (select count(*) as n from woken) w where w.n < 0`
+    -- the aggregates force the notify and release CTEs to run
+    union all select null from (select count(*) as n from woken) w where w.n < 0
+    union all select null from (select count(*) as n from released) r where r.n < 0`
 
 /** Only one reaper runs at a time, across every process: the others skip this round. */
 export const tryReaperLock = (sql: Sql, schema: string) =>
   sql<Array<{ locked: boolean }>>`select pg_try_advisory_xact_lock(hashtext(${`pgfiber.reaper.${schema}`})) as locked`
 
 /** Removes cancelled jobs whose worker is gone. Locking: SKIP LOCKED, so a live worker's row is left alone. */
-export const removeExpiredCancelled = (sql: Sql) =>
+export const removeExpiredCancelled = (sql: Sql, retention: { readonly defaultMs: number; readonly byStage: string }) =>
   sql<Array<{ id: string }>>`
-    delete from jobs where id in (
-      select id from jobs where status = 'cancelled' and locked_until < now() for update skip locked)
-    returning id`
+    with removed as (
+      delete from jobs where id in (
+        select id from jobs where status = 'cancelled' and locked_until < now() for update skip locked)
+      returning id, has_dependents
+    ), released as (
+      ${dependentsSettled(sql, sql`removed`, sql`'cancelled'`, sql`null::text`, retention)}
+    )
+    select removed.id from removed cross join (select count(*) from released) r`
 
 /**
  * Requeues expired leases, spending the attempt, and wakes their stages; one whose last attempt that was is
@@ -696,7 +820,11 @@ export const nextWake = (sql: Sql, stages: ReadonlyArray<string>) =>
 export const cancelJob = (sql: Sql, id: string, retention: { readonly defaultMs: number; readonly byStage: string }) =>
   sql<Array<{ outcome: string; stage: string | null; org_id: string | null }>>`
     with target as (select id, status, stage, org_id from jobs where id = ${id} for update),
-    removed as (delete from jobs j using target t where j.id = t.id and t.status = 'queued' returning j.*),
+    removed as (delete from jobs j using target t where j.id = t.id and t.status in ('queued', 'waiting') returning j.*),
+    -- its dependents are cancelled (or dead-lettered, or released) down their chains, as for any cancelled parent
+    released as (
+      ${dependentsSettled(sql, sql`removed`, sql`'cancelled'`, sql`null::text`, retention)}
+    ),
     kept as (
       insert into jobs_archive (${archiveColumns(sql)})
       -- a queued job: no output
@@ -709,7 +837,7 @@ export const cancelJob = (sql: Sql, id: string, retention: { readonly defaultMs:
     marked as (
       update jobs j set status = 'cancelled', updated_at = now()
       from target t where j.id = t.id and t.status = 'running' returning j.id)
-    select case when exists (select 1 from removed) then 'cancelled'
+    select case when exists (select 1 from removed) and (select count(*) from released) >= 0 then 'cancelled'
                 when exists (select 1 from marked) then 'cancelling'
                 when exists (select 1 from target) then 'cancelling'
                 else 'not-found' end as outcome,

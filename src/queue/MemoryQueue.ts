@@ -5,8 +5,8 @@
  * only when the transaction's effect succeeds.
  */
 import { Clock, Duration, Effect, Either, Exit, FiberRef, Layer, Option } from "effect"
-import type { Beat, DeadLetter, EnqueueResult, ErrorEntry, Job, Lease, NewJob, StageControl, StageStats, ValidJob } from "./Job.js"
-import { countEnqueued, defaultMaxPayloadBytes, errorEntry, jobFromDeadLetter, JobNotFound, validateAll } from "./Job.js"
+import type { Beat, DeadLetter, Dependencies, DependencyLink, EnqueueResult, ErrorEntry, Job, Lease, NewJob, OnParentFailure, StageControl, StageStats, ValidJob } from "./Job.js"
+import { countEnqueued, defaultMaxPayloadBytes, errorEntry, InvalidJob, jobFromDeadLetter, JobNotFound, parentProblem, validateAll } from "./Job.js"
 import * as Events from "./Events.js"
 import * as Limits from "./Limits.js"
 import * as Outcome from "./Outcome.js"
@@ -18,6 +18,15 @@ type MutableJob = { -readonly [K in keyof Job]: Job[K] }
 interface Pending {
   readonly owner: object
   readonly actions: Array<() => void>
+  /** Jobs enqueued in the transaction, not written yet: later enqueues in it may depend on them. */
+  readonly rows: Map<string, MutableJob>
+}
+
+/** An edge of the dependency graph: `jobId` waits on `dependsOn`. */
+interface Edge {
+  readonly jobId: string
+  readonly dependsOn: string
+  readonly onFailure: OnParentFailure
 }
 
 const currentTransaction = FiberRef.unsafeMake<Option.Option<Pending>>(Option.none())
@@ -51,6 +60,57 @@ export const make = (options: QueueOptions = {}) =>
     }
 
     const wake = (stage: string) => listeners.forEach((l) => l.onWake(stage))
+
+    // the dependency graph, by both ends (edges stay after both ends finish, as in job_dependencies)
+    const edgesByParent = new Map<string, Array<Edge>>()
+    const edgesByChild = new Map<string, Array<Edge>>()
+    const addEdge = (e: Edge) => {
+      if ((edgesByChild.get(e.jobId) ?? []).some((x) => x.dependsOn === e.dependsOn)) return
+      edgesByParent.set(e.dependsOn, [...(edgesByParent.get(e.dependsOn) ?? []), e])
+      edgesByChild.set(e.jobId, [...(edgesByChild.get(e.jobId) ?? []), e])
+    }
+
+    /**
+     * What `settle_dependents` (migration 0020) does when parents finish: a completed parent (or a failed one under
+     * `continue`) counts down its waiting dependents, the last one queues them; a failed parent cancels or
+     * dead-letters them with the reason, and their own dependents settle in turn.
+     */
+    const settleDependents = (finished: ReadonlyArray<{ id: string; fate: "completed" | "dead" | "cancelled"; reason: string | null }>, now: number) => {
+      const failed: Array<{ id: string; fate: "dead" | "cancelled"; reason: string | null }> = []
+      const woken = new Set<string>()
+      let later = false
+      for (const parent of finished) {
+        for (const e of edgesByParent.get(parent.id) ?? []) {
+          const j = jobs.get(e.jobId)
+          if (j === undefined || j.status !== "waiting") continue
+          if (parent.fate === "completed" || e.onFailure === "continue") {
+            j.waitingOn = (j.waitingOn ?? 1) - 1
+            j.updatedAt = new Date(now)
+            if (j.waitingOn <= 0) {
+              j.status = "queued"
+              j.waitingOn = null
+              if (j.availableAt.getTime() < now) j.availableAt = new Date(now)
+              woken.add(j.stage)
+              if (j.availableAt.getTime() > now) later = true
+            }
+            continue
+          }
+          const strictest = (edgesByChild.get(j.id) ?? []).some((x) => x.onFailure === "deadLetter" && finished.some((f) => f.id === x.dependsOn && f.fate !== "completed"))
+          const reason = `parent job ${parent.id} was ${parent.fate === "dead" ? "dead-lettered" : "cancelled"}${parent.reason === null ? "" : `: ${parent.reason}`}`.slice(0, 4000)
+          jobs.delete(j.id)
+          if (strictest || e.onFailure === "deadLetter") {
+            moveToDead(j, { ...errorEntry(j.attempts, new Date(now), "ParentFailed", reason), attempt: j.attempts }, now, undefined, false)
+            failed.push({ id: j.id, fate: "dead", reason })
+          } else {
+            keep({ ...j, lastError: reason, waitingOn: null }, "cancelled", now)
+            failed.push({ id: j.id, fate: "cancelled", reason })
+          }
+        }
+      }
+      woken.forEach(wake)
+      if (later) wake(laterTopic)
+      if (failed.length > 0) settleDependents(failed, now)
+    }
     const snapshot = (j: MutableJob): Job => ({ ...j, errors: [...j.errors] })
     const heldBy = (lease: Lease) => {
       const j = jobs.get(lease.id)
@@ -58,14 +118,28 @@ export const make = (options: QueueOptions = {}) =>
     }
 
     /** Dedupe against live jobs, then reserve ids; `write` makes the rows appear (or updates) and wakes their stages. */
-    const prepareInsert = (valid: ReadonlyArray<ValidJob>, now: number) => {
+    const prepareInsert = (valid: ReadonlyArray<ValidJob>, now: number, tx?: Pending): Either.Either<{ results: Array<EnqueueResult>; write: () => void }, InvalidJob> => {
       const results: Array<EnqueueResult> = []
+      // parents: live (or enqueued earlier in this transaction), else finished in the history, in the job's org
+      const waiting: Array<number> = []
+      for (let i = 0; i < valid.length; i++) {
+        let n = 0
+        for (const dep of valid[i]!.dependsOn) {
+          const live = jobs.get(dep.id) ?? tx?.rows.get(dep.id)
+          const finished = archive.get(dep.id)?.job
+          const problem = parentProblem(valid[i]!, dep, live && { orgId: live.orgId }, finished && { org_id: finished.orgId, status: finished.status }, valid.length > 1 ? i : undefined)
+          if (problem !== undefined) return Either.left(problem)
+          if (live) n++
+        }
+        waiting.push(n)
+      }
+      const edges: Array<Edge> = []
       const rows = new Map<string, MutableJob>()
       // duplicates that update a live, still queued job (`replace`, `debounce`), applied at write time
       const updates = new Map<string, ValidJob>()
       const seen = new Map<string, string>()
       const availableAt = (v: ValidJob) => v.runAt ?? new Date(now + v.delayMs)
-      for (const v of valid) {
+      for (const [index, v] of valid.entries()) {
         // dedupe keys are per org (jobs with no org share a space of their own), as in Postgres's jobs_dedupe
         const scoped = v.dedupeKey === null ? null : JSON.stringify([v.orgId, v.dedupeKey])
         const existing = scoped === null
@@ -94,7 +168,7 @@ export const make = (options: QueueOptions = {}) =>
           subjectId: v.subjectId,
           payload: v.payload,
           priority: v.priority,
-          status: "queued",
+          status: waiting[index]! > 0 ? "waiting" : "queued",
           attempts: 0,
           maxAttempts: v.maxAttempts,
           polls: 0,
@@ -113,14 +187,19 @@ export const make = (options: QueueOptions = {}) =>
           output: null,
           progress: null,
           progressMessage: null,
-          timeoutMs: v.timeoutMs
+          timeoutMs: v.timeoutMs,
+          waitingOn: waiting[index]! > 0 ? waiting[index]! : null
         })
+        for (const dep of v.dependsOn) edges.push({ jobId: id, dependsOn: dep.id, onFailure: dep.onFailure })
         results.push({ id, deduped: false })
       }
+      tx?.rows && rows.forEach((row, id) => tx.rows.set(id, row))
       const write = () => {
         rows.forEach((row) => jobs.set(row.id, row))
-        const woken = new Set([...rows.values()].map((r) => r.stage))
-        let later = [...rows.values()].some((r) => r.availableAt.getTime() > now)
+        edges.forEach(addEdge)
+        const ready = [...rows.values()].filter((r) => r.status === "queued")
+        const woken = new Set(ready.map((r) => r.stage))
+        let later = ready.some((r) => r.availableAt.getTime() > now)
         updates.forEach((v, id) => {
           const j = jobs.get(id)
           if (j === undefined || j.status !== "queued") return
@@ -136,13 +215,15 @@ export const make = (options: QueueOptions = {}) =>
         // as the insert trigger does: jobs not due yet ask the Wakers to re-arm their timers
         if (later) wake(laterTopic)
       }
-      return { results, write }
+      return Either.right({ results, write })
     }
 
+    /** A follow-up whose parents are not found is a defect, as in PgQueue (it cannot be known before the write). */
     const insertNow = (valid: ReadonlyArray<ValidJob>, now: number) => {
-      const { results, write } = prepareInsert(valid, now)
-      write()
-      return results
+      const prepared = prepareInsert(valid, now)
+      if (Either.isLeft(prepared)) throw new Error(`follow-up rejected: ${prepared.left.message}`)
+      prepared.right.write()
+      return prepared.right.results
     }
 
     const inTransaction = Effect.map(FiberRef.get(currentTransaction), (tx) =>
@@ -152,12 +233,14 @@ export const make = (options: QueueOptions = {}) =>
     const enqueueValid = (valid: ReadonlyArray<ValidJob>) =>
       Effect.flatMap(Clock.currentTimeMillis, (now) =>
         Effect.flatMap(inTransaction, (tx) =>
-          Effect.sync(() => {
-            const { results, write } = prepareInsert(valid, now)
+          Effect.suspend(() => {
+            const prepared = prepareInsert(valid, now, tx)
+            if (Either.isLeft(prepared)) return Effect.fail(prepared.left)
+            const { results, write } = prepared.right
             // inside a transaction the rows appear (and wake workers) only at commit
             if (tx === undefined) write()
             else tx.actions.push(write)
-            return results
+            return Effect.succeed(results)
           })))
 
     const enqueue = (newJobs: ReadonlyArray<NewJob>) => {
@@ -174,7 +257,7 @@ export const make = (options: QueueOptions = {}) =>
     const transaction = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
       Effect.flatMap(inTransaction, (tx) => {
         if (tx !== undefined) return effect
-        const pending: Pending = { owner, actions: [] }
+        const pending: Pending = { owner, actions: [], rows: new Map() }
         return Effect.locally(effect, currentTransaction, Option.some(pending)).pipe(
           Effect.onExit((exit) => Effect.sync(() => Exit.isSuccess(exit) && pending.actions.forEach((a) => a())))
         )
@@ -206,7 +289,7 @@ export const make = (options: QueueOptions = {}) =>
         const runningBy = new Map<string, number>()
         let runningTotal = 0
         for (const j of jobs.values()) {
-          if (j.stage !== stage || j.status === "queued") continue
+          if (j.stage !== stage || j.status === "queued" || j.status === "waiting") continue
           runningTotal++
           runningBy.set(orgKey(j), (runningBy.get(orgKey(j)) ?? 0) + 1)
         }
@@ -326,10 +409,11 @@ export const make = (options: QueueOptions = {}) =>
           return [j.id]
         }))
 
-    const moveToDead = (j: MutableJob, entry: ErrorEntry, now: number, retain?: Duration.Duration) => {
+    const moveToDead = (j: MutableJob, entry: ErrorEntry, now: number, retain?: Duration.Duration, ran = true) => {
       jobs.delete(j.id)
-      // claimed with its attempts already spent (the reaper recorded the last one): count and history as is
-      const spent = j.attempts >= j.maxAttempts
+      // claimed with its attempts already spent (the reaper recorded the last one): count and history as is; a
+      // dependent dead-lettered for its parent never ran, so spent none
+      const spent = !ran || j.attempts >= j.maxAttempts
       keep({
         ...j,
         attempts: spent ? j.attempts : j.attempts + 1,
@@ -357,12 +441,13 @@ export const make = (options: QueueOptions = {}) =>
         resolvedAt: null,
         retriedJobId: null
       })
+      if (ran) settleDependents([{ id: j.id, fate: "dead", reason: entry.message }], now)
     }
 
     /** One outcome, applied at once; each call is one synchronous step, so a batch is atomic here too. */
     const settleOne = (o: Outcome.Outcome, followUps: ReadonlyArray<ValidJob> | undefined, invalid: string | undefined, now: number, retain: Duration.Duration | undefined): { settled: Settled; reason?: string; enqueued?: ReadonlyArray<EnqueueResult> } => {
       const j = heldBy(o.lease)
-      if (!j || j.status === "queued") return { settled: "fenced" }
+      if (!j || j.status === "queued" || j.status === "waiting") return { settled: "fenced" }
       if (o.runMs !== undefined) j.lastRunMs = o.runMs
       if (o.progress !== undefined) {
         j.progress = o.progress.value
@@ -371,11 +456,13 @@ export const make = (options: QueueOptions = {}) =>
       if (o._tag === "Complete" && invalid === undefined) {
         jobs.delete(j.id)
         keep({ ...j, output: o.output === undefined ? null : JSON.parse(JSON.stringify(o.output)) }, "completed", now, retain)
+        settleDependents([{ id: j.id, fate: "completed", reason: null }], now)
         return followUps ? { settled: "completed", enqueued: insertNow(followUps, now) } : { settled: "completed" }
       }
       if (j.status === "cancelled") {
         jobs.delete(j.id)
         keep(j, "cancelled", now, retain)
+        settleDependents([{ id: j.id, fate: "cancelled", reason: null }], now)
         return { settled: "released" }
       }
       const requeue = (delay: Duration.Duration) => {
@@ -447,7 +534,7 @@ export const make = (options: QueueOptions = {}) =>
       Effect.flatMap(inTransaction, (tx) => {
         if (tx === undefined) return transaction(effect)
         // a nested buffer: its enqueues join the outer transaction only when the effect succeeds
-        const nested: Pending = { owner, actions: [] }
+        const nested: Pending = { owner, actions: [], rows: tx.rows }
         return Effect.locally(effect, currentTransaction, Option.some(nested)).pipe(
           Effect.tap(() => Effect.sync(() => tx.actions.push(...nested.actions)))
         )
@@ -488,9 +575,10 @@ export const make = (options: QueueOptions = {}) =>
       let removedCancelled = 0
       const stages = new Set<string>()
       for (const j of [...jobs.values()]) {
-        if (j.status === "queued" || j.lockedUntil === null || j.lockedUntil.getTime() >= now) continue
+        if (j.status === "queued" || j.status === "waiting" || j.lockedUntil === null || j.lockedUntil.getTime() >= now) continue
         if (j.status === "cancelled") {
           jobs.delete(j.id)
+          settleDependents([{ id: j.id, fate: "cancelled", reason: null }], now)
           removedCancelled++
           continue
         }
@@ -532,9 +620,10 @@ export const make = (options: QueueOptions = {}) =>
       Effect.map(Clock.currentTimeMillis, (now) => {
         const j = jobs.get(id)
         if (!j) return "not-found" as const
-        if (j.status === "queued") {
+        if (j.status === "queued" || j.status === "waiting") {
           jobs.delete(id)
-          keep(j, "cancelled", now)
+          keep({ ...j, waitingOn: null }, "cancelled", now)
+          settleDependents([{ id, fate: "cancelled", reason: null }], now)
           if (events.active()) events.publish([{ _tag: "Cancelled", jobId: id, stage: j.stage, orgId: j.orgId, attempt: 0, at: new Date() }])
           return "cancelled" as const
         }
@@ -548,6 +637,20 @@ export const make = (options: QueueOptions = {}) =>
         if (live) return snapshot(live)
         const finished = archive.get(id)
         return finished ? snapshot(finished.job) : null
+      })
+
+    const dependencies = (id: string) =>
+      Effect.sync((): Dependencies | null => {
+        if (!jobs.has(id) && !archive.has(id)) return null
+        const link = (other: string, onFailure: OnParentFailure): DependencyLink => {
+          const j = jobs.get(other) ?? archive.get(other)?.job
+          return { id: other, stage: j?.stage ?? null, status: j?.status ?? null, onFailure, output: j?.status === "completed" ? j.output : null }
+        }
+        const byId = (a: DependencyLink, b: DependencyLink) => Number(a.id) - Number(b.id)
+        return {
+          parents: (edgesByChild.get(id) ?? []).map((e) => link(e.dependsOn, e.onFailure)).sort(byId),
+          children: (edgesByParent.get(id) ?? []).map((e) => link(e.jobId, e.onFailure)).sort(byId)
+        }
       })
 
     const history = {
@@ -611,6 +714,7 @@ export const make = (options: QueueOptions = {}) =>
       }
       for (const j of jobs.values()) {
         const r = row(j.stage)
+        if (j.status === "waiting") continue
         if (j.status === "running") r.running++
         else if (j.status === "cancelled") r.cancelling++
         else if (j.availableAt.getTime() <= now) {
@@ -698,6 +802,7 @@ export const make = (options: QueueOptions = {}) =>
       nextWake,
       cancel,
       get,
+      dependencies,
       list,
       stats,
       deadLetters,

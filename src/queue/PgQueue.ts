@@ -6,8 +6,8 @@ import { Duration, Effect, Either, Exit, Layer } from "effect"
 import * as Db from "../layers/Db.js"
 import * as Spans from "../layers/Spans.js"
 import * as Events from "./Events.js"
-import type { Beat, DeadLetter, ErrorEntry, Job, JobStatus, StageStats, ValidJob } from "./Job.js"
-import { countEnqueued, defaultMaxPayloadBytes, isJobId, jobFromDeadLetter, JobNotFound, validateAll } from "./Job.js"
+import type { Beat, DeadLetter, DependencyLink, ErrorEntry, Job, JobStatus, StageStats, ValidJob } from "./Job.js"
+import { countEnqueued, defaultMaxPayloadBytes, isJobId, jobFromDeadLetter, JobNotFound, parentProblem, policyColumn, policyFromColumn, validateAll } from "./Job.js"
 import * as JobsSql from "./JobsSql.js"
 import * as Limits from "./Limits.js"
 import * as Outcome from "./Outcome.js"
@@ -48,7 +48,8 @@ export const rowToJob = (r: Record<string, unknown>): Job => ({
   output: r.output ?? null,
   progress: r.progress == null ? null : Number(r.progress),
   progressMessage: str(r.progress_message),
-  timeoutMs: r.timeout_ms == null ? null : Number(r.timeout_ms)
+  timeoutMs: r.timeout_ms == null ? null : Number(r.timeout_ms),
+  waitingOn: r.status === "waiting" && r.waiting_on != null ? Number(r.waiting_on) : null
 })
 
 const epochDate = (v: unknown): Date | null => (v === null || v === undefined ? null : new Date(Number(v)))
@@ -80,7 +81,8 @@ export const claimedToJob = (a: ReadonlyArray<unknown>): Job => ({
   output: null,
   progress: a[21] as number | null,
   progressMessage: a[22] as string | null,
-  timeoutMs: a[23] as number | null
+  timeoutMs: a[23] as number | null,
+  waitingOn: null
 })
 
 export const rowToDeadLetter = (r: Record<string, unknown>): DeadLetter => ({
@@ -152,7 +154,8 @@ export const make = (options: QueueOptions = {}) =>
           slot.push(unique.length)
           unique.push(job)
         }
-        const plain = unique.filter((j) => j.dedupeMode === "first")
+        const plain = unique.filter((j) => j.dedupeMode === "first" && j.dependsOn.length === 0)
+        const dependent = unique.filter((j) => j.dependsOn.length > 0)
         const replacing = (["replace", "debounce"] as const).map((mode) => [mode, unique.filter((j) => j.dedupeMode === mode)] as const)
           .filter(([, js]) => js.length > 0)
         const write = Effect.gen(function*() {
@@ -160,6 +163,10 @@ export const make = (options: QueueOptions = {}) =>
           if (plain.length > 0) {
             const inserted = yield* db.run((sql) => JobsSql.insertJobs(sql, plain))
             plain.forEach((j, i) => rows.set(j, { id: String(inserted[i]!.id), deduped: inserted[i]!.deduped }))
+          }
+          if (dependent.length > 0) {
+            const written = yield* enqueueDependents(dependent)
+            dependent.forEach((j, i) => rows.set(j, written[i]!))
           }
           for (const [mode, js] of replacing) {
             const written = yield* db.run((sql) => JobsSql.insertJobsReplacing(sql, db.schema, js, mode))
@@ -171,11 +178,50 @@ export const make = (options: QueueOptions = {}) =>
           }
           return rows
         })
-        const rows = yield* (replacing.length + (plain.length > 0 ? 1 : 0) > 1 ? db.transaction(write) : write)
+        const statements = replacing.length + (plain.length > 0 ? 1 : 0) + (dependent.length > 0 ? 2 : 0)
+        const rows = yield* (statements > 1 ? db.transaction(write) : write)
         return slot.map((s) => {
           const row = rows.get(unique[s >= 0 ? s : -1 - s]!)!
           return { id: row.id, deduped: s < 0 ? true : row.deduped }
         })
+      })
+
+    /**
+     * Jobs with parents, inside the enqueue's transaction: the live parents locked and marked (JobsSql.lockParents),
+     * then the finished ones read from the history in a statement of its own (so it sees a settle that held a
+     * parent first), then the rows, `waiting` on their live parents, and their edges.
+     */
+    const enqueueDependents = (jobs: ReadonlyArray<ValidJob>) =>
+      Effect.gen(function*() {
+        const parentIds = [...new Set(jobs.flatMap((j) => j.dependsOn.map((d) => d.id)))].sort((a, b) => (BigInt(a) < BigInt(b) ? -1 : 1))
+        const live = new Map((yield* db.run((sql) => JobsSql.lockParents(sql, parentIds))).map((r) => [r.id, r.org_id]))
+        const missing = parentIds.filter((id) => !live.has(id))
+        const finished = new Map(
+          missing.length === 0 ? [] : (yield* db.run((sql) => JobsSql.selectFinishedParents(sql, missing))).map((r) => [r.id, r])
+        )
+        const waitingOn = yield* Effect.forEach(jobs, (job, i) =>
+          Effect.suspend(() => {
+            let waiting = 0
+            for (const dep of job.dependsOn) {
+              const problem = parentProblem(job, dep, live.has(dep.id) ? { orgId: live.get(dep.id)! } : undefined, finished.get(dep.id), jobs.length > 1 ? i : undefined)
+              if (problem !== undefined) return Effect.fail(problem)
+              if (live.has(dep.id)) waiting++
+            }
+            return Effect.succeed(waiting)
+          }))
+        const inserted = yield* db.run((sql) => JobsSql.insertWaitingJobs(sql, jobs, waitingOn))
+        const edges = { jobIds: [] as Array<string>, parentIds: [] as Array<string>, orgs: [] as Array<string | null>, onFailure: [] as Array<string> }
+        jobs.forEach((job, i) => {
+          if (inserted[i]!.deduped) return
+          for (const dep of job.dependsOn) {
+            edges.jobIds.push(String(inserted[i]!.id))
+            edges.parentIds.push(dep.id)
+            edges.orgs.push(job.orgId)
+            edges.onFailure.push(policyColumn[dep.onFailure])
+          }
+        })
+        if (edges.jobIds.length > 0) yield* db.run((sql) => JobsSql.insertEdges(sql, edges))
+        return inserted.map((r) => ({ id: String(r.id), deduped: r.deduped }))
       })
 
     const enqueue = (jobs: ReadonlyArray<import("./Job.js").NewJob>) =>
@@ -435,7 +481,8 @@ export const make = (options: QueueOptions = {}) =>
         if (anyFollowUps) {
           const next = results.flatMap((r, i) => (r === "completed" && followUps[i] ? followUps[i]! : []))
           if (next.length > 0) {
-            const written = yield* enqueueValid(next)
+            // a follow-up's parents are checked as it is written (one not found cannot be known before): a defect
+            const written = yield* Effect.orDieWith(enqueueValid(next), (e) => new Error(`follow-up rejected: ${e.message}`))
             yield* countEnqueued(next, written)
             if (events.active()) events.publish(Events.enqueued(next, written))
           }
@@ -513,7 +560,7 @@ export const make = (options: QueueOptions = {}) =>
       Effect.gen(function*() {
         const [lock] = yield* db.run((sql) => JobsSql.tryReaperLock(sql, db.schema))
         if (!lock?.locked) return { requeued: 0, deadLettered: 0, removedCancelled: 0, ran: false }
-        const removed = yield* db.run((sql) => JobsSql.removeExpiredCancelled(sql))
+        const removed = yield* db.run((sql) => JobsSql.removeExpiredCancelled(sql, retention))
         // exhausted ones too: their stage's claim dead-letters them, with the stage's onDeadLetter
         const requeued = yield* db.run((sql) => JobsSql.requeueExpired(sql, db.schema))
         return { requeued: requeued.length, deadLettered: 0, removedCancelled: removed.length, ran: true }
@@ -552,6 +599,26 @@ export const make = (options: QueueOptions = {}) =>
         })
         : Effect.succeed(null)
 
+    const dependencies = (id: string) =>
+      isId(id)
+        ? Effect.gen(function*() {
+          const job = yield* get(id)
+          if (job === null) return null
+          const rows = yield* db.run((sql) => JobsSql.selectDependencies(sql, id))
+          const link = (r: typeof rows[number]): DependencyLink => ({
+            id: r.id,
+            stage: r.stage,
+            status: (r.status as JobStatus | null) ?? null,
+            onFailure: policyFromColumn(r.on_failure),
+            output: r.status === "completed" ? r.output ?? null : null
+          })
+          return {
+            parents: rows.filter((r) => r.side === "parent").map(link),
+            children: rows.filter((r) => r.side === "child").map(link)
+          }
+        })
+        : Effect.succeed(null)
+
     const history = {
       list: (o: import("./Job.js").HistoryListOptions = {}) =>
         db.run((sql) =>
@@ -567,6 +634,11 @@ export const make = (options: QueueOptions = {}) =>
             const n = row?.n ?? 0
             total += n
             if (n < batch) break
+          }
+          // edges whose dependent has left the history go with it (not counted: they are not jobs)
+          for (let i = 0; i < maxBatches; i++) {
+            const [row] = yield* db.run((sql) => JobsSql.pruneDependencies(sql, batch))
+            if ((row?.n ?? 0) < batch) break
           }
           return total
         }).pipe(Effect.withSpan("Queue.history.prune"))
@@ -660,6 +732,7 @@ export const make = (options: QueueOptions = {}) =>
       nextWake,
       cancel,
       get,
+      dependencies,
       list,
       stats,
       deadLetters,

@@ -25,6 +25,8 @@ export interface SubmitRequest {
   readonly dedupeMode?: Queue.DedupeMode | undefined
   /** This job's timeout, overriding its stage's. */
   readonly timeout?: Duration.DurationInput | undefined
+  /** Jobs this one waits for (of the same org: another org's is "not found"). */
+  readonly dependsOn?: Queue.NewJob["dependsOn"]
   /** `tenant` (the HTTP API) may submit public stages only; `operator` (the CLI, the default) any stage. */
   readonly caller?: "tenant" | "operator" | undefined
 }
@@ -55,7 +57,8 @@ export const prepare = (stages: ReadonlyArray<Stage.Any>, request: SubmitRequest
         maxAttempts: request.maxAttempts,
         dedupeKey: request.dedupeKey,
         dedupeMode: request.dedupeMode,
-        timeout: request.timeout
+        timeout: request.timeout,
+        dependsOn: request.dependsOn
       }).filter(([, v]) => v !== undefined)
     )
     return yield* Stage.job(stage, decoded, options)

@@ -1,0 +1,152 @@
+-- Jobs that wait for other jobs: a job may depend on parents (`dependsOn`); it stays `waiting` until every parent
+-- has finished, and is released (made `queued`, its stage NOTIFYed) by the statement that settles its last parent.
+--
+-- `job_dependencies` holds one row per edge (the dependent `job_id` waits on `depends_on`), with what the
+-- dependent does when that parent dies or is cancelled: `cancel` (the default), `dead` (dead-lettered), `continue`
+-- (counts as done). Edges are kept after both ends finish, so a finished job still shows its parents and children
+-- (pruned with the history, JobsSql.pruneDependencies).
+--
+-- Two nullable columns on `jobs`, so adding them rewrites nothing and the claim's index does not change:
+-- `waiting_on` counts a waiting job's parents not finished yet (decremented under the dependent's row lock, so
+-- parents settled at once by different processes release it exactly once); `has_dependents` marks a parent, and is
+-- the settle's only extra test: a job without it costs the settle nothing more (it is read from the row the settle
+-- deletes anyway).
+--
+-- The enqueue of a dependent locks its live parents (`for update`) and sets their mark; a settle that reached a
+-- parent first makes that enqueue wait and then find the parent in the history. A settle that waited for the
+-- enqueue's lock started (took its snapshot) before the dependent existed, so the release runs in
+-- `settle_dependents`, a volatile function whose statements each take a fresh snapshot (READ COMMITTED): called by
+-- the settle after its delete has locked the parent, it sees every dependent committed before that lock was had.
+
+alter table {{schema}}.jobs drop constraint if exists jobs_status_check;
+alter table {{schema}}.jobs add constraint jobs_status_check
+  check (status in ('waiting', 'queued', 'running', 'cancelled')) not valid;
+alter table {{schema}}.jobs validate constraint jobs_status_check;
+
+alter table {{schema}}.jobs
+  add column waiting_on     integer,
+  add column has_dependents boolean;
+
+create table {{schema}}.job_dependencies (
+  job_id     bigint not null,
+  depends_on bigint not null,
+  -- the dependent's org, which is its parent's too (enqueue refuses a parent of another org)
+  org_id     text,
+  on_failure text   not null default 'cancel' check (on_failure in ('cancel', 'dead', 'continue')),
+  created_at timestamptz not null default now(),
+  primary key (depends_on, job_id)
+);
+create index job_dependencies_job on {{schema}}.job_dependencies (job_id);
+
+grant select, insert, update, delete on {{schema}}.job_dependencies to pgfiber_tenant;
+alter table {{schema}}.job_dependencies enable row level security;
+create policy job_dependencies_by_org on {{schema}}.job_dependencies to pgfiber_tenant
+  using (org_id = current_setting('pgfiber.org_id', true))
+  with check (org_id = current_setting('pgfiber.org_id', true));
+
+-- A waiting job is not claimable: its insert wakes nobody (its release does).
+create or replace function {{schema}}.jobs_notify_inserted() returns trigger
+language plpgsql as $$
+declare
+  inserted_stage text;
+begin
+  for inserted_stage in select distinct stage from new_jobs where status = 'queued' loop
+    perform pg_notify('{{schema}}_jobs', inserted_stage);
+  end loop;
+  if exists (select 1 from new_jobs where status = 'queued' and available_at > now()) then
+    perform pg_notify('{{schema}}_jobs', 'pgfiber:later');
+  end if;
+  return null;
+end
+$$;
+
+-- Parents that just finished (`ids`, each with its fate: completed, dead or cancelled, and a reason for the last two)
+-- settle their dependents: each edge that counts as done (a completed parent, or `continue`) takes one off the
+-- dependent's `waiting_on`, and the dependent whose count reaches 0 becomes queued and its stage is woken; a waiting
+-- dependent of a failed parent is cancelled or dead-lettered with the reason (into the history per its stage's
+-- retention, `retain_default_ms` / `retain_by_stage` as the settle's), and its own dependents settle in turn.
+-- Returns how many dependents were released, cancelled or dead-lettered, down the whole chain.
+-- Locking: each dependent's row, by UPDATE or DELETE (waiting rows: no claim or heartbeat takes them); concurrent
+-- settles of two parents of one dependent serialise there, the second reading the first's count.
+create function {{schema}}.settle_dependents(ids bigint[], fates text[], reasons text[],
+                                            retain_default_ms float8, retain_by_stage jsonb)
+returns integer
+language plpgsql volatile as $$
+declare
+  touched integer := 0;
+  n integer;
+  failed_ids bigint[];
+  failed_fates text[];
+  failed_reasons text[];
+begin
+  with parents as (
+    select * from unnest(ids, fates, reasons) as p(id, fate, reason)
+  ), done as (
+    select d.job_id, count(*)::int as n
+    from {{schema}}.job_dependencies d join parents p on d.depends_on = p.id
+    where p.fate = 'completed' or d.on_failure = 'continue'
+    group by d.job_id
+  ), counted as (
+    update {{schema}}.jobs j
+    set waiting_on = j.waiting_on - done.n,
+        status = case when j.waiting_on - done.n <= 0 then 'queued' else 'waiting' end,
+        available_at = case when j.waiting_on - done.n <= 0 then greatest(j.available_at, now()) else j.available_at end,
+        updated_at = now()
+    from done
+    where j.id = done.job_id and j.status = 'waiting'
+    returning j.stage, j.status, j.available_at
+  ), woken as (
+    select pg_notify('{{schema}}_jobs', stage) from (select distinct stage from counted where status = 'queued') s
+    union all
+    select pg_notify('{{schema}}_jobs', 'pgfiber:later')
+    where exists (select 1 from counted where status = 'queued' and available_at > now())
+  )
+  select (select count(*) from counted)::int + 0 * (select count(*) from woken)::int into n;
+  touched := touched + n;
+
+  -- dependents of failed parents (by `cancel` or `dead` edges) leave the queue with the first failed parent's reason
+  with parents as (
+    select * from unnest(ids, fates, reasons) as p(id, fate, reason)
+  ), hit as (
+    select distinct on (d.job_id) d.job_id, d.on_failure,
+           'parent job ' || p.id || case when p.fate = 'dead' then ' was dead-lettered' else ' was cancelled' end
+             || coalesce(': ' || p.reason, '') as reason
+    from {{schema}}.job_dependencies d join parents p on d.depends_on = p.id
+    where p.fate <> 'completed' and d.on_failure <> 'continue'
+    order by d.job_id, d.on_failure desc, p.id
+  ), gone as (
+    delete from {{schema}}.jobs j using hit h
+    where j.id = h.job_id and j.status = 'waiting'
+    returning j.*, h.on_failure, left(h.reason, 4000) as reason,
+      coalesce((retain_by_stage ->> j.stage)::float8, retain_default_ms) as keep_ms
+  ), buried as (
+    insert into {{schema}}.dead_letters (job_id, stage, org_id, subject_id, payload, priority, attempts, max_attempts,
+                                         dedupe_key, reason, error_history, job_created_at)
+    select id, stage, org_id, subject_id, payload, priority, attempts, max_attempts, dedupe_key, reason, errors, created_at
+    from gone where on_failure = 'dead'
+  ), kept as (
+    insert into {{schema}}.jobs_archive (id, stage, org_id, subject_id, payload, priority, status, attempts,
+                                         max_attempts, polls, dedupe_key, errors, last_error, output, progress,
+                                         progress_message, timeout_ms, created_at, started_at, finished_at,
+                                         last_run_ms, keep_until)
+    select id, stage, org_id, subject_id, payload, priority,
+           case when on_failure = 'dead' then 'dead' else 'cancelled' end, attempts, max_attempts, polls, dedupe_key,
+           errors, reason, null, progress, progress_message, timeout_ms, created_at, started_at, now(), last_run_ms,
+           now() + keep_ms * interval '1 millisecond'
+    from gone where keep_ms > 0
+  )
+  select array_agg(id) filter (where has_dependents),
+         array_agg(case when on_failure = 'dead' then 'dead' else 'cancelled' end) filter (where has_dependents),
+         array_agg(reason) filter (where has_dependents),
+         count(*)::int
+  into failed_ids, failed_fates, failed_reasons, n
+  from gone;
+  touched := touched + n;
+
+  -- down the chain: the dependents just cancelled or dead-lettered have dependents of their own
+  if failed_ids is not null then
+    touched := touched + {{schema}}.settle_dependents(failed_ids, failed_fates, failed_reasons, retain_default_ms, retain_by_stage);
+  end if;
+  return touched;
+end
+$$;
