@@ -703,7 +703,6 @@ export const settleOutcomes = (
       -- a retry or poll for later: every process's next-due timer hears of it, not only this one's
       union all
       select pg_notify(${channel(schema)}, ${laterTopic}) where exists (select 1 from requeued where delay_ms > 0)
-    )
     ), released as (
       ${dependentsSettled(sql, sql`deleted`, sql`case when action = 'complete' then 'completed' else 'cancelled' end`, sql`null::text`, retention)}
       union all

@@ -1,0 +1,230 @@
+/**
+ * The flows contract: jobs that wait for other jobs (fan-in, diamonds, failure policies down chains, flows whose
+ * parent reads its children's typed outputs), on both queues, so the twin cannot drift. Each test uses its own
+ * stage names.
+ */
+import { describe, expect, layer } from "@effect/vitest"
+import { Duration, Effect, Either, Schema } from "effect"
+import * as Queue from "../../src/queue/Queue.js"
+import * as Stage from "../../src/runtime/Stage.js"
+import type { ContractTarget } from "./contract.js"
+
+let stageCounter = 0
+const freshStage = (base: string) => `${base}_${stageCounter++}`
+const worker = { workerId: "w", leaseFor: Duration.seconds(30) }
+
+/** Claims the one ready job of `stage` and completes it with `output`. */
+const runOne = (stage: string, output?: unknown) =>
+  Effect.gen(function*() {
+    const q = yield* Queue.Queue
+    const [job] = yield* q.claim(stage, 1, worker)
+    expect(job).toBeDefined()
+    expect(yield* q.settle([Queue.Outcome.complete(job!, [], output)])).toEqual(["completed"])
+    return job!
+  })
+
+const statusOf = (id: string) => Effect.flatMap(Queue.Queue, (q) => Effect.map(q.get(id), (j) => j?.status ?? null))
+
+export const flowsContract = (target: ContractTarget) =>
+  describe(`Flows contract: ${target.name}`, () => {
+    layer(target.layer, { timeout: 120_000, excludeTestServices: target.live as false })((it) => {
+      const test = it.effect
+
+      test("a fan-in of 3: the dependent waits until its last parent completes, then is claimable", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const parents = freshStage("fanin_parent")
+          const child = freshStage("fanin_child")
+          const ids = (yield* q.enqueue([0, 1, 2].map((n) => ({ stage: parents, payload: { n } })))).map((r) => r.id)
+          const [dependent] = yield* q.enqueue([{ stage: child, dependsOn: ids }])
+          const waiting = yield* q.get(dependent!.id)
+          expect(waiting?.status).toBe("waiting")
+          expect(waiting?.waitingOn).toBe(3)
+          expect(yield* q.claim(child, 10, worker)).toEqual([])
+          expect((yield* q.list({ stage: child, status: "waiting" })).map((j) => j.id)).toEqual([dependent!.id])
+          yield* runOne(parents)
+          yield* runOne(parents)
+          expect((yield* q.get(dependent!.id))?.waitingOn).toBe(1)
+          expect(yield* q.claim(child, 10, worker)).toEqual([])
+          yield* runOne(parents)
+          expect(yield* statusOf(dependent!.id)).toBe("queued")
+          const [claimed] = yield* q.claim(child, 10, worker)
+          expect(claimed?.id).toBe(dependent!.id)
+          const deps = yield* q.dependencies(dependent!.id)
+          expect(deps?.parents.map((p) => [p.id, p.status])).toEqual(ids.map((id) => [id, "completed"]))
+          expect((yield* q.dependencies(ids[0]!))?.children.map((c) => c.id)).toEqual([dependent!.id])
+        }))
+
+      test("a diamond: the join is released once when its two parents complete in one settle", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const top = freshStage("diamond_top")
+          const side = freshStage("diamond_side")
+          const join = freshStage("diamond_join")
+          const [a] = yield* q.enqueue([{ stage: top }])
+          const [b, c] = yield* q.enqueue([{ stage: side, dependsOn: [a!.id] }, { stage: side, dependsOn: [a!.id] }])
+          const [d] = yield* q.enqueue([{ stage: join, dependsOn: [b!.id, c!.id] }])
+          expect(yield* q.claim(side, 10, worker)).toEqual([])
+          yield* runOne(top)
+          const sides = yield* q.claim(side, 10, worker)
+          expect(sides.map((j) => j.id).sort()).toEqual([b!.id, c!.id].sort())
+          expect(yield* q.completeMany(sides)).toHaveLength(2)
+          const joined = yield* q.claim(join, 10, worker)
+          expect(joined.map((j) => j.id)).toEqual([d!.id])
+          expect(yield* q.claim(join, 10, worker)).toEqual([])
+        }))
+
+      test("parents completing at once in separate settles release their dependent exactly once", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const parents = freshStage("race_parent")
+          const child = freshStage("race_child")
+          for (let round = 0; round < 10; round++) {
+            const ids = (yield* q.enqueue([{ stage: parents }, { stage: parents }, { stage: parents }])).map((r) => r.id)
+            const [dependent] = yield* q.enqueue([{ stage: child, dependsOn: ids }])
+            const claimed = yield* q.claim(parents, 3, worker)
+            expect(claimed).toHaveLength(3)
+            yield* Effect.all(claimed.map((j) => q.completeMany([j])), { concurrency: "unbounded" })
+            const ready = yield* q.claim(child, 10, worker)
+            expect(ready.map((j) => j.id)).toEqual([dependent!.id])
+            yield* q.completeMany(ready)
+          }
+        }))
+
+      test("a parent dead-lettered cancels its dependents with the reason, down the chain", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("chain")
+          const [a] = yield* q.enqueue([{ stage }])
+          const [b] = yield* q.enqueue([{ stage, dependsOn: [a!.id] }])
+          const [c] = yield* q.enqueue([{ stage, dependsOn: [b!.id] }])
+          const [dl] = yield* q.enqueue([{ stage, dependsOn: [{ id: a!.id, onFailure: "deadLetter" }] }])
+          const [job] = yield* q.claim(stage, 10, worker)
+          expect(job?.id).toBe(a!.id)
+          expect(yield* q.deadLetter(job!, { tag: "Permanent", message: "bad input" })).toBe(true)
+          const cancelledB = yield* q.get(b!.id)
+          expect(cancelledB?.status).toBe("cancelled")
+          expect(cancelledB?.lastError).toBe(`parent job ${a!.id} was dead-lettered: bad input`)
+          const cancelledC = yield* q.get(c!.id)
+          expect(cancelledC?.status).toBe("cancelled")
+          expect(cancelledC?.lastError).toBe(`parent job ${b!.id} was cancelled: parent job ${a!.id} was dead-lettered: bad input`)
+          expect(yield* statusOf(dl!.id)).toBe("dead")
+          const letters = yield* q.deadLetters.list({ stage })
+          expect(letters.map((l) => [l.jobId, l.reason])).toContainEqual([dl!.id, `parent job ${a!.id} was dead-lettered: bad input`])
+          expect(yield* q.claim(stage, 10, worker)).toEqual([])
+        }))
+
+      test("continueOnFailure: a dependent runs anyway when its parent dies", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("cont_parent")
+          const child = freshStage("cont_child")
+          const [a] = yield* q.enqueue([{ stage, maxAttempts: 1 }])
+          const [b] = yield* q.enqueue([{ stage: child, dependsOn: [{ id: a!.id, onFailure: "continue" }] }])
+          const [job] = yield* q.claim(stage, 1, worker)
+          expect(yield* q.retry(job!, Duration.zero, { tag: "Transient", message: "timeout" })).toBe("dead-lettered")
+          const [ran] = yield* q.claim(child, 10, worker)
+          expect(ran?.id).toBe(b!.id)
+          expect((yield* q.dependencies(b!.id))?.parents.map((p) => [p.id, p.status, p.onFailure])).toEqual([[a!.id, "dead", "continue"]])
+        }))
+
+      test("cancelling a parent cascades to its waiting dependents", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("cancel_cascade")
+          const [a] = yield* q.enqueue([{ stage }])
+          const [b] = yield* q.enqueue([{ stage, dependsOn: [a!.id] }])
+          const [c] = yield* q.enqueue([{ stage, dependsOn: [b!.id] }])
+          expect(yield* q.cancel(a!.id)).toBe("cancelled")
+          expect(yield* statusOf(b!.id)).toBe("cancelled")
+          expect((yield* q.get(c!.id))?.lastError).toBe(`parent job ${b!.id} was cancelled: parent job ${a!.id} was cancelled`)
+          // a waiting job can be cancelled itself
+          const [d] = yield* q.enqueue([{ stage }])
+          const [e] = yield* q.enqueue([{ stage, dependsOn: [d!.id] }])
+          expect(yield* q.cancel(e!.id)).toBe("cancelled")
+          yield* runOne(stage)
+          expect(yield* q.claim(stage, 10, worker)).toEqual([])
+        }))
+
+      test("parents must exist in the job's org; a completed one counts as done, a dead one refuses", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("exists")
+          const [done] = yield* q.enqueue([{ stage, orgId: "org-a" }])
+          yield* runOne(stage)
+          const [after] = yield* q.enqueue([{ stage, orgId: "org-a", dependsOn: [done!.id] }])
+          expect(yield* statusOf(after!.id)).toBe("queued")
+          yield* runOne(stage)
+          const [other] = yield* q.enqueue([{ stage, orgId: "org-b" }])
+          const crossOrg = yield* Effect.either(q.enqueue([{ stage, orgId: "org-a", dependsOn: [other!.id] }]))
+          const missing = yield* Effect.either(q.enqueue([{ stage, orgId: "org-a", dependsOn: ["999999999"] }]))
+          expect(Either.isLeft(crossOrg) && crossOrg.left._tag === "InvalidJob" && crossOrg.left.message).toBe(`dependsOn: job ${other!.id} not found`)
+          expect(Either.isLeft(missing) && missing.left._tag === "InvalidJob" && missing.left.message).toBe("dependsOn: job 999999999 not found")
+          yield* runOne(stage)
+          const [doomed] = yield* q.enqueue([{ stage, orgId: "org-a" }])
+          const [claimed] = yield* q.claim(stage, 1, worker)
+          yield* q.deadLetter(claimed!, { tag: "Permanent", message: "no" })
+          const onDead = yield* Effect.either(q.enqueue([{ stage, orgId: "org-a", dependsOn: [doomed!.id] }]))
+          expect(Either.isLeft(onDead) && onDead.left.message).toBe(`dependsOn: job ${doomed!.id} was dead-lettered, and onFailure is cancel`)
+          const [anyway] = yield* q.enqueue([{ stage, orgId: "org-a", dependsOn: [{ id: doomed!.id, onFailure: "continue" }] }])
+          expect(yield* statusOf(anyway!.id)).toBe("queued")
+          const bad = yield* Effect.either(q.enqueue([{ stage, dependsOn: ["x1"] }]))
+          expect(Either.isLeft(bad) && bad.left._tag === "InvalidJob" && bad.left.field).toBe("dependsOn")
+        }))
+
+      test("a 3-level flow: each parent runs after its children and reads their outputs, typed by their stages", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const leaf = Stage.make({
+            name: freshStage("flow_leaf"),
+            payload: Schema.Struct({ n: Schema.Number }),
+            output: Schema.Struct({ squared: Schema.Number }),
+            handler: ({ n }) => Effect.succeed({ squared: n * n })
+          })
+          const mid = Stage.make({
+            name: freshStage("flow_mid"),
+            payload: Schema.Struct({}),
+            output: Schema.Struct({ sum: Schema.Number }),
+            handler: () => Effect.succeed({ sum: 0 })
+          })
+          const root = freshStage("flow_root")
+          const ids = yield* Queue.enqueueFlow({
+            job: { stage: root },
+            children: [
+              { job: { stage: mid.name }, children: [1, 2].map((n) => ({ job: { stage: leaf.name, payload: { n } } })) },
+              { job: { stage: mid.name }, children: [3, 4, 5].map((n) => ({ job: { stage: leaf.name, payload: { n } } })) }
+            ]
+          })
+          expect(ids.children.map((c) => c.children.length)).toEqual([2, 3])
+          expect(yield* statusOf(ids.id)).toBe("waiting")
+          expect(yield* q.claim(mid.name, 10, worker)).toEqual([])
+          const leaves = yield* q.claim(leaf.name, 10, worker)
+          expect(leaves).toHaveLength(5)
+          yield* q.settle(leaves.map((j) => Queue.Outcome.complete(j, [], { squared: (j.payload as { n: number }).n ** 2 })))
+          const mids = yield* q.claim(mid.name, 10, worker)
+          expect(mids).toHaveLength(2)
+          expect(yield* q.claim(root, 10, worker)).toEqual([])
+          const sums = yield* Effect.forEach(mids, (m) =>
+            Effect.map(Stage.childOutputs(m.id, leaf), (outs) => outs.reduce((s, o) => s + o.output.squared, 0)))
+          expect(sums.sort((a, b) => a - b)).toEqual([5, 50])
+          yield* q.settle(mids.map((m, i) => Queue.Outcome.complete(m, [], { sum: sums[i] })))
+          const [top] = yield* q.claim(root, 10, worker)
+          expect(top?.id).toBe(ids.id)
+          const outputs = yield* Stage.childOutputs(top!.id, mid)
+          expect(outputs.map((o) => o.output.sum).sort((a, b) => a - b)).toEqual([5, 50])
+        }))
+
+      test("a flow enqueued in a transaction that fails leaves nothing behind", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("flow_rollback")
+          // the children are written, then the root's unknown parent fails the transaction
+          const failed = yield* Effect.either(Queue.enqueueFlow({
+            job: { stage, dependsOn: ["999999998"] },
+            children: [{ job: { stage }, children: [{ job: { stage } }] }, { job: { stage } }]
+          }))
+          expect(Either.isLeft(failed)).toBe(true)
+          expect(yield* q.list({ stage })).toEqual([])
+        }))
+    })
+  })
