@@ -150,3 +150,24 @@ begin
   return touched;
 end
 $$;
+
+-- Uniqueness over a time window: at most one job per (org, dedupe key, window) where windows are aligned periods
+-- of `uniqueFor` (e.g. each clock hour), counting finished jobs too (today's `jobs_dedupe` counts live ones only).
+-- The first enqueue of a window inserts its row; a concurrent one waits on that insert (ON CONFLICT) and then
+-- returns the same job. Rows are pruned once their window has passed (`expires_at`).
+create table {{schema}}.job_unique_windows (
+  org_key      text        not null,
+  org_id       text,
+  dedupe_key   text        not null,
+  window_start timestamptz not null,
+  expires_at   timestamptz not null,
+  job_id       bigint,
+  primary key (org_key, dedupe_key, window_start)
+);
+create index job_unique_windows_expiry on {{schema}}.job_unique_windows (expires_at);
+
+grant select, insert, update, delete on {{schema}}.job_unique_windows to pgfiber_tenant;
+alter table {{schema}}.job_unique_windows enable row level security;
+create policy job_unique_windows_by_org on {{schema}}.job_unique_windows to pgfiber_tenant
+  using (org_id = current_setting('pgfiber.org_id', true))
+  with check (org_id = current_setting('pgfiber.org_id', true));

@@ -73,6 +73,12 @@ export interface NewJob {
    * An id alone waits with `onFailure: "cancel"`.
    */
   readonly dependsOn?: ReadonlyArray<JobId | Dependency> | undefined
+  /**
+   * One job per `dedupeKey` (per org) per window of this length, counting finished jobs too: windows are aligned
+   * periods by the database clock (`"1 hour"`: each clock hour); an enqueue in a window that already had its job
+   * returns that job (`deduped`). Needs a `dedupeKey`, and `dedupeMode` first.
+   */
+  readonly uniqueFor?: Duration.DurationInput | undefined
 }
 
 export type DedupeMode = "first" | "replace" | "debounce"
@@ -94,6 +100,8 @@ export interface ValidJob {
   readonly timeoutMs: number | null
   /** Distinct parents, in the order given; empty for a job that waits for nothing. */
   readonly dependsOn: ReadonlyArray<{ readonly id: JobId; readonly onFailure: OnParentFailure }>
+  /** The uniqueness window's length in ms; null: unique among live jobs only (or not at all). */
+  readonly uniqueForMs: number | null
 }
 
 export interface ErrorEntry {
@@ -499,6 +507,15 @@ export const validate = (job: NewJob, options: ValidateOptions): Either.Either<V
   if (dependsOn.right.length > 0 && dedupeMode !== "first") {
     return fail("dependsOn", `dependsOn cannot be combined with dedupeMode ${dedupeMode}`)
   }
+  let uniqueForMs: number | null = null
+  if (job.uniqueFor !== undefined) {
+    const decoded = Duration.decodeUnknown(job.uniqueFor)
+    const millis = decoded._tag === "Some" && Duration.isFinite(decoded.value) ? Math.round(Duration.toMillis(decoded.value)) : NaN
+    if (!(millis >= 1000 && millis <= 366 * 24 * 3600 * 1000)) return fail("uniqueFor", "uniqueFor must be a duration from 1 second to 366 days")
+    if (dedupeKey.right === null) return fail("uniqueFor", "uniqueFor needs a dedupeKey")
+    if (dedupeMode !== "first") return fail("uniqueFor", `uniqueFor cannot be combined with dedupeMode ${dedupeMode}`)
+    uniqueForMs = millis
+  }
   return Either.right({
     stage: job.stage,
     payloadJson,
@@ -512,7 +529,8 @@ export const validate = (job: NewJob, options: ValidateOptions): Either.Either<V
     dedupeKey: dedupeKey.right,
     dedupeMode,
     timeoutMs,
-    dependsOn: dependsOn.right
+    dependsOn: dependsOn.right,
+    uniqueForMs
   })
 }
 

@@ -77,6 +77,70 @@ export const insertWaitingJobs = (sql: Sql, jobs: ReadonlyArray<ValidJob>, waiti
     returning id, (xmax <> 0) as deduped`
 
 /**
+ * Claims each job's uniqueness window (`uniqueFor`): the window is the aligned period of `period_ms` that holds
+ * the database's now. Returns the windows this statement inserted (`fresh`), by ordinal; the others were taken
+ * already (`selectWindowJobs` finds their jobs, in a new statement: a concurrent first enqueue this one waited
+ * for committed after this statement's snapshot). Locking: the new window rows; ON CONFLICT waits for a
+ * concurrent insert of the same window to commit or roll back.
+ */
+export const claimWindows = (sql: Sql, w: {
+  readonly orgs: ReadonlyArray<string | null>
+  readonly keys: ReadonlyArray<string>
+  readonly periods: ReadonlyArray<number>
+}) =>
+  sql<Array<{ ord: number; window_start: Date; fresh: boolean }>>`
+    with w as (
+      select ord::int, org_id, dedupe_key, period_ms,
+             to_timestamp(floor(extract(epoch from now()) * 1000 / period_ms) * period_ms / 1000) as window_start
+      from unnest(${w.orgs}::text[], ${w.keys}::text[], ${w.periods}::float8[]) with ordinality as t(org_id, dedupe_key, period_ms, ord)
+    ), ins as (
+      insert into job_unique_windows (org_key, org_id, dedupe_key, window_start, expires_at)
+      select coalesce(org_id, ''), org_id, dedupe_key, window_start, window_start + period_ms * interval '1 millisecond'
+      from w order by ord
+      on conflict do nothing
+      returning org_key, dedupe_key, window_start
+    )
+    select w.ord, w.window_start, exists (
+      select 1 from ins where ins.org_key = coalesce(w.org_id, '') and ins.dedupe_key = w.dedupe_key and ins.window_start = w.window_start
+    ) as fresh
+    from w order by w.ord`
+
+/** The jobs of windows taken already. Locking: none. */
+export const selectWindowJobs = (sql: Sql, w: {
+  readonly orgs: ReadonlyArray<string | null>
+  readonly keys: ReadonlyArray<string>
+  readonly starts: ReadonlyArray<Date>
+}) =>
+  sql<Array<{ ord: number; job_id: string | null }>>`
+    select t.ord::int, u.job_id::text
+    from unnest(${w.orgs}::text[], ${w.keys}::text[], ${w.starts.map((d) => d.toISOString())}::timestamptz[]) with ordinality as t(org_id, dedupe_key, window_start, ord)
+    left join job_unique_windows u
+      on u.org_key = coalesce(t.org_id, '') and u.dedupe_key = t.dedupe_key and u.window_start = t.window_start`
+
+/** Records the job a fresh window went to. Locking: those window rows (this transaction's own). */
+export const setWindowJobs = (sql: Sql, w: {
+  readonly orgs: ReadonlyArray<string | null>
+  readonly keys: ReadonlyArray<string>
+  readonly starts: ReadonlyArray<Date>
+  readonly jobIds: ReadonlyArray<string>
+}) =>
+  sql`
+    update job_unique_windows u set job_id = t.job_id
+    from unnest(${w.orgs}::text[], ${w.keys}::text[], ${w.starts.map((d) => d.toISOString())}::timestamptz[], ${w.jobIds}::bigint[])
+      as t(org_id, dedupe_key, window_start, job_id)
+    where u.org_key = coalesce(t.org_id, '') and u.dedupe_key = t.dedupe_key and u.window_start = t.window_start`
+
+/** Windows that have passed. Locking: SKIP LOCKED on the rows it takes. */
+export const pruneWindows = (sql: Sql, limit: number) =>
+  sql<Array<{ n: number }>>`
+    with gone as (
+      delete from job_unique_windows where ctid = any(array(
+        select ctid from job_unique_windows where expires_at < now() order by expires_at limit ${limit} for update skip locked))
+      returning 1
+    )
+    select count(*)::int as n from gone`
+
+/**
  * The live parents among `ids`, locked, each marked `has_dependents` so its settle releases its dependents.
  * Locking: FOR UPDATE on each live parent, held to the enqueue's commit: a settle that comes later waits for
  * it and then sees the new dependents (`settle_dependents` reads with a fresh snapshot); a parent a settle

@@ -60,6 +60,8 @@ export const make = (options: QueueOptions = {}) =>
     }
 
     const wake = (stage: string) => listeners.forEach((l) => l.onWake(stage))
+    /** Uniqueness windows taken, `[org, key, window start]` → the window's job (kept: the twin is short-lived). */
+    const windows = new Map<string, string>()
 
     // the dependency graph, by both ends (edges stay after both ends finish, as in job_dependencies)
     const edgesByParent = new Map<string, Array<Edge>>()
@@ -134,12 +136,22 @@ export const make = (options: QueueOptions = {}) =>
         waiting.push(n)
       }
       const edges: Array<Edge> = []
+      // uniqueness windows (`uniqueFor`): aligned periods of the clock; a taken one returns its job
+      const claimedWindows = new Map<string, string>()
+      const windowOf = (v: ValidJob) =>
+        v.uniqueForMs === null ? null : JSON.stringify([v.orgId, v.dedupeKey, Math.floor(now / v.uniqueForMs) * v.uniqueForMs])
       const rows = new Map<string, MutableJob>()
       // duplicates that update a live, still queued job (`replace`, `debounce`), applied at write time
       const updates = new Map<string, ValidJob>()
       const seen = new Map<string, string>()
       const availableAt = (v: ValidJob) => v.runAt ?? new Date(now + v.delayMs)
       for (const [index, v] of valid.entries()) {
+        const window = windowOf(v)
+        const windowJob = window === null ? undefined : claimedWindows.get(window) ?? windows.get(window)
+        if (windowJob !== undefined) {
+          results.push({ id: windowJob, deduped: true })
+          continue
+        }
         // dedupe keys are per org (jobs with no org share a space of their own), as in Postgres's jobs_dedupe
         const scoped = v.dedupeKey === null ? null : JSON.stringify([v.orgId, v.dedupeKey])
         const existing = scoped === null
@@ -147,6 +159,7 @@ export const make = (options: QueueOptions = {}) =>
           : seen.get(scoped) ??
             [...jobs.values()].find((j) => j.dedupeKey === v.dedupeKey && j.orgId === v.orgId)?.id
         if (existing !== undefined) {
+          if (window !== null) claimedWindows.set(window, existing)
           results.push({ id: existing, deduped: true })
           if (v.dedupeMode !== "first") {
             const pending = rows.get(existing)
@@ -161,6 +174,7 @@ export const make = (options: QueueOptions = {}) =>
         }
         const id = String(nextId++)
         if (scoped !== null) seen.set(scoped, id)
+        if (window !== null) claimedWindows.set(window, id)
         rows.set(id, {
           id,
           stage: v.stage,
@@ -197,6 +211,7 @@ export const make = (options: QueueOptions = {}) =>
       const write = () => {
         rows.forEach((row) => jobs.set(row.id, row))
         edges.forEach(addEdge)
+        claimedWindows.forEach((id, window) => windows.set(window, id))
         const ready = [...rows.values()].filter((r) => r.status === "queued")
         const woken = new Set(ready.map((r) => r.stage))
         let later = ready.some((r) => r.availableAt.getTime() > now)

@@ -6,7 +6,7 @@ import { Duration, Effect, Either, Exit, Layer } from "effect"
 import * as Db from "../layers/Db.js"
 import * as Spans from "../layers/Spans.js"
 import * as Events from "./Events.js"
-import type { Beat, DeadLetter, DependencyLink, ErrorEntry, Job, JobStatus, StageStats, ValidJob } from "./Job.js"
+import type { Beat, DeadLetter, DependencyLink, ErrorEntry, InvalidJob, Job, JobStatus, StageStats, ValidJob } from "./Job.js"
 import { countEnqueued, defaultMaxPayloadBytes, isJobId, jobFromDeadLetter, JobNotFound, parentProblem, policyColumn, policyFromColumn, validateAll } from "./Job.js"
 import * as JobsSql from "./JobsSql.js"
 import * as Limits from "./Limits.js"
@@ -134,7 +134,68 @@ export const make = (options: QueueOptions = {}) =>
       knownStages: options.knownStages ? new Set(options.knownStages) : undefined
     }
 
-    const enqueueValid = (jobs: ReadonlyArray<import("./Job.js").ValidJob>) =>
+    /**
+     * Jobs with a uniqueness window (`uniqueFor`), in one transaction: the windows claimed first; a job whose window
+     * was taken (earlier, or by a job before it in this batch) returns that window's job, deduplicated; the others
+     * are written as any job is, and their windows record them.
+     */
+    const enqueueValid = (jobs: ReadonlyArray<ValidJob>): Effect.Effect<ReadonlyArray<{ id: string; deduped: boolean }>, InvalidJob | Db.DbError> => {
+      const windowed = jobs.flatMap((j, i) => (j.uniqueForMs === null ? [] : [i]))
+      if (windowed.length === 0) return enqueueUnwindowed(jobs)
+      return db.transaction(Effect.gen(function*() {
+        const ws = windowed.map((i) => jobs[i]!)
+        const claimed = yield* db.run((sql) =>
+          JobsSql.claimWindows(sql, { orgs: ws.map((j) => j.orgId), keys: ws.map((j) => j.dedupeKey!), periods: ws.map((j) => j.uniqueForMs!) })
+        )
+        const windowKey = (k: number) => JSON.stringify([ws[k]!.orgId, ws[k]!.dedupeKey, claimed[k]!.window_start.toISOString()])
+        // the first job of each fresh window is written; later ones in the batch follow it
+        const firstOf = new Map<string, number>()
+        const taken: Array<number> = []
+        claimed.forEach((c, k) => {
+          const key = windowKey(k)
+          if (c.fresh && !firstOf.has(key)) firstOf.set(key, k)
+          else if (!c.fresh) taken.push(k)
+        })
+        const existing = new Map<number, string | null>()
+        if (taken.length > 0) {
+          const rows = yield* db.run((sql) =>
+            JobsSql.selectWindowJobs(sql, {
+              orgs: taken.map((k) => ws[k]!.orgId),
+              keys: taken.map((k) => ws[k]!.dedupeKey!),
+              starts: taken.map((k) => claimed[k]!.window_start)
+            })
+          )
+          rows.forEach((r) => existing.set(taken[r.ord - 1]!, r.job_id))
+        }
+        const writes = jobs.filter((_, i) => {
+          const k = windowed.indexOf(i)
+          return k < 0 || firstOf.get(windowKey(k)) === k
+        })
+        const written = yield* enqueueUnwindowed(writes)
+        const byJob = new Map(writes.map((j, n) => [j, written[n]!]))
+        const fresh = [...firstOf.values()]
+        if (fresh.length > 0) {
+          yield* db.run((sql) =>
+            JobsSql.setWindowJobs(sql, {
+              orgs: fresh.map((k) => ws[k]!.orgId),
+              keys: fresh.map((k) => ws[k]!.dedupeKey!),
+              starts: fresh.map((k) => claimed[k]!.window_start),
+              jobIds: fresh.map((k) => byJob.get(ws[k]!)!.id)
+            })
+          )
+        }
+        return yield* Effect.forEach(jobs, (j, i) => {
+          const k = windowed.indexOf(i)
+          if (k < 0 || firstOf.get(windowKey(k)) === k) return Effect.succeed(byJob.get(j)!)
+          const first = firstOf.get(windowKey(k))
+          const id = first !== undefined ? byJob.get(ws[first]!)!.id : existing.get(k)
+          // a window row and its job commit together (this transaction), so a taken window always names its job
+          return id ? Effect.succeed({ id, deduped: true }) : Effect.dieMessage(`uniqueness window of ${ws[k]!.dedupeKey} names no job`)
+        })
+      }))
+    }
+
+    const enqueueUnwindowed = (jobs: ReadonlyArray<import("./Job.js").ValidJob>) =>
       Effect.gen(function*() {
         if (jobs.length === 0) return []
         // a batch may repeat a dedupe key (per org); ON CONFLICT cannot touch a row twice, so collapse them first:
@@ -635,9 +696,14 @@ export const make = (options: QueueOptions = {}) =>
             total += n
             if (n < batch) break
           }
-          // edges whose dependent has left the history go with it (not counted: they are not jobs)
+          // edges whose dependent has left the history go with it, and uniqueness windows that have passed (not
+          // counted: they are not jobs)
           for (let i = 0; i < maxBatches; i++) {
             const [row] = yield* db.run((sql) => JobsSql.pruneDependencies(sql, batch))
+            if ((row?.n ?? 0) < batch) break
+          }
+          for (let i = 0; i < maxBatches; i++) {
+            const [row] = yield* db.run((sql) => JobsSql.pruneWindows(sql, batch))
             if ((row?.n ?? 0) < batch) break
           }
           return total

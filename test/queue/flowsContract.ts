@@ -214,6 +214,38 @@ export const flowsContract = (target: ContractTarget) =>
           expect(outputs.map((o) => o.output.sum).sort((a, b) => a - b)).toEqual([5, 50])
         }))
 
+      test("uniqueness over a window: one job per key per period, counting finished jobs, per org", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("window")
+          // a window of 366 days: both enqueues fall in one unless the test straddles its boundary (once a year)
+          const long = { stage, dedupeKey: "report", uniqueFor: Duration.days(366) }
+          const [first] = yield* q.enqueue([{ ...long, orgId: "org-a" }])
+          expect(first!.deduped).toBe(false)
+          yield* runOne(stage)
+          expect(yield* statusOf(first!.id)).toBe("completed")
+          // finished, yet still this window's job; duplicates within one batch follow the first
+          const again = yield* q.enqueue([{ ...long, orgId: "org-a" }, { ...long, orgId: "org-a" }])
+          expect(again).toEqual([{ id: first!.id, deduped: true }, { id: first!.id, deduped: true }])
+          const [otherOrg] = yield* q.enqueue([{ ...long, orgId: "org-b" }])
+          expect(otherOrg!.deduped).toBe(false)
+          const [otherKey] = yield* q.enqueue([{ ...long, orgId: "org-a", dedupeKey: "other" }])
+          expect(otherKey!.deduped).toBe(false)
+          // a window of a second: after more than one, the next window takes a new job
+          // (a live job with the key still dedupes, as without a window: run it first)
+          const ticks = freshStage("window_tick")
+          const short = { stage: ticks, dedupeKey: "tick", uniqueFor: "1 second" as const }
+          const [a] = yield* q.enqueue([short])
+          expect((yield* q.enqueue([short]))[0]!.id).toBe(a!.id)
+          yield* runOne(ticks)
+          yield* target.advance("1100 millis")
+          const [b] = yield* q.enqueue([short])
+          expect(b!.deduped).toBe(false)
+          expect(b!.id).not.toBe(a!.id)
+          const refused = yield* Effect.either(q.enqueue([{ stage, uniqueFor: "1 hour" }]))
+          expect(Either.isLeft(refused) && refused.left._tag === "InvalidJob" && refused.left.field).toBe("uniqueFor")
+        }))
+
       test("a flow enqueued in a transaction that fails leaves nothing behind", () =>
         Effect.gen(function*() {
           const q = yield* Queue.Queue
