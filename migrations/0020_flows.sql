@@ -15,7 +15,7 @@
 -- The enqueue of a dependent locks its live parents (`for update`) and sets their mark; a settle that reached a
 -- parent first makes that enqueue wait and then find the parent in the history. A settle that waited for the
 -- enqueue's lock started (took its snapshot) before the dependent existed, so the release runs in
--- `settle_dependents`, a volatile function whose statements each take a fresh snapshot (READ COMMITTED): called by
+-- `settle_finished`, a volatile function whose statements each take a fresh snapshot (READ COMMITTED): called by
 -- the settle after its delete has locked the parent, it sees every dependent committed before that lock was had.
 
 alter table {{schema}}.jobs drop constraint if exists jobs_status_check;
@@ -60,16 +60,83 @@ begin
 end
 $$;
 
--- Parents that just finished (`ids`, each with its fate: completed, dead or cancelled, and a reason for the last two)
--- settle their dependents: each edge that counts as done (a completed parent, or `continue`) takes one off the
--- dependent's `waiting_on`, and the dependent whose count reaches 0 becomes queued and its stage is woken; a waiting
--- dependent of a failed parent is cancelled or dead-lettered with the reason (into the history per its stage's
--- retention, `retain_default_ms` / `retain_by_stage` as the settle's), and its own dependents settle in turn.
--- Returns how many dependents were released, cancelled or dead-lettered, down the whole chain.
--- Locking: each dependent's row, by UPDATE or DELETE (waiting rows: no claim or heartbeat takes them); concurrent
--- settles of two parents of one dependent serialise there, the second reading the first's count.
-create function {{schema}}.settle_dependents(ids bigint[], fates text[], reasons text[],
-                                            retain_default_ms float8, retain_by_stage jsonb)
+-- Batches: a group of jobs with callback jobs (`on_complete`, `on_failure`: stage, payload, priority, max attempts),
+-- enqueued exactly once, when the batch is sealed and its last job has finished, with the batch's counts in their
+-- payload (`batch`). Jobs join while it is open (each join adds to `total` under the batch row's lock); every
+-- finished job of it adds to `completed` or `failed` under that lock too, so of two settles that finish its last
+-- jobs at once the second sees the first's count, and only one sets `finished_at` (the callbacks' guard).
+create table {{schema}}.job_batches (
+  id          bigint generated always as identity primary key,
+  org_id      text,
+  on_complete jsonb,
+  on_failure  jsonb,
+  total       integer not null default 0,
+  completed   integer not null default 0,
+  failed      integer not null default 0,
+  sealed      boolean not null default false,
+  finished_at timestamptz,
+  -- the callback jobs enqueued when it finished
+  callbacks   bigint[],
+  created_at  timestamptz not null default now()
+);
+alter table {{schema}}.jobs add column batch_id bigint;
+
+grant select, insert, update, delete on {{schema}}.job_batches to pgfiber_tenant;
+alter table {{schema}}.job_batches enable row level security;
+create policy job_batches_by_org on {{schema}}.job_batches to pgfiber_tenant
+  using (org_id = current_setting('pgfiber.org_id', true))
+  with check (org_id = current_setting('pgfiber.org_id', true));
+
+-- Enqueues the callbacks of batches that just finished (`finished_at` set by the caller, under the row's lock):
+-- `on_complete` always, `on_failure` too when some job failed; each with `batch` (id, total, completed, failed)
+-- added to its payload. Locking: the batch rows (the caller's own), new job rows.
+create function {{schema}}.enqueue_batch_callbacks(batch_ids bigint[]) returns integer
+language plpgsql volatile as $$
+declare
+  n integer;
+begin
+  with finished as (
+    select * from {{schema}}.job_batches where id = any(batch_ids) and finished_at is not null and callbacks is null
+  ), specs as (
+    select b.id as batch_id, b.org_id, spec,
+           jsonb_build_object('id', b.id::text, 'total', b.total, 'completed', b.completed, 'failed', b.failed) as counts
+    from finished b
+    cross join lateral (
+      select b.on_complete as spec where b.on_complete is not null
+      union all
+      select b.on_failure where b.on_failure is not null and b.failed > 0
+    ) s
+  ), inserted as (
+    insert into {{schema}}.jobs (stage, org_id, payload, priority, max_attempts)
+    select spec ->> 'stage', org_id, coalesce(spec -> 'payload', '{}'::jsonb) || jsonb_build_object('batch', counts),
+           coalesce((spec ->> 'priority')::smallint, 50), coalesce((spec ->> 'maxAttempts')::int, 5)
+    from specs
+    returning id, org_id, payload
+  ), recorded as (
+    update {{schema}}.job_batches b set callbacks = coalesce(
+      (select array_agg(i.id order by i.id) from inserted i where (i.payload -> 'batch' ->> 'id')::bigint = b.id), '{}')
+    from finished f where b.id = f.id
+    returning b.id
+  )
+  select (select count(*) from inserted)::int + 0 * (select count(*) from recorded)::int into n;
+  return n;
+end
+$$;
+
+-- Jobs that just finished (`ids`, each with its fate: completed, dead or cancelled, a reason for the last two, and
+-- its batch) settle what depends on them. Their dependents: each edge that counts as done (a completed parent, or
+-- `continue`) takes one off the dependent's `waiting_on`, and the dependent whose count reaches 0 becomes queued and
+-- its stage is woken; a waiting dependent of a failed parent is cancelled or dead-lettered with the reason (into
+-- the history per its stage's retention, `retain_default_ms` / `retain_by_stage` as the settle's), and settles in
+-- turn, down the chain. Their batches: counted, and the callbacks of each batch that has finished enqueued.
+-- Returns how many rows it touched. Called by every statement that finishes jobs, only when one of them has
+-- `has_dependents` or a `batch_id`.
+-- Locking: each dependent's row, by UPDATE or DELETE (waiting rows: no claim or heartbeat takes them), and each
+-- batch row; concurrent settles of two parents of one dependent (two jobs of one batch) serialise there, the
+-- second reading the first's count. Each statement here takes a fresh snapshot (a volatile function, READ
+-- COMMITTED), so it sees dependents committed after the calling settle's snapshot, before it locked their parent.
+create function {{schema}}.settle_finished(ids bigint[], fates text[], reasons text[], batch_ids bigint[],
+                                          retain_default_ms float8, retain_by_stage jsonb)
 returns integer
 language plpgsql volatile as $$
 declare
@@ -78,6 +145,8 @@ declare
   failed_ids bigint[];
   failed_fates text[];
   failed_reasons text[];
+  failed_batches bigint[];
+  done_batches bigint[];
 begin
   with parents as (
     select * from unnest(ids, fates, reasons) as p(id, fate, reason)
@@ -104,7 +173,7 @@ begin
   select (select count(*) from counted)::int + 0 * (select count(*) from woken)::int into n;
   touched := touched + n;
 
-  -- dependents of failed parents (by `cancel` or `dead` edges) leave the queue with the first failed parent's reason
+  -- dependents of failed parents (by `cancel` or `dead` edges) leave the queue with a failed parent's reason
   with parents as (
     select * from unnest(ids, fates, reasons) as p(id, fate, reason)
   ), hit as (
@@ -135,17 +204,35 @@ begin
            now() + keep_ms * interval '1 millisecond'
     from gone where keep_ms > 0
   )
-  select array_agg(id) filter (where has_dependents),
-         array_agg(case when on_failure = 'dead' then 'dead' else 'cancelled' end) filter (where has_dependents),
-         array_agg(reason) filter (where has_dependents),
+  select array_agg(id) filter (where has_dependents or batch_id is not null),
+         array_agg(case when on_failure = 'dead' then 'dead' else 'cancelled' end) filter (where has_dependents or batch_id is not null),
+         array_agg(reason) filter (where has_dependents or batch_id is not null),
+         array_agg(batch_id) filter (where has_dependents or batch_id is not null),
          count(*)::int
-  into failed_ids, failed_fates, failed_reasons, n
+  into failed_ids, failed_fates, failed_reasons, failed_batches, n
   from gone;
   touched := touched + n;
 
-  -- down the chain: the dependents just cancelled or dead-lettered have dependents of their own
+  -- their batches count them; a sealed batch whose last job this was has finished
+  with counts as (
+    select b.batch_id, count(*) filter (where b.fate = 'completed')::int as c, count(*) filter (where b.fate <> 'completed')::int as f
+    from unnest(fates, batch_ids) as b(fate, batch_id) where b.batch_id is not null group by b.batch_id
+  ), counted as (
+    update {{schema}}.job_batches b
+    set completed = b.completed + counts.c, failed = b.failed + counts.f,
+        finished_at = case when b.sealed and b.completed + counts.c + b.failed + counts.f >= b.total then now() end
+    from counts where b.id = counts.batch_id and b.finished_at is null
+    returning b.id, b.finished_at
+  )
+  select array_agg(id) filter (where finished_at is not null) into done_batches from counted;
+  if done_batches is not null then
+    touched := touched + {{schema}}.enqueue_batch_callbacks(done_batches);
+  end if;
+
+  -- down the chain: the dependents just cancelled or dead-lettered have dependents (or batches) of their own
   if failed_ids is not null then
-    touched := touched + {{schema}}.settle_dependents(failed_ids, failed_fates, failed_reasons, retain_default_ms, retain_by_stage);
+    touched := touched + {{schema}}.settle_finished(failed_ids, failed_fates, failed_reasons, failed_batches,
+                                                    retain_default_ms, retain_by_stage);
   end if;
   return touched;
 end

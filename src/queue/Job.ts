@@ -79,6 +79,8 @@ export interface NewJob {
    * returns that job (`deduped`). Needs a `dedupeKey`, and `dedupeMode` first.
    */
   readonly uniqueFor?: Duration.DurationInput | undefined
+  /** Joins this open batch (`Queue.batches`); its callbacks wait for this job too. */
+  readonly batchId?: string | undefined
 }
 
 export type DedupeMode = "first" | "replace" | "debounce"
@@ -102,6 +104,7 @@ export interface ValidJob {
   readonly dependsOn: ReadonlyArray<{ readonly id: JobId; readonly onFailure: OnParentFailure }>
   /** The uniqueness window's length in ms; null: unique among live jobs only (or not at all). */
   readonly uniqueForMs: number | null
+  readonly batchId: string | null
 }
 
 export interface ErrorEntry {
@@ -150,7 +153,60 @@ export interface Job {
   readonly timeoutMs: number | null
   /** A waiting job's parents not finished yet; null for a job that is not waiting. */
   readonly waitingOn: number | null
+  /** The batch it belongs to (live jobs; the history does not keep it). */
+  readonly batchId: string | null
 }
+
+/**
+ * A batch: jobs whose callbacks (`onComplete` always, `onFailure` too when a job failed) are enqueued exactly once,
+ * when it is sealed and its last job has finished, with its counts in their payload (`batch`).
+ */
+export interface Batch {
+  readonly id: string
+  readonly orgId: string | null
+  readonly total: number
+  readonly completed: number
+  /** Dead-lettered or cancelled. */
+  readonly failed: number
+  /** No more jobs may join; its callbacks run once all have finished. */
+  readonly sealed: boolean
+  readonly finishedAt: Date | null
+  /** The callback jobs enqueued when it finished. */
+  readonly callbacks: ReadonlyArray<JobId>
+}
+
+export interface BatchOptions {
+  readonly orgId?: string | null | undefined
+  /** Enqueued when the batch finishes, whatever its counts. Its payload (an object) gets `batch`. */
+  readonly onComplete?: NewJob | undefined
+  /** Enqueued too when the batch finishes with a job dead-lettered or cancelled. */
+  readonly onFailure?: NewJob | undefined
+  /** Its first jobs (they join with `batchId` set). */
+  readonly jobs?: ReadonlyArray<NewJob> | undefined
+  /** Leave it open for `batches.add`, until `batches.seal`; default: sealed with `jobs`. */
+  readonly open?: boolean | undefined
+}
+
+/** A callback as the batch stores it: what `enqueue_batch_callbacks` (migration 0020) writes as a job. */
+export interface CallbackSpec {
+  readonly stage: string
+  readonly payload: unknown
+  readonly priority: number
+  readonly maxAttempts: number
+}
+
+/** A batch's callback, validated as a job whose payload is an object (the batch's counts are added to it). */
+export const validateCallback = (job: NewJob | undefined, field: string, options: ValidateOptions): Either.Either<CallbackSpec | null, InvalidJob> => {
+  if (job === undefined) return Either.right(null)
+  const valid = validate(job, options)
+  if (Either.isLeft(valid)) return Either.left(new InvalidJob({ field, message: `${field}: ${valid.left.message}` }))
+  const p = valid.right.payload
+  if (typeof p !== "object" || p === null || Array.isArray(p)) {
+    return Either.left(new InvalidJob({ field, message: `${field}: payload must be an object (the batch's counts are added to it)` }))
+  }
+  return Either.right({ stage: valid.right.stage, payload: p, priority: valid.right.priority, maxAttempts: valid.right.maxAttempts })
+}
+
 
 /** One edge of the dependency graph, seen from either end: the other job, its status now, and the policy. */
 export interface DependencyLink {
@@ -507,6 +563,9 @@ export const validate = (job: NewJob, options: ValidateOptions): Either.Either<V
   if (dependsOn.right.length > 0 && dedupeMode !== "first") {
     return fail("dependsOn", `dependsOn cannot be combined with dedupeMode ${dedupeMode}`)
   }
+  if (job.batchId !== undefined && (typeof job.batchId !== "string" || !isJobId(job.batchId))) {
+    return fail("batchId", "batchId must be a batch id (digits)")
+  }
   let uniqueForMs: number | null = null
   if (job.uniqueFor !== undefined) {
     const decoded = Duration.decodeUnknown(job.uniqueFor)
@@ -530,7 +589,8 @@ export const validate = (job: NewJob, options: ValidateOptions): Either.Either<V
     dedupeMode,
     timeoutMs,
     dependsOn: dependsOn.right,
-    uniqueForMs
+    uniqueForMs,
+    batchId: job.batchId ?? null
   })
 }
 

@@ -29,18 +29,20 @@ const columns = (jobs: ReadonlyArray<ValidJob>) => ({
  */
 const insertBatch = (sql: Sql, jobs: ReadonlyArray<ValidJob>, waitingOn?: ReadonlyArray<number>) => {
   const c = columns(jobs)
-  // jobs with parents still to finish start `waiting` (the insert trigger wakes no one for them)
+  // jobs with parents still to finish start `waiting` (the insert trigger wakes no one for them); jobs of a batch
   if (waitingOn !== undefined) {
     return sql`
     insert into jobs as j (stage, org_id, subject_id, payload, priority, available_at, max_attempts, dedupe_key, timeout_ms,
-                           status, waiting_on)
+                           status, waiting_on, batch_id)
     select stage, org_id, subject_id, payload::jsonb, priority,
            coalesce(run_at, now() + delay_ms * interval '1 millisecond'), max_attempts, dedupe_key, timeout_ms,
-           case when waiting_on > 0 then 'waiting' else 'queued' end, nullif(waiting_on, 0)
+           case when waiting_on > 0 then 'waiting' else 'queued' end, nullif(waiting_on, 0), batch_id
     from unnest(${c.stages}::text[], ${c.orgs}::text[], ${c.subjects}::text[], ${c.payloads}::text[],
                 ${c.priorities}::int[], ${c.delays}::float8[], ${c.runAts}::timestamptz[], ${c.maxAttempts}::int[],
-                ${c.dedupeKeys}::text[], ${c.timeouts}::int[], ${waitingOn}::int[]) with ordinality
-         as t(stage, org_id, subject_id, payload, priority, delay_ms, run_at, max_attempts, dedupe_key, timeout_ms, waiting_on, ord)
+                ${c.dedupeKeys}::text[], ${c.timeouts}::int[], ${waitingOn}::int[], ${jobs.map((j) => j.batchId)}::bigint[])
+         with ordinality
+         as t(stage, org_id, subject_id, payload, priority, delay_ms, run_at, max_attempts, dedupe_key, timeout_ms, waiting_on,
+              batch_id, ord)
     order by ord`
   }
   return sql`
@@ -140,10 +142,48 @@ export const pruneWindows = (sql: Sql, limit: number) =>
     )
     select count(*)::int as n from gone`
 
+/** A new batch, open. Locking: a new row. */
+export const insertBatchRow = (sql: Sql, orgId: string | null, onComplete: string | null, onFailure: string | null) =>
+  sql<Array<{ id: string }>>`
+    insert into job_batches (org_id, on_complete, on_failure) values (${orgId}, ${onComplete}::text::jsonb, ${onFailure}::text::jsonb)
+    returning id::text`
+
+/**
+ * The batches jobs are joining, locked until the enqueue commits, so none is sealed (or finishes) meanwhile.
+ * Locking: FOR UPDATE on each batch row, in id order.
+ */
+export const lockBatches = (sql: Sql, ids: ReadonlyArray<string>) =>
+  sql<Array<{ id: string; org_id: string | null; sealed: boolean }>>`
+    select id::text, org_id, sealed from job_batches where id = any(${ids}::bigint[]) order by id for update`
+
+/** Counts the jobs that joined. Locking: the batch rows (locked by `lockBatches` already). */
+export const addToBatchTotals = (sql: Sql, ids: ReadonlyArray<string>, counts: ReadonlyArray<number>) =>
+  sql`
+    update job_batches b set total = b.total + t.n
+    from unnest(${ids}::bigint[], ${counts}::int[]) as t(id, n) where b.id = t.id`
+
+/**
+ * Seals a batch: no more jobs join; when all have finished already it finishes now (`enqueueFinishedCallbacks`
+ * follows in the same transaction). Locking: the batch row.
+ */
+export const sealBatch = (sql: Sql, id: string) =>
+  sql<Array<{ id: string; finished: boolean }>>`
+    update job_batches set sealed = true,
+      finished_at = case when completed + failed >= total then now() end
+    where id = ${id} and not sealed
+    returning id::text, finished_at is not null as finished`
+
+/** The callbacks of a batch that finished as it was sealed. Locking: the batch row, new job rows. */
+export const enqueueFinishedCallbacks = (sql: Sql, id: string) =>
+  sql`select enqueue_batch_callbacks(array[${id}::bigint]) as n`
+
+export const selectBatch = (sql: Sql, id: string) =>
+  sql<Array<Record<string, unknown>>>`select * from job_batches where id = ${id}`
+
 /**
  * The live parents among `ids`, locked, each marked `has_dependents` so its settle releases its dependents.
  * Locking: FOR UPDATE on each live parent, held to the enqueue's commit: a settle that comes later waits for
- * it and then sees the new dependents (`settle_dependents` reads with a fresh snapshot); a parent a settle
+ * it and then sees the new dependents (`settle_finished` reads with a fresh snapshot); a parent a settle
  * locked first is gone when this returns, and `selectFinishedParents` (a new statement) finds it in the history.
  */
 export const lockParents = (sql: Sql, ids: ReadonlyArray<string>) =>
@@ -208,12 +248,13 @@ export const pruneDependencies = (sql: Sql, limit: number) =>
     select count(*)::int as n from gone`
 
 /**
- * Settles the dependents of parents that just finished, in the statement that finished them: a CTE that calls
- * `settle_dependents` (migration 0020) only when some finished row has `has_dependents`, so a job without
- * dependents costs nothing more. `rows` is the CTE of finished rows (with `id`, `has_dependents`), `fate` and
- * `reason` are SQL over its columns.
+ * Settles what depends on jobs that just finished (their dependents, their batches), in the statement that finished
+ * them: a CTE that calls `settle_finished` (migration 0020) only when some finished row has `has_dependents` or a
+ * `batch_id`, so a job with neither costs nothing more (both are read from the row the statement deletes anyway).
+ * `rows` is the CTE of finished rows (with `id`, `has_dependents`, `batch_id`); `fate` and `reason` are SQL over
+ * its columns.
  */
-const dependentsSettled = (
+const finishedSettled = (
   sql: Sql,
   rows: ReturnType<Sql>,
   fate: ReturnType<Sql>,
@@ -221,9 +262,9 @@ const dependentsSettled = (
   retention: { readonly defaultMs: number; readonly byStage: string }
 ) =>
   sql`
-      select settle_dependents(array_agg(id), array_agg((${fate})::text), array_agg((${reason})::text),
-                               ${retention.defaultMs}::float8, ${retention.byStage}::jsonb) as n
-      from ${rows} where has_dependents having count(*) > 0`
+      select settle_finished(array_agg(id), array_agg((${fate})::text), array_agg((${reason})::text), array_agg(batch_id),
+                             ${retention.defaultMs}::float8, ${retention.byStage}::jsonb) as n
+      from ${rows} where has_dependents or batch_id is not null having count(*) > 0`
 
 /**
  * Inserts a batch whose duplicates update the live job while it is still queued: `replace` takes the new
@@ -768,9 +809,9 @@ export const settleOutcomes = (
       union all
       select pg_notify(${channel(schema)}, ${laterTopic}) where exists (select 1 from requeued where delay_ms > 0)
     ), released as (
-      ${dependentsSettled(sql, sql`deleted`, sql`case when action = 'complete' then 'completed' else 'cancelled' end`, sql`null::text`, retention)}
+      ${finishedSettled(sql, sql`deleted`, sql`case when action = 'complete' then 'completed' else 'cancelled' end`, sql`null::text`, retention)}
       union all
-      ${dependentsSettled(sql, sql`died`, sql`'dead'`, sql`dead_message`, retention)}
+      ${finishedSettled(sql, sql`died`, sql`'dead'`, sql`dead_message`, retention)}
     )
     select id::text, action, null::text as reason from deleted
     union all select job_id::text, 'dead', reason from buried
@@ -820,7 +861,7 @@ export const completeOutcomes = (
     ), woken as (
       select pg_notify(${channel(schema)}, stage) from (select distinct stage from deleted where ${wakeFreed}) s
     ), released as (
-      ${dependentsSettled(sql, sql`deleted`, sql`'completed'`, sql`null::text`, retention)}
+      ${finishedSettled(sql, sql`deleted`, sql`'completed'`, sql`null::text`, retention)}
     )
     select i.id::text from unnest(${o.ids}::bigint[]) as i(id) where not exists (select 1 from deleted d where d.id = i.id)
     -- the aggregates force the notify and release CTEs to run
@@ -837,9 +878,9 @@ export const removeExpiredCancelled = (sql: Sql, retention: { readonly defaultMs
     with removed as (
       delete from jobs where id in (
         select id from jobs where status = 'cancelled' and locked_until < now() for update skip locked)
-      returning id, has_dependents
+      returning id, has_dependents, batch_id
     ), released as (
-      ${dependentsSettled(sql, sql`removed`, sql`'cancelled'`, sql`null::text`, retention)}
+      ${finishedSettled(sql, sql`removed`, sql`'cancelled'`, sql`null::text`, retention)}
     )
     select removed.id from removed cross join (select count(*) from released) r`
 
@@ -886,7 +927,7 @@ export const cancelJob = (sql: Sql, id: string, retention: { readonly defaultMs:
     removed as (delete from jobs j using target t where j.id = t.id and t.status in ('queued', 'waiting') returning j.*),
     -- its dependents are cancelled (or dead-lettered, or released) down their chains, as for any cancelled parent
     released as (
-      ${dependentsSettled(sql, sql`removed`, sql`'cancelled'`, sql`null::text`, retention)}
+      ${finishedSettled(sql, sql`removed`, sql`'cancelled'`, sql`null::text`, retention)}
     ),
     kept as (
       insert into jobs_archive (${archiveColumns(sql)})

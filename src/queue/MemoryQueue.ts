@@ -5,8 +5,8 @@
  * only when the transaction's effect succeeds.
  */
 import { Clock, Duration, Effect, Either, Exit, FiberRef, Layer, Option } from "effect"
-import type { Beat, DeadLetter, Dependencies, DependencyLink, EnqueueResult, ErrorEntry, Job, Lease, NewJob, OnParentFailure, StageControl, StageStats, ValidJob } from "./Job.js"
-import { countEnqueued, defaultMaxPayloadBytes, errorEntry, InvalidJob, jobFromDeadLetter, JobNotFound, parentProblem, validateAll } from "./Job.js"
+import type { Batch, BatchOptions, Beat, CallbackSpec, DeadLetter, Dependencies, DependencyLink, EnqueueResult, ErrorEntry, Job, Lease, NewJob, OnParentFailure, StageControl, StageStats, ValidJob } from "./Job.js"
+import { countEnqueued, defaultMaxPayloadBytes, errorEntry, InvalidJob, jobFromDeadLetter, JobNotFound, parentProblem, validateAll, validateCallback } from "./Job.js"
 import * as Events from "./Events.js"
 import * as Limits from "./Limits.js"
 import * as Outcome from "./Outcome.js"
@@ -20,6 +20,14 @@ interface Pending {
   readonly actions: Array<() => void>
   /** Jobs enqueued in the transaction, not written yet: later enqueues in it may depend on them. */
   readonly rows: Map<string, MutableJob>
+}
+
+/** A job that just finished, as what depends on it (dependents, its batch) sees it. */
+interface Finished {
+  readonly id: string
+  readonly fate: "completed" | "dead" | "cancelled"
+  readonly reason: string | null
+  readonly batchId: string | null
 }
 
 /** An edge of the dependency graph: `jobId` waits on `dependsOn`. */
@@ -63,6 +71,34 @@ export const make = (options: QueueOptions = {}) =>
     /** Uniqueness windows taken, `[org, key, window start]` → the window's job (kept: the twin is short-lived). */
     const windows = new Map<string, string>()
 
+    // batches, by id (the table job_batches)
+    const batches = new Map<string, { -readonly [K in keyof Batch]: Batch[K] } & { onComplete: CallbackSpec | null; onFailure: CallbackSpec | null }>()
+    let nextBatchId = 1
+    /** A sealed batch whose jobs have all finished: its callbacks, once (as `enqueue_batch_callbacks`). */
+    const finishBatch = (b: typeof batches extends Map<string, infer B> ? B : never, now: number) => {
+      b.finishedAt = new Date(now)
+      const counts = { id: b.id, total: b.total, completed: b.completed, failed: b.failed }
+      const specs = [b.onComplete, b.failed > 0 ? b.onFailure : null].filter((c): c is CallbackSpec => c !== null)
+      const valid = validateAll(specs.map((c) => ({
+        stage: c.stage,
+        orgId: b.orgId,
+        payload: { ...(c.payload as object), batch: counts },
+        priority: c.priority,
+        maxAttempts: c.maxAttempts
+      })), { ...validation, knownStages: undefined })
+      if (Either.isLeft(valid)) throw new Error(`batch ${b.id} callback rejected: ${valid.left.message}`)
+      b.callbacks = insertNow(valid.right, now).map((r) => r.id)
+    }
+    const countInBatches = (finished: ReadonlyArray<Finished>, now: number) => {
+      for (const f of finished) {
+        const b = f.batchId === null ? undefined : batches.get(f.batchId)
+        if (b === undefined || b.finishedAt !== null) continue
+        if (f.fate === "completed") b.completed++
+        else b.failed++
+        if (b.sealed && b.completed + b.failed >= b.total) finishBatch(b, now)
+      }
+    }
+
     // the dependency graph, by both ends (edges stay after both ends finish, as in job_dependencies)
     const edgesByParent = new Map<string, Array<Edge>>()
     const edgesByChild = new Map<string, Array<Edge>>()
@@ -77,8 +113,9 @@ export const make = (options: QueueOptions = {}) =>
      * `continue`) counts down its waiting dependents, the last one queues them; a failed parent cancels or
      * dead-letters them with the reason, and their own dependents settle in turn.
      */
-    const settleDependents = (finished: ReadonlyArray<{ id: string; fate: "completed" | "dead" | "cancelled"; reason: string | null }>, now: number) => {
-      const failed: Array<{ id: string; fate: "dead" | "cancelled"; reason: string | null }> = []
+    const settleDependents = (finished: ReadonlyArray<Finished>, now: number): void => {
+      countInBatches(finished, now)
+      const failed: Array<Finished> = []
       const woken = new Set<string>()
       let later = false
       for (const parent of finished) {
@@ -102,10 +139,10 @@ export const make = (options: QueueOptions = {}) =>
           jobs.delete(j.id)
           if (strictest || e.onFailure === "deadLetter") {
             moveToDead(j, { ...errorEntry(j.attempts, new Date(now), "ParentFailed", reason), attempt: j.attempts }, now, undefined, false)
-            failed.push({ id: j.id, fate: "dead", reason })
+            failed.push({ id: j.id, fate: "dead", reason, batchId: j.batchId })
           } else {
             keep({ ...j, lastError: reason, waitingOn: null }, "cancelled", now)
-            failed.push({ id: j.id, fate: "cancelled", reason })
+            failed.push({ id: j.id, fate: "cancelled", reason, batchId: j.batchId })
           }
         }
       }
@@ -122,6 +159,14 @@ export const make = (options: QueueOptions = {}) =>
     /** Dedupe against live jobs, then reserve ids; `write` makes the rows appear (or updates) and wakes their stages. */
     const prepareInsert = (valid: ReadonlyArray<ValidJob>, now: number, tx?: Pending): Either.Either<{ results: Array<EnqueueResult>; write: () => void }, InvalidJob> => {
       const results: Array<EnqueueResult> = []
+      // batches: open, and of the job's org (another org's is not found, as in PgQueue)
+      for (const [i, v] of valid.entries()) {
+        if (v.batchId === null) continue
+        const b = batches.get(v.batchId)
+        const at = valid.length > 1 ? `job ${i}: ` : ""
+        if (b === undefined || b.orgId !== v.orgId) return Either.left(new InvalidJob({ field: "batchId", message: `${at}batch ${v.batchId} not found` }))
+        if (b.sealed) return Either.left(new InvalidJob({ field: "batchId", message: `${at}batch ${v.batchId} is sealed` }))
+      }
       // parents: live (or enqueued earlier in this transaction), else finished in the history, in the job's org
       const waiting: Array<number> = []
       for (let i = 0; i < valid.length; i++) {
@@ -202,14 +247,18 @@ export const make = (options: QueueOptions = {}) =>
           progress: null,
           progressMessage: null,
           timeoutMs: v.timeoutMs,
-          waitingOn: waiting[index]! > 0 ? waiting[index]! : null
+          waitingOn: waiting[index]! > 0 ? waiting[index]! : null,
+          batchId: v.batchId
         })
         for (const dep of v.dependsOn) edges.push({ jobId: id, dependsOn: dep.id, onFailure: dep.onFailure })
         results.push({ id, deduped: false })
       }
       tx?.rows && rows.forEach((row, id) => tx.rows.set(id, row))
       const write = () => {
-        rows.forEach((row) => jobs.set(row.id, row))
+        rows.forEach((row) => {
+          jobs.set(row.id, row)
+          if (row.batchId !== null) batches.get(row.batchId)!.total++
+        })
         edges.forEach(addEdge)
         claimedWindows.forEach((id, window) => windows.set(window, id))
         const ready = [...rows.values()].filter((r) => r.status === "queued")
@@ -456,7 +505,7 @@ export const make = (options: QueueOptions = {}) =>
         resolvedAt: null,
         retriedJobId: null
       })
-      if (ran) settleDependents([{ id: j.id, fate: "dead", reason: entry.message }], now)
+      if (ran) settleDependents([{ id: j.id, fate: "dead", reason: entry.message, batchId: j.batchId }], now)
     }
 
     /** One outcome, applied at once; each call is one synchronous step, so a batch is atomic here too. */
@@ -471,13 +520,13 @@ export const make = (options: QueueOptions = {}) =>
       if (o._tag === "Complete" && invalid === undefined) {
         jobs.delete(j.id)
         keep({ ...j, output: o.output === undefined ? null : JSON.parse(JSON.stringify(o.output)) }, "completed", now, retain)
-        settleDependents([{ id: j.id, fate: "completed", reason: null }], now)
+        settleDependents([{ id: j.id, fate: "completed", reason: null, batchId: j.batchId }], now)
         return followUps ? { settled: "completed", enqueued: insertNow(followUps, now) } : { settled: "completed" }
       }
       if (j.status === "cancelled") {
         jobs.delete(j.id)
         keep(j, "cancelled", now, retain)
-        settleDependents([{ id: j.id, fate: "cancelled", reason: null }], now)
+        settleDependents([{ id: j.id, fate: "cancelled", reason: null, batchId: j.batchId }], now)
         return { settled: "released" }
       }
       const requeue = (delay: Duration.Duration) => {
@@ -593,7 +642,7 @@ export const make = (options: QueueOptions = {}) =>
         if (j.status === "queued" || j.status === "waiting" || j.lockedUntil === null || j.lockedUntil.getTime() >= now) continue
         if (j.status === "cancelled") {
           jobs.delete(j.id)
-          settleDependents([{ id: j.id, fate: "cancelled", reason: null }], now)
+          settleDependents([{ id: j.id, fate: "cancelled", reason: null, batchId: j.batchId }], now)
           removedCancelled++
           continue
         }
@@ -638,7 +687,7 @@ export const make = (options: QueueOptions = {}) =>
         if (j.status === "queued" || j.status === "waiting") {
           jobs.delete(id)
           keep({ ...j, waitingOn: null }, "cancelled", now)
-          settleDependents([{ id, fate: "cancelled", reason: null }], now)
+          settleDependents([{ id, fate: "cancelled", reason: null, batchId: j.batchId }], now)
           if (events.active()) events.publish([{ _tag: "Cancelled", jobId: id, stage: j.stage, orgId: j.orgId, attempt: 0, at: new Date() }])
           return "cancelled" as const
         }
@@ -667,6 +716,45 @@ export const make = (options: QueueOptions = {}) =>
           children: (edgesByParent.get(id) ?? []).map((e) => link(e.jobId, e.onFailure)).sort(byId)
         }
       })
+
+    const batchView = (b: typeof batches extends Map<string, infer B> ? B : never): Batch => ({
+      id: b.id, orgId: b.orgId, total: b.total, completed: b.completed, failed: b.failed, sealed: b.sealed,
+      finishedAt: b.finishedAt, callbacks: [...b.callbacks]
+    })
+    const seal = (id: string) =>
+      Effect.flatMap(Clock.currentTimeMillis, (now) => {
+        const b = batches.get(id)
+        if (b === undefined) return Effect.fail(new JobNotFound({ message: `batch ${id} not found` }))
+        if (!b.sealed) {
+          b.sealed = true
+          if (b.completed + b.failed >= b.total) finishBatch(b, now)
+        }
+        return Effect.succeed(batchView(b))
+      })
+    const batchesApi = {
+      create: (o: BatchOptions) =>
+        Effect.gen(function*() {
+          const onComplete = validateCallback(o.onComplete, "onComplete", validation)
+          if (Either.isLeft(onComplete)) return yield* onComplete.left
+          const onFailure = validateCallback(o.onFailure, "onFailure", validation)
+          if (Either.isLeft(onFailure)) return yield* onFailure.left
+          const id = String(nextBatchId++)
+          const orgId = o.orgId ?? null
+          batches.set(id, {
+            id, orgId, total: 0, completed: 0, failed: 0, sealed: false, finishedAt: null, callbacks: [],
+            onComplete: onComplete.right, onFailure: onFailure.right
+          })
+          const created = (o.jobs ?? []).length === 0 ? [] : yield* transaction(enqueue((o.jobs ?? []).map((j) => ({ ...j, orgId, batchId: id }))))
+          if (!(o.open ?? false)) yield* Effect.orDie(seal(id))
+          return { id, jobs: created }
+        }),
+      add: (id: string, newJobs: ReadonlyArray<NewJob>) => enqueue(newJobs.map((j) => ({ ...j, batchId: id }))),
+      seal,
+      get: (id: string) => Effect.sync(() => {
+        const b = batches.get(id)
+        return b === undefined ? null : batchView(b)
+      })
+    }
 
     const history = {
       list: (o: import("./Job.js").HistoryListOptions = {}) =>
@@ -818,6 +906,7 @@ export const make = (options: QueueOptions = {}) =>
       cancel,
       get,
       dependencies,
+      batches: batchesApi,
       list,
       stats,
       deadLetters,

@@ -6,8 +6,8 @@ import { Duration, Effect, Either, Exit, Layer } from "effect"
 import * as Db from "../layers/Db.js"
 import * as Spans from "../layers/Spans.js"
 import * as Events from "./Events.js"
-import type { Beat, DeadLetter, DependencyLink, ErrorEntry, InvalidJob, Job, JobStatus, StageStats, ValidJob } from "./Job.js"
-import { countEnqueued, defaultMaxPayloadBytes, isJobId, jobFromDeadLetter, JobNotFound, parentProblem, policyColumn, policyFromColumn, validateAll } from "./Job.js"
+import type { Batch, BatchOptions, Beat, DeadLetter, DependencyLink, ErrorEntry, InvalidJob, Job, JobStatus, StageStats, ValidJob } from "./Job.js"
+import { countEnqueued, defaultMaxPayloadBytes, InvalidJob as InvalidJobError, isJobId, validateCallback, jobFromDeadLetter, JobNotFound, parentProblem, policyColumn, policyFromColumn, validateAll } from "./Job.js"
 import * as JobsSql from "./JobsSql.js"
 import * as Limits from "./Limits.js"
 import * as Outcome from "./Outcome.js"
@@ -49,7 +49,8 @@ export const rowToJob = (r: Record<string, unknown>): Job => ({
   progress: r.progress == null ? null : Number(r.progress),
   progressMessage: str(r.progress_message),
   timeoutMs: r.timeout_ms == null ? null : Number(r.timeout_ms),
-  waitingOn: r.status === "waiting" && r.waiting_on != null ? Number(r.waiting_on) : null
+  waitingOn: r.status === "waiting" && r.waiting_on != null ? Number(r.waiting_on) : null,
+  batchId: str(r.batch_id)
 })
 
 const epochDate = (v: unknown): Date | null => (v === null || v === undefined ? null : new Date(Number(v)))
@@ -82,7 +83,20 @@ export const claimedToJob = (a: ReadonlyArray<unknown>): Job => ({
   progress: a[21] as number | null,
   progressMessage: a[22] as string | null,
   timeoutMs: a[23] as number | null,
-  waitingOn: null
+  waitingOn: null,
+  // a claim does not carry it (`Queue.get` does)
+  batchId: null
+})
+
+export const rowToBatch = (r: Record<string, unknown>): Batch => ({
+  id: String(r.id),
+  orgId: str(r.org_id),
+  total: Number(r.total),
+  completed: Number(r.completed),
+  failed: Number(r.failed),
+  sealed: r.sealed === true,
+  finishedAt: r.finished_at ? date(r.finished_at) : null,
+  callbacks: ((r.callbacks as ReadonlyArray<unknown> | null) ?? []).map(String)
 })
 
 export const rowToDeadLetter = (r: Record<string, unknown>): DeadLetter => ({
@@ -215,8 +229,8 @@ export const make = (options: QueueOptions = {}) =>
           slot.push(unique.length)
           unique.push(job)
         }
-        const plain = unique.filter((j) => j.dedupeMode === "first" && j.dependsOn.length === 0)
-        const dependent = unique.filter((j) => j.dependsOn.length > 0)
+        const plain = unique.filter((j) => j.dedupeMode === "first" && j.dependsOn.length === 0 && j.batchId === null)
+        const dependent = unique.filter((j) => j.dependsOn.length > 0 || j.batchId !== null)
         const replacing = (["replace", "debounce"] as const).map((mode) => [mode, unique.filter((j) => j.dedupeMode === mode)] as const)
           .filter(([, js]) => js.length > 0)
         const write = Effect.gen(function*() {
@@ -254,8 +268,25 @@ export const make = (options: QueueOptions = {}) =>
      */
     const enqueueDependents = (jobs: ReadonlyArray<ValidJob>) =>
       Effect.gen(function*() {
-        const parentIds = [...new Set(jobs.flatMap((j) => j.dependsOn.map((d) => d.id)))].sort((a, b) => (BigInt(a) < BigInt(b) ? -1 : 1))
-        const live = new Map((yield* db.run((sql) => JobsSql.lockParents(sql, parentIds))).map((r) => [r.id, r.org_id]))
+        const byBigint = (a: string, b: string) => (BigInt(a) < BigInt(b) ? -1 : BigInt(a) > BigInt(b) ? 1 : 0)
+        const batchIds = [...new Set(jobs.flatMap((j) => (j.batchId === null ? [] : [j.batchId])))].sort(byBigint)
+        if (batchIds.length > 0) {
+          const batches = new Map((yield* db.run((sql) => JobsSql.lockBatches(sql, batchIds))).map((b) => [b.id, b]))
+          for (const [i, job] of jobs.entries()) {
+            if (job.batchId === null) continue
+            const b = batches.get(job.batchId)
+            const at = jobs.length > 1 ? `job ${i}: ` : ""
+            // another org's batch is not found, in the same words as one that does not exist
+            if (b === undefined || b.org_id !== job.orgId) {
+              return yield* new InvalidJobError({ field: "batchId", message: `${at}batch ${job.batchId} not found` })
+            }
+            if (b.sealed) return yield* new InvalidJobError({ field: "batchId", message: `${at}batch ${job.batchId} is sealed` })
+          }
+        }
+        const parentIds = [...new Set(jobs.flatMap((j) => j.dependsOn.map((d) => d.id)))].sort(byBigint)
+        const live = new Map(
+          parentIds.length === 0 ? [] : (yield* db.run((sql) => JobsSql.lockParents(sql, parentIds))).map((r) => [r.id, r.org_id])
+        )
         const missing = parentIds.filter((id) => !live.has(id))
         const finished = new Map(
           missing.length === 0 ? [] : (yield* db.run((sql) => JobsSql.selectFinishedParents(sql, missing))).map((r) => [r.id, r])
@@ -282,6 +313,11 @@ export const make = (options: QueueOptions = {}) =>
           }
         })
         if (edges.jobIds.length > 0) yield* db.run((sql) => JobsSql.insertEdges(sql, edges))
+        if (batchIds.length > 0) {
+          // a job deduplicated onto a live one did not join
+          const joined = batchIds.map((id) => jobs.filter((j, i) => j.batchId === id && !inserted[i]!.deduped).length)
+          yield* db.run((sql) => JobsSql.addToBatchTotals(sql, batchIds, joined))
+        }
         return inserted.map((r) => ({ id: String(r.id), deduped: r.deduped }))
       })
 
@@ -680,6 +716,40 @@ export const make = (options: QueueOptions = {}) =>
         })
         : Effect.succeed(null)
 
+    const batches = {
+      create: (o: BatchOptions) =>
+        Effect.gen(function*() {
+          const onComplete = validateCallback(o.onComplete, "onComplete", validation)
+          if (Either.isLeft(onComplete)) return yield* onComplete.left
+          const onFailure = validateCallback(o.onFailure, "onFailure", validation)
+          if (Either.isLeft(onFailure)) return yield* onFailure.left
+          const orgId = o.orgId ?? null
+          return yield* db.transaction(Effect.gen(function*() {
+            const [row] = yield* db.run((sql) =>
+              JobsSql.insertBatchRow(sql, orgId, onComplete.right && JSON.stringify(onComplete.right), onFailure.right && JSON.stringify(onFailure.right))
+            )
+            const id = row!.id
+            const jobs = (o.jobs ?? []).length === 0 ? [] : yield* enqueue((o.jobs ?? []).map((j) => ({ ...j, orgId, batchId: id })))
+            // just created in this transaction: it exists
+            if (!(o.open ?? false)) yield* Effect.orDie(seal(id))
+            return { id, jobs }
+          }))
+        }).pipe(Effect.withSpan("Queue.batches.create")),
+      add: (id: string, jobs: ReadonlyArray<import("./Job.js").NewJob>) => enqueue(jobs.map((j) => ({ ...j, batchId: id }))),
+      seal: (id: string) => seal(id),
+      get: (id: string) => getBatch(id)
+    }
+    const getBatch = (id: string) =>
+      isId(id) ? db.run((sql) => JobsSql.selectBatch(sql, id)).pipe(Effect.map((rows) => (rows[0] ? rowToBatch(rows[0]) : null))) : Effect.succeed(null)
+    const seal = (id: string) =>
+      db.transaction(Effect.gen(function*() {
+        const [sealed] = isId(id) ? yield* db.run((sql) => JobsSql.sealBatch(sql, id)) : []
+        if (sealed?.finished) yield* db.run((sql) => JobsSql.enqueueFinishedCallbacks(sql, id))
+        const batch = yield* getBatch(id)
+        if (batch === null) return yield* new JobNotFound({ message: `batch ${id} not found` })
+        return batch
+      }))
+
     const history = {
       list: (o: import("./Job.js").HistoryListOptions = {}) =>
         db.run((sql) =>
@@ -799,6 +869,7 @@ export const make = (options: QueueOptions = {}) =>
       cancel,
       get,
       dependencies,
+      batches,
       list,
       stats,
       deadLetters,

@@ -8,6 +8,8 @@ import type * as Db from "../layers/Db.js"
 import type {
   CancelOutcome,
   DeadLetter,
+  Batch,
+  BatchOptions,
   DeadLetterListOptions,
   Dependencies,
   Beat,
@@ -141,6 +143,16 @@ export class Queue extends Context.Tag("pgfiber/Queue")<Queue, {
    * it), each with its status now; null when the job is neither live nor in the history.
    */
   readonly dependencies: (id: JobId) => Effect.Effect<Dependencies | null, QueueError>
+  /** Groups of jobs with callbacks enqueued exactly once when the group has finished (see `Batch`). */
+  readonly batches: {
+    /** A new batch (of the given org), with its first jobs; sealed unless `open`. */
+    readonly create: (options: BatchOptions) => Effect.Effect<{ readonly id: string; readonly jobs: ReadonlyArray<EnqueueResult> }, InvalidJob | QueueError>
+    /** Enqueues jobs into an open batch (as `enqueue` with `batchId`); a sealed or unknown one refuses. */
+    readonly add: (id: string, jobs: ReadonlyArray<NewJob>) => Effect.Effect<ReadonlyArray<EnqueueResult>, InvalidJob | QueueError>
+    /** No more jobs join; if all have finished, its callbacks are enqueued now. Sealing twice is harmless. */
+    readonly seal: (id: string) => Effect.Effect<Batch, JobNotFound | QueueError>
+    readonly get: (id: string) => Effect.Effect<Batch | null, QueueError>
+  }
   readonly list: (options?: ListOptions) => Effect.Effect<ReadonlyArray<Job>, QueueError>
   readonly stats: Effect.Effect<ReadonlyArray<StageStats>, QueueError>
   readonly deadLetters: {

@@ -246,6 +246,75 @@ export const flowsContract = (target: ContractTarget) =>
           expect(Either.isLeft(refused) && refused.left._tag === "InvalidJob" && refused.left.field).toBe("uniqueFor")
         }))
 
+      test("a batch of 100 finishing at once in two settles enqueues its callback exactly once, with its counts", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("batch_jobs")
+          const done = freshStage("batch_done")
+          const failedStage = freshStage("batch_failed")
+          const batch = yield* q.batches.create({
+            orgId: "org-a",
+            onComplete: { stage: done, payload: { report: "daily" } },
+            onFailure: { stage: failedStage },
+            jobs: Array.from({ length: 100 }, (_, n) => ({ stage, payload: { n } }))
+          })
+          expect(batch.jobs).toHaveLength(100)
+          expect((yield* q.get(batch.jobs[0]!.id))?.batchId).toBe(batch.id)
+          // two workers hold half each, and settle at once
+          const first = yield* q.claim(stage, 50, { ...worker, workerId: "a" })
+          const second = yield* q.claim(stage, 50, { ...worker, workerId: "b" })
+          expect(first.length + second.length).toBe(100)
+          yield* Effect.all([q.completeMany(first), q.completeMany(second)], { concurrency: "unbounded" })
+          const callbacks = yield* q.claim(done, 10, worker)
+          expect(callbacks).toHaveLength(1)
+          expect(callbacks[0]!.orgId).toBe("org-a")
+          expect(callbacks[0]!.payload).toEqual({ report: "daily", batch: { id: batch.id, total: 100, completed: 100, failed: 0 } })
+          expect(yield* q.claim(failedStage, 10, worker)).toEqual([])
+          const finished = yield* q.batches.get(batch.id)
+          expect(finished).toMatchObject({ total: 100, completed: 100, failed: 0, sealed: true, callbacks: [callbacks[0]!.id] })
+          expect(finished?.finishedAt).not.toBeNull()
+        }))
+
+      test("an open batch takes more jobs until sealed; failures and cascades count; onFailure runs beside onComplete", () =>
+        Effect.gen(function*() {
+          const q = yield* Queue.Queue
+          const stage = freshStage("open_batch")
+          const done = freshStage("open_batch_done")
+          const failedStage = freshStage("open_batch_failed")
+          const batch = yield* q.batches.create({
+            onComplete: { stage: done },
+            onFailure: { stage: failedStage },
+            open: true,
+            jobs: [{ stage }, { stage }]
+          })
+          const [a, b] = yield* q.claim(stage, 2, worker)
+          yield* q.completeMany([a!])
+          yield* q.deadLetter(b!, { tag: "Permanent", message: "no" })
+          // all finished, but open: no callback yet
+          expect(yield* q.claim(done, 10, worker)).toEqual([])
+          const [late] = yield* q.batches.add(batch.id, [{ stage }])
+          // a dependent of the late job, in the batch too: cancelled with it, counted as failed
+          const [dependent] = yield* q.batches.add(batch.id, [{ stage, dependsOn: [late!.id] }])
+          expect((yield* q.batches.seal(batch.id)).finishedAt).toBeNull()
+          expect(yield* q.cancel(late!.id)).toBe("cancelled")
+          expect(yield* statusOf(dependent!.id)).toBe("cancelled")
+          const [onComplete] = yield* q.claim(done, 10, worker)
+          const [onFailure] = yield* q.claim(failedStage, 10, worker)
+          const counts = { id: batch.id, total: 4, completed: 1, failed: 3 }
+          expect(onComplete?.payload).toEqual({ batch: counts })
+          expect(onFailure?.payload).toEqual({ batch: counts })
+          const sealedAdd = yield* Effect.either(q.batches.add(batch.id, [{ stage }]))
+          expect(Either.isLeft(sealedAdd) && sealedAdd.left.message).toBe(`batch ${batch.id} is sealed`)
+          const otherOrg = yield* Effect.either(q.enqueue([{ stage, orgId: "org-z", batchId: batch.id }]))
+          expect(Either.isLeft(otherOrg) && otherOrg.left.message).toBe(`batch ${batch.id} not found`)
+          // a batch sealed after its jobs finished calls back as it is sealed
+          const quick = yield* q.batches.create({ onComplete: { stage: done }, open: true, jobs: [{ stage }] })
+          yield* runOne(stage)
+          expect((yield* q.batches.seal(quick.id)).callbacks).toHaveLength(1)
+          expect((yield* q.batches.seal(quick.id)).callbacks).toHaveLength(1)
+          expect(yield* q.claim(done, 10, worker)).toHaveLength(1)
+        }))
+
       test("a flow enqueued in a transaction that fails leaves nothing behind", () =>
         Effect.gen(function*() {
           const q = yield* Queue.Queue
