@@ -227,6 +227,8 @@ export const EnqueueRequest = Schema.Struct({
   /** This job's timeout in milliseconds, overriding its stage's. */
   timeoutMs: Schema.optional(Schema.Int.pipe(Schema.between(1, 2_147_483_647))),
   subjectId: Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(200))),
+  /** With dedupeKey: one job per key per aligned window of this many ms, counting finished jobs (`deduped: true`). */
+  uniqueForMs: Schema.optional(Schema.Int.pipe(Schema.between(1000, 366 * 24 * 3600 * 1000))),
   /**
    * Jobs of your org this one waits for: it is `waiting` until each has finished. An id, or `{ id, onFailure }`
    * with onFailure `cancel` (default: cancelled when that parent dies or is cancelled), `deadLetter` or `continue`.

@@ -149,6 +149,7 @@ export const layer = <R>(options: JobsOptions<R>) =>
                 dedupeMode: body.dedupeMode,
                 timeout: body.timeoutMs === undefined ? undefined : Duration.millis(body.timeoutMs),
                 dependsOn: body.dependsOn,
+                uniqueFor: body.uniqueForMs === undefined ? undefined : Duration.millis(body.uniqueForMs),
                 caller: "tenant"
               }).pipe(Effect.provideService(Queue.Queue, queue))
             )

@@ -27,6 +27,7 @@ export interface SubmitRequest {
   readonly timeout?: Duration.DurationInput | undefined
   /** Jobs this one waits for (of the same org: another org's is "not found"). */
   readonly dependsOn?: Queue.NewJob["dependsOn"]
+  readonly uniqueFor?: Duration.DurationInput | undefined
   /** `tenant` (the HTTP API) may submit public stages only; `operator` (the CLI, the default) any stage. */
   readonly caller?: "tenant" | "operator" | undefined
 }
@@ -58,7 +59,8 @@ export const prepare = (stages: ReadonlyArray<Stage.Any>, request: SubmitRequest
         dedupeKey: request.dedupeKey,
         dedupeMode: request.dedupeMode,
         timeout: request.timeout,
-        dependsOn: request.dependsOn
+        dependsOn: request.dependsOn,
+        uniqueFor: request.uniqueFor
       }).filter(([, v]) => v !== undefined)
     )
     return yield* Stage.job(stage, decoded, options)
