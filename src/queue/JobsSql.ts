@@ -263,7 +263,7 @@ const finishedSettled = (
 ) =>
   sql`
       select settle_finished(array_agg(id), array_agg((${fate})::text), array_agg((${reason})::text), array_agg(batch_id),
-                             ${retention.defaultMs}::float8, ${retention.byStage}::jsonb) as n
+                             ${retention.defaultMs}::float8, ${retention.byStage}::text::jsonb) as n
       from ${rows} where has_dependents or batch_id is not null having count(*) > 0`
 
 /**
