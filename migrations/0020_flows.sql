@@ -148,6 +148,13 @@ declare
   failed_batches bigint[];
   done_batches bigint[];
 begin
+  -- the waiting dependents, locked in id order first, so two settles that share dependents cannot deadlock
+  perform count(*) from (
+    select j.id from {{schema}}.jobs j
+    where j.id in (select d.job_id from {{schema}}.job_dependencies d where d.depends_on = any(ids)) and j.status = 'waiting'
+    order by j.id for update of j
+  ) locked;
+
   with parents as (
     select * from unnest(ids, fates, reasons) as p(id, fate, reason)
   ), done as (
@@ -213,7 +220,16 @@ begin
   from gone;
   touched := touched + n;
 
+  -- down the chain (before the batches: every job row is locked before any batch row): the dependents just cancelled or dead-lettered have dependents (or batches) of their own
+  if failed_ids is not null then
+    touched := touched + {{schema}}.settle_finished(failed_ids, failed_fates, failed_reasons, failed_batches,
+                                                    retain_default_ms, retain_by_stage);
+  end if;
+
   -- their batches count them; a sealed batch whose last job this was has finished
+  perform count(*) from (
+    select b.id from {{schema}}.job_batches b where b.id = any(batch_ids) and b.finished_at is null order by b.id for update
+  ) locked;
   with counts as (
     select b.batch_id, count(*) filter (where b.fate = 'completed')::int as c, count(*) filter (where b.fate <> 'completed')::int as f
     from unnest(fates, batch_ids) as b(fate, batch_id) where b.batch_id is not null group by b.batch_id
@@ -229,11 +245,6 @@ begin
     touched := touched + {{schema}}.enqueue_batch_callbacks(done_batches);
   end if;
 
-  -- down the chain: the dependents just cancelled or dead-lettered have dependents (or batches) of their own
-  if failed_ids is not null then
-    touched := touched + {{schema}}.settle_finished(failed_ids, failed_fates, failed_reasons, failed_batches,
-                                                    retain_default_ms, retain_by_stage);
-  end if;
   return touched;
 end
 $$;

@@ -269,6 +269,11 @@ export const make = (options: QueueOptions = {}) =>
     const enqueueDependents = (jobs: ReadonlyArray<ValidJob>) =>
       Effect.gen(function*() {
         const byBigint = (a: string, b: string) => (BigInt(a) < BigInt(b) ? -1 : BigInt(a) > BigInt(b) ? 1 : 0)
+        const parentIds = [...new Set(jobs.flatMap((j) => j.dependsOn.map((d) => d.id)))].sort(byBigint)
+        const live = new Map(
+          parentIds.length === 0 ? [] : (yield* db.run((sql) => JobsSql.lockParents(sql, parentIds))).map((r) => [r.id, r.org_id])
+        )
+        // batches after parents: every job row is locked before any batch row, as in the settle (settle_finished)
         const batchIds = [...new Set(jobs.flatMap((j) => (j.batchId === null ? [] : [j.batchId])))].sort(byBigint)
         if (batchIds.length > 0) {
           const batches = new Map((yield* db.run((sql) => JobsSql.lockBatches(sql, batchIds))).map((b) => [b.id, b]))
@@ -283,10 +288,6 @@ export const make = (options: QueueOptions = {}) =>
             if (b.sealed) return yield* new InvalidJobError({ field: "batchId", message: `${at}batch ${job.batchId} is sealed` })
           }
         }
-        const parentIds = [...new Set(jobs.flatMap((j) => j.dependsOn.map((d) => d.id)))].sort(byBigint)
-        const live = new Map(
-          parentIds.length === 0 ? [] : (yield* db.run((sql) => JobsSql.lockParents(sql, parentIds))).map((r) => [r.id, r.org_id])
-        )
         const missing = parentIds.filter((id) => !live.has(id))
         const finished = new Map(
           missing.length === 0 ? [] : (yield* db.run((sql) => JobsSql.selectFinishedParents(sql, missing))).map((r) => [r.id, r])
