@@ -998,15 +998,20 @@ export const setStagePaused = (sql: Sql, stage: string, paused: boolean, by: str
     insert into stage_controls (stage, paused, changed_by, changed_at) values (${stage}, ${paused}, ${by}, now())
     on conflict (stage) do update set paused = excluded.paused, changed_by = excluded.changed_by, changed_at = now()`
 
-/** Deletes a stage's queued jobs (running ones finish). Locking: SKIP LOCKED, so a claim in flight keeps its rows. */
-export const purgeQueued = (sql: Sql, stage: string) =>
+/**
+ * Deletes a stage's queued jobs (running ones finish); what waits on them is settled as for cancelled parents.
+ * Locking: SKIP LOCKED, so a claim in flight keeps its rows.
+ */
+export const purgeQueued = (sql: Sql, stage: string, retention: { readonly defaultMs: number; readonly byStage: string }) =>
   sql<Array<{ n: number }>>`
     with gone as (
       delete from jobs where id in (
         select id from jobs where stage = ${stage} and status = 'queued' for update skip locked)
-      returning 1
+      returning id, has_dependents, batch_id
+    ), released as (
+      ${finishedSettled(sql, sql`gone`, sql`'cancelled'`, sql`'purged'::text`, retention)}
     )
-    select count(*)::int as n from gone`
+    select count(*)::int as n from gone cross join (select count(*) from released) r`
 
 export const listJobs = (
   sql: Sql, stage: string | null, status: string | null, afterId: string | null, limit: number

@@ -785,11 +785,12 @@ export const make = (options: QueueOptions = {}) =>
           wake(stageControlsTopic)
         }),
       purge: (stage: string) =>
-        Effect.sync(() => {
+        Effect.map(Clock.currentTimeMillis, (now) => {
           let n = 0
           for (const j of [...jobs.values()]) {
             if (j.stage === stage && j.status === "queued") {
               jobs.delete(j.id)
+              settleDependents([{ id: j.id, fate: "cancelled", reason: "purged", batchId: j.batchId }], now)
               n++
             }
           }

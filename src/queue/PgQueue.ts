@@ -787,7 +787,7 @@ export const make = (options: QueueOptions = {}) =>
       ),
       setPaused: (stage: string, paused: boolean, by?: string) =>
         db.run((sql) => JobsSql.setStagePaused(sql, stage, paused, by ?? null)).pipe(Effect.asVoid),
-      purge: (stage: string) => db.run((sql) => JobsSql.purgeQueued(sql, stage)).pipe(Effect.map(([row]) => row?.n ?? 0))
+      purge: (stage: string) => db.run((sql) => JobsSql.purgeQueued(sql, stage, retention)).pipe(Effect.map(([row]) => row?.n ?? 0))
     }
 
     const list = (o: import("./Job.js").ListOptions = {}) =>

@@ -139,6 +139,12 @@ export const flowsContract = (target: ContractTarget) =>
           expect(yield* q.cancel(a!.id)).toBe("cancelled")
           expect(yield* statusOf(b!.id)).toBe("cancelled")
           expect((yield* q.get(c!.id))?.lastError).toBe(`parent job ${b!.id} was cancelled: parent job ${a!.id} was cancelled`)
+          // purging a stage's queued jobs cancels what waits on them
+          const purgedStage = freshStage("purged")
+          const [p] = yield* q.enqueue([{ stage: purgedStage }])
+          const [w] = yield* q.enqueue([{ stage, dependsOn: [p!.id] }])
+          expect(yield* q.stageControls.purge(purgedStage)).toBe(1)
+          expect((yield* q.get(w!.id))?.lastError).toBe(`parent job ${p!.id} was cancelled: purged`)
           // a waiting job can be cancelled itself
           const [d] = yield* q.enqueue([{ stage }])
           const [e] = yield* q.enqueue([{ stage, dependsOn: [d!.id] }])
