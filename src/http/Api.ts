@@ -160,6 +160,8 @@ export const JobView = Schema.Struct({
   status: Schema.Literal(...Job.jobStatuses),
   /** A waiting job's parents not finished yet (see `GET /jobs/:id/dependencies`); null otherwise. */
   waitingOn: Schema.optional(Schema.NullOr(Schema.Number)),
+  /** The batch a live job belongs to (`GET /batches/:id`). */
+  batchId: Schema.optional(Schema.NullOr(Schema.String)),
   attempts: Schema.Number,
   maxAttempts: Schema.Number,
   polls: Schema.Number,
@@ -250,6 +252,17 @@ const DependencyLinkView = Schema.Struct({
   output: Schema.optional(Schema.Unknown)
 })
 
+/** A batch's counts and callbacks (library-created: `Queue.batches`). */
+export const BatchView = Schema.Struct({
+  id: Schema.String,
+  total: Schema.Number,
+  completed: Schema.Number,
+  failed: Schema.Number,
+  sealed: Schema.Boolean,
+  finishedAt: Schema.NullOr(Schema.Date),
+  callbacks: Schema.Array(Schema.String)
+})
+
 /** What a job waits on (its parents, with their outputs once completed) and what waits on it (its children). */
 export const DependenciesView = Schema.Struct({
   parents: Schema.Array(DependencyLinkView),
@@ -282,6 +295,7 @@ export class JobsApi extends HttpApiGroup.make("jobs")
   )
   .add(HttpApiEndpoint.get("get")`/jobs/${JobId}`.addSuccess(JobView).addError(NotFound))
   .add(HttpApiEndpoint.get("dependencies")`/jobs/${JobId}/dependencies`.addSuccess(DependenciesView).addError(NotFound))
+  .add(HttpApiEndpoint.get("batch")`/batches/${JobId}`.addSuccess(BatchView).addError(NotFound))
   .add(
     HttpApiEndpoint.post("cancel")`/jobs/${JobId}/cancel`
       .addSuccess(Schema.Struct({ id: Schema.String, outcome: Schema.Literal("cancelled", "cancelling") }))

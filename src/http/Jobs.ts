@@ -51,7 +51,8 @@ export const jobView = (job: Queue.Job) => ({
   progress: job.progress,
   progressMessage: job.progressMessage,
   timeoutMs: job.timeoutMs,
-  waitingOn: job.waitingOn
+  waitingOn: job.waitingOn,
+  batchId: job.batchId
 })
 
 const deadJobView = (dl: Queue.DeadLetter) => ({
@@ -199,6 +200,19 @@ export const layer = <R>(options: JobsOptions<R>) =>
             })
             return { parents: found.parents.map(link), children: found.children.map(link) }
           }).pipe(Effect.catchTag("DbError", dbFailure)))
+        .handle("batch", ({ path }) =>
+          // under the org's row-level security: another org's batch is not found
+          asOrg(queue.batches.get(path.id)).pipe(
+            Effect.flatMap((b) =>
+              b === null
+                ? Effect.fail(notFound(`batch ${path.id}`))
+                : Effect.succeed({
+                  id: b.id, total: b.total, completed: b.completed, failed: b.failed, sealed: b.sealed,
+                  finishedAt: b.finishedAt, callbacks: b.callbacks
+                })
+            ),
+            Effect.catchTag("DbError", dbFailure)
+          ))
         .handle("cancel", ({ path }) =>
           asOrg(queue.cancel(path.id)).pipe(
             Effect.flatMap((outcome) =>

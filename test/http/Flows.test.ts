@@ -6,6 +6,7 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Redacted } from "effect"
 import * as ApiKeys from "../../src/auth/ApiKeys.js"
+import * as Queue from "../../src/queue/Queue.js"
 import { layerDb } from "../support/pg.js"
 import { baseUrl, call, eventually, layerService } from "./support.js"
 
@@ -74,6 +75,28 @@ describe("HTTP flows", () => {
         expect(again.json).toEqual({ id: first.json.id, deduped: true })
         const noKey = yield* call(base, "POST", "/jobs", { key: a, body: { stage: "echo", payload: { n: 7 }, uniqueForMs: 60_000 } })
         expect(noKey.status).toBe(400)
+      }))
+  
+    it.effect("a batch is readable by its org (counts, callbacks) and 404 to another; a job shows its batch", () =>
+      Effect.gen(function*() {
+        const base = yield* baseUrl
+        const { a, b } = yield* keysFor
+        const queue = yield* Queue.Queue
+        const batch = yield* queue.batches.create({
+          orgId: "flows-a",
+          onComplete: { stage: "manual", payload: { n: 0 } },
+          jobs: [{ stage: "echo", payload: { n: 1 } }, { stage: "echo", payload: { n: 2 } }]
+        })
+        const done = yield* eventually(call(base, "GET", `/batches/${batch.id}`, { key: a }), (r) => r.json?.finishedAt != null)
+        expect(done.json).toMatchObject({ id: batch.id, total: 2, completed: 2, failed: 0, sealed: true })
+        expect(done.json.callbacks).toHaveLength(1)
+        const callback = yield* call(base, "GET", `/jobs/${done.json.callbacks[0]}`, { key: a })
+        expect(callback.json).toMatchObject({ stage: "manual", status: "queued", payload: { n: 0, batch: { id: batch.id, total: 2, completed: 2, failed: 0 } } })
+        expect((yield* call(base, "GET", `/batches/${batch.id}`, { key: b })).status).toBe(404)
+        expect((yield* call(base, "GET", "/batches/nope", { key: a })).status).toBe(404)
+        const open = yield* queue.batches.create({ orgId: "flows-a", open: true, jobs: [{ stage: "manual", payload: { n: 3 } }] })
+        const member = yield* call(base, "GET", `/jobs/${open.jobs[0]!.id}`, { key: a })
+        expect(member.json.batchId).toBe(open.id)
       }))
   })
 })
