@@ -1,8 +1,9 @@
 import { describe, expect, layer } from "@effect/vitest"
-import { Deferred, Duration, Effect, Fiber, Layer } from "effect"
+import { Context, Deferred, Duration, Effect, Fiber, Layer, Redacted } from "effect"
+import * as Db from "../../src/layers/Db.js"
 import * as PgQueue from "../../src/queue/PgQueue.js"
 import * as Queue from "../../src/queue/Queue.js"
-import { freshSchemaName, layerDb, rawSql } from "../support/pg.js"
+import { databaseUrl, freshSchemaName, layerDb, rawSql } from "../support/pg.js"
 import { waitFor } from "../support/waitFor.js"
 import { flowsContract } from "./flowsContract.js"
 
@@ -16,7 +17,7 @@ flowsContract({
 
 const worker = { workerId: "w", leaseFor: Duration.seconds(30) }
 
-describe("Flows on PostgreSQL: an enqueue racing its parent's settle", () => {
+describe("Flows on PostgreSQL: enqueues and settles racing in different sessions", () => {
   const schema = freshSchemaName("flows_race")
   layer(PgQueue.layer().pipe(Layer.provide(layerDb({ schema, poolMax: 6 }))), { timeout: 120_000, excludeTestServices: true })((it) => {
     it.scoped("a settle that waited for the enqueue's lock on the parent still releases the new dependent", () =>
@@ -69,5 +70,33 @@ describe("Flows on PostgreSQL: an enqueue racing its parent's settle", () => {
           yield* q.completeMany([ready!])
         }
       }))
+  
+    it.scoped("a batch of 100 settled at once by two queues on their own pools (as two processes) calls back exactly once", () =>
+      Effect.gen(function*() {
+        const q = yield* Queue.Queue
+        // a second queue with a pool of its own on the same schema: another process, as far as PostgreSQL can tell
+        const other = yield* Layer.build(PgQueue.layer().pipe(
+          Layer.provide(Layer.scoped(Db.Db, Db.make({ url: Redacted.make(databaseUrl()), schema, poolMax: 2 })))
+        )).pipe(Effect.orDie)
+        const q2 = Context.get(other, Queue.Queue)
+        for (let round = 0; round < 5; round++) {
+          const batch = yield* q.batches.create({
+            onComplete: { stage: "two_done", payload: { round } },
+            jobs: Array.from({ length: 100 }, (_, n) => ({ stage: "two_jobs", payload: { n } }))
+          })
+          const mine = yield* q.claim("two_jobs", 50, { ...worker, workerId: "p1" })
+          const theirs = yield* q2.claim("two_jobs", 50, { ...worker, workerId: "p2" })
+          expect(mine.length + theirs.length).toBe(100)
+          // each settles its half in five settles of ten, all at once
+          const settles = [...chunks(mine).map((c) => q.completeMany(c)), ...chunks(theirs).map((c) => q2.completeMany(c))]
+          yield* Effect.all(settles, { concurrency: "unbounded" })
+          const callbacks = yield* q.claim("two_done", 10, worker)
+          expect(callbacks.map((j) => j.payload)).toEqual([{ round, batch: { id: batch.id, total: 100, completed: 100, failed: 0 } }])
+          yield* q.completeMany(callbacks)
+        }
+      }))
   })
 })
+
+const chunks = <A>(xs: ReadonlyArray<A>): Array<ReadonlyArray<A>> =>
+  Array.from({ length: Math.ceil(xs.length / 10) }, (_, i) => xs.slice(i * 10, i * 10 + 10))
