@@ -195,6 +195,14 @@ export interface CallbackSpec {
   readonly maxAttempts: number
 }
 
+/** Both of a batch's callbacks, validated (`validateCallback`). */
+export const validateCallbacks = (
+  o: BatchOptions,
+  options: ValidateOptions
+): Either.Either<{ readonly onComplete: CallbackSpec | null; readonly onFailure: CallbackSpec | null }, InvalidJob> =>
+  Either.flatMap(validateCallback(o.onComplete, "onComplete", options), (onComplete) =>
+    Either.map(validateCallback(o.onFailure, "onFailure", options), (onFailure) => ({ onComplete, onFailure })))
+
 /** A batch's callback, validated as a job whose payload is an object (the batch's counts are added to it). */
 export const validateCallback = (job: NewJob | undefined, field: string, options: ValidateOptions): Either.Either<CallbackSpec | null, InvalidJob> => {
   if (job === undefined) return Either.right(null)

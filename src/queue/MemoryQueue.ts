@@ -6,7 +6,7 @@
  */
 import { Clock, Duration, Effect, Either, Exit, FiberRef, Layer, Option } from "effect"
 import type { Batch, BatchOptions, Beat, CallbackSpec, DeadLetter, Dependencies, DependencyLink, EnqueueResult, ErrorEntry, Job, Lease, NewJob, OnParentFailure, StageControl, StageStats, ValidJob } from "./Job.js"
-import { countEnqueued, defaultMaxPayloadBytes, errorEntry, InvalidJob, jobFromDeadLetter, JobNotFound, parentProblem, validateAll, validateCallback } from "./Job.js"
+import { countEnqueued, defaultMaxPayloadBytes, errorEntry, InvalidJob, jobFromDeadLetter, JobNotFound, parentProblem, validateAll, validateCallbacks } from "./Job.js"
 import * as Events from "./Events.js"
 import * as Limits from "./Limits.js"
 import * as Outcome from "./Outcome.js"
@@ -734,15 +734,13 @@ export const make = (options: QueueOptions = {}) =>
     const batchesApi = {
       create: (o: BatchOptions) =>
         Effect.gen(function*() {
-          const onComplete = validateCallback(o.onComplete, "onComplete", validation)
-          if (Either.isLeft(onComplete)) return yield* onComplete.left
-          const onFailure = validateCallback(o.onFailure, "onFailure", validation)
-          if (Either.isLeft(onFailure)) return yield* onFailure.left
+          const callbacks = validateCallbacks(o, validation)
+          if (Either.isLeft(callbacks)) return yield* callbacks.left
           const id = String(nextBatchId++)
           const orgId = o.orgId ?? null
           batches.set(id, {
             id, orgId, total: 0, completed: 0, failed: 0, sealed: false, finishedAt: null, callbacks: [],
-            onComplete: onComplete.right, onFailure: onFailure.right
+            onComplete: callbacks.right.onComplete, onFailure: callbacks.right.onFailure
           })
           const created = (o.jobs ?? []).length === 0 ? [] : yield* transaction(enqueue((o.jobs ?? []).map((j) => ({ ...j, orgId, batchId: id }))))
           if (!(o.open ?? false)) yield* Effect.orDie(seal(id))

@@ -7,7 +7,7 @@ import * as Db from "../layers/Db.js"
 import * as Spans from "../layers/Spans.js"
 import * as Events from "./Events.js"
 import type { Batch, BatchOptions, Beat, DeadLetter, DependencyLink, ErrorEntry, InvalidJob, Job, JobStatus, StageStats, ValidJob } from "./Job.js"
-import { countEnqueued, defaultMaxPayloadBytes, InvalidJob as InvalidJobError, isJobId, validateCallback, jobFromDeadLetter, JobNotFound, parentProblem, policyColumn, policyFromColumn, validateAll } from "./Job.js"
+import { countEnqueued, defaultMaxPayloadBytes, InvalidJob as InvalidJobError, isJobId, validateCallbacks, jobFromDeadLetter, JobNotFound, parentProblem, policyColumn, policyFromColumn, validateAll } from "./Job.js"
 import * as JobsSql from "./JobsSql.js"
 import * as Limits from "./Limits.js"
 import * as Outcome from "./Outcome.js"
@@ -720,14 +720,13 @@ export const make = (options: QueueOptions = {}) =>
     const batches = {
       create: (o: BatchOptions) =>
         Effect.gen(function*() {
-          const onComplete = validateCallback(o.onComplete, "onComplete", validation)
-          if (Either.isLeft(onComplete)) return yield* onComplete.left
-          const onFailure = validateCallback(o.onFailure, "onFailure", validation)
-          if (Either.isLeft(onFailure)) return yield* onFailure.left
+          const callbacks = validateCallbacks(o, validation)
+          if (Either.isLeft(callbacks)) return yield* callbacks.left
+          const { onComplete, onFailure } = callbacks.right
           const orgId = o.orgId ?? null
           return yield* db.transaction(Effect.gen(function*() {
             const [row] = yield* db.run((sql) =>
-              JobsSql.insertBatchRow(sql, orgId, onComplete.right && JSON.stringify(onComplete.right), onFailure.right && JSON.stringify(onFailure.right))
+              JobsSql.insertBatchRow(sql, orgId, onComplete && JSON.stringify(onComplete), onFailure && JSON.stringify(onFailure))
             )
             const id = row!.id
             const jobs = (o.jobs ?? []).length === 0 ? [] : yield* enqueue((o.jobs ?? []).map((j) => ({ ...j, orgId, batchId: id })))

@@ -15,20 +15,27 @@ import { fixture, freshSchema, spawnWorkerProcess } from "../support/workerProce
 const children = 10_000
 const kills = 5
 
+/** A fresh schema with the executions table, and a parent waiting on `children` children enqueued as one flow. */
+const fanIn = (prefix: string) =>
+  Effect.gen(function*() {
+    const { schema, sql } = yield* freshSchema(
+      prefix,
+      `create table executions (job_id bigint, stage text, worker_id text, at timestamptz default clock_timestamp())`
+    )
+    const queue = yield* Layer.build(PgQueue.layer().pipe(
+      Layer.provide(Layer.scoped(Db.Db, Db.make({ url: Redacted.make(databaseUrl()), schema, poolMax: 2 })))
+    )).pipe(Effect.orDie)
+    const flow = yield* Queue.enqueueFlow({
+      job: { stage: "fan_parent", payload: {} },
+      children: Array.from({ length: children }, (_, n) => ({ job: { stage: "fan_child", payload: { n } } }))
+    }).pipe(Effect.provide(queue))
+    return { schema, sql, flow }
+  })
+
 describe("fan-in under SIGKILL", () => {
   it.live(`workers SIGKILLed ${kills} times during a fan-in of ${children.toLocaleString("en")}: the parent runs exactly once, nothing is lost`, () =>
     Effect.gen(function*() {
-      const { schema, sql } = yield* freshSchema(
-        "fanin",
-        `create table executions (job_id bigint, stage text, worker_id text, at timestamptz default clock_timestamp())`
-      )
-      const queue = yield* Layer.build(PgQueue.layer().pipe(
-        Layer.provide(Layer.scoped(Db.Db, Db.make({ url: Redacted.make(databaseUrl()), schema, poolMax: 2 })))
-      )).pipe(Effect.orDie)
-      const flow = yield* Queue.enqueueFlow({
-        job: { stage: "fan_parent", payload: {} },
-        children: Array.from({ length: children }, (_, n) => ({ job: { stage: "fan_child", payload: { n } } }))
-      }).pipe(Effect.provide(queue))
+      const { schema, sql, flow } = yield* fanIn("fanin")
       const spawn = (id: string) =>
         spawnWorkerProcess(fixture("fanInWorker.ts"), { PGFIBER_SCHEMA: schema, WORKER_ID: id, LOG_LEVEL: "warn" })
       const workers = [yield* spawn("w0"), yield* spawn("w1")]
@@ -63,17 +70,7 @@ describe("fan-in under SIGKILL", () => {
     Effect.gen(function*() {
       const gaps: Array<number> = []
       for (let run = 0; run < 3; run++) {
-        const { schema, sql } = yield* freshSchema(
-          "fanin_gap",
-          `create table executions (job_id bigint, stage text, worker_id text, at timestamptz default clock_timestamp())`
-        )
-        const queue = yield* Layer.build(PgQueue.layer().pipe(
-          Layer.provide(Layer.scoped(Db.Db, Db.make({ url: Redacted.make(databaseUrl()), schema, poolMax: 2 })))
-        )).pipe(Effect.orDie)
-        const flow = yield* Queue.enqueueFlow({
-          job: { stage: "fan_parent", payload: {} },
-          children: Array.from({ length: children }, (_, n) => ({ job: { stage: "fan_child", payload: { n } } }))
-        }).pipe(Effect.provide(queue))
+        const { schema, sql, flow } = yield* fanIn("fanin_gap")
         yield* spawnWorkerProcess(fixture("fanInWorker.ts"), { PGFIBER_SCHEMA: schema, WORKER_ID: `gap${run}`, LOG_LEVEL: "warn" })
         yield* waitFor("the parent to complete", Effect.promise(async () => {
           const [row] = await sql<Array<{ status: string }>>`select status from jobs_archive where id = ${flow.id}`
