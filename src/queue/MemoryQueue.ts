@@ -62,7 +62,8 @@ export const make = (options: QueueOptions = {}) =>
       const ms = retainMs(j.stage, override)
       if (ms <= 0) return
       archive.set(j.id, {
-        job: { ...j, status, lockedBy: null, lockedUntil: null, finishedAt: new Date(now), updatedAt: new Date(now) },
+        // as jobs_archive keeps them: no lease, no count of parents, no batch
+        job: { ...j, status, lockedBy: null, lockedUntil: null, finishedAt: new Date(now), updatedAt: new Date(now), waitingOn: null, batchId: null },
         keepUntil: now + ms
       })
     }
