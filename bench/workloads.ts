@@ -1023,7 +1023,8 @@ export const searchAtBacklog = async (cluster: Cluster, queued: number): Promise
       for (let b = 0; b < 50; b++) {
         const jobs = Array.from({ length: 1000 }, (_, i) => ({
           stage: "bench_enqueue", payloadJson: JSON.stringify({ customer: i % 1000, region: "eu", seq: b * 1000 + i }), payload: null,
-          orgId: null, subjectId: null, priority: 50, delayMs: 0, runAt: null, maxAttempts: 5, dedupeKey: null, dedupeMode: "first" as const, timeoutMs: null
+          orgId: null, subjectId: null, priority: 50, delayMs: 0, runAt: null, maxAttempts: 5, dedupeKey: null, dedupeMode: "first" as const, timeoutMs: null,
+          dependsOn: [], uniqueForMs: null, batchId: null
         }))
         await JobsSql.insertJobs(sql, jobs)
       }

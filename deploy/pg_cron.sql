@@ -91,7 +91,7 @@ end
 $body$;
 $prune$);
 
--- Every 10 minutes: job events (job_events, migration 0021) older than a day are deleted, 5,000 at a time from
+-- Every 10 minutes: job events (job_events, migration 0020) older than a day are deleted, 5,000 at a time from
 -- the front of the log (as EventsSql.pruneEvents; the `pgfiber.events-retention` schedule, PGFIBER_EVENTS_RETAIN).
 select cron.schedule('pgfiber-events-retention', '5-59/10 * * * *', $events$
 do $body$

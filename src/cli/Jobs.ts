@@ -92,7 +92,7 @@ export const enqueue = Command.make(
 // ---------------------------------------------------------------------------------------------
 // jobs
 
-const statusOption = Options.choice("status", ["queued", "running", "cancelled"]).pipe(
+const statusOption = Options.choice("status", Queue.liveStatuses).pipe(
   Options.optional,
   Options.withDescription("Only jobs in this state")
 )
@@ -197,9 +197,12 @@ const jobsShow = Command.make("show", { id: idArg("job") }, ({ id }) =>
       if (job === null) {
         return yield* new NotFound({ message: `job ${id} not found (finished jobs are kept for their stage's retention, then pruned; see dlq list)` })
       }
-      yield* Output.json(job)
+      const dependencies = yield* queue.dependencies(id)
+      yield* Output.json({ ...job, dependencies })
     })
-  )).pipe(Command.withDescription("Print one job as JSON, live or finished (status, output, progress, started/finished times, errors)"))
+  )).pipe(Command.withDescription(
+    "Print one job as JSON, live or finished (status, output, progress, started/finished times, errors, the parents it waits on and its children)"
+  ))
 
 const cancelOne = (id: string) =>
   operator(() =>

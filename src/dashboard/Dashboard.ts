@@ -240,7 +240,7 @@ export const make = (options: DashboardOptions) =>
             dedupeKey: job.dedupeKey, lastError: job.lastError, errors: job.errors, createdAt: job.createdAt,
             updatedAt: job.updatedAt, startedAt: job.startedAt, finishedAt: job.finishedAt, lastRunMs: job.lastRunMs,
             output: job.output, progress: job.progress, progressMessage: job.progressMessage,
-            deadLetter: job.status === "dead" ? dl : null
+            deadLetter: job.status === "dead" ? dl : null, waitingOn: job.waitingOn, batchId: job.batchId
           } satisfies Pages.JobPage
         }
         if (dl === null) return null
@@ -264,7 +264,7 @@ export const make = (options: DashboardOptions) =>
           BrowseSql.browseJobs(sql, { stage: null, status: null, org: null, subject: found.subjectId, since: null, until: null, id: null, before: null }, 20)))
         const liveUrl = found.finishedAt !== null ? undefined : `${base}/live/jobs/${found.id}`
         return page(Pages.layout(frame(s, `Job ${found.id}`, "jobs", { liveUrl, notice: text(params, "notice") || undefined }),
-          Pages.job(base, s.csrf, found, related)))
+          Pages.job(base, s.csrf, found, related, yield* asViewer(s, queue.dependencies(found.id)))))
       })
 
     const deadPage = (s: Signed, params: URLSearchParams) =>

@@ -122,7 +122,7 @@ ${pools === undefined ? "" : html`
 <tbody>${pools.map((p) => html`<tr data-pool="${p.stage}"><td>${p.stage}</td><td>${p.paused ? "waiting for the database" : p.state}</td><td class="num">${p.concurrency}</td><td class="num" data-field="inFlight">${p.inFlight}</td><td class="num" data-field="claimedAhead">${p.claimedAhead}</td><td>${when(p.lastClaimAt)}</td></tr>`)}</tbody></table>
 <p class="muted">A job claimed ahead is leased (counted as running above) but waits here for a free slot.</p>`}`
 
-export const statuses = ["queued", "delayed", "running", "completed", "cancelled", "dead"] as const
+export const statuses = ["waiting", "queued", "delayed", "running", "completed", "cancelled", "dead"] as const
 
 export interface JobsQuery {
   readonly stage: string
@@ -206,9 +206,22 @@ export interface JobPage extends Pick<Queue.Job,
   /** When it runs next; null once finished. */
   readonly availableAt: Date | null
   readonly deadLetter: Queue.DeadLetter | null
+  /** A waiting job's parents not finished yet. */
+  readonly waitingOn?: number | null | undefined
+  readonly batchId?: string | null | undefined
 }
 
-export const job = (base: string, csrf: string, j: JobPage, related: ReadonlyArray<BrowseSql.BrowseRow>): Html => {
+const dependencyTable = (base: string, id: string, links: ReadonlyArray<Queue.DependencyLink>, empty: string) => html`
+<table id="${id}"><thead><tr><th>id</th><th>stage</th><th>status</th><th>if it fails</th></tr></thead>
+<tbody>${links.length === 0 ? html`<tr><td colspan="4" class="muted">${empty}</td></tr>` : links.map((l) => html`<tr><td><a href="${base}/jobs/${l.id}">${l.id}</a></td><td>${l.stage ?? ""}</td><td>${l.status === null ? "(pruned)" : statusBadge(l.status)}</td><td>${l.onFailure}</td></tr>`)}</tbody></table>`
+
+export const job = (
+  base: string,
+  csrf: string,
+  j: JobPage,
+  related: ReadonlyArray<BrowseSql.BrowseRow>,
+  dependencies: Queue.Dependencies | null = null
+): Html => {
   const field = (name: string, value: Value) => html`<span data-job-field="${name}">${value}</span>`
   const timeline: Array<{ at: string; what: string }> = [
     { at: when(j.createdAt), what: "enqueued" },
@@ -232,6 +245,8 @@ export const job = (base: string, csrf: string, j: JobPage, related: ReadonlyArr
 <dt>worker</dt><dd>${field("lockedBy", j.lockedBy ?? "")}</dd>
 <dt>lease until</dt><dd>${field("lockedUntil", j.lockedUntil ? j.lockedUntil.toISOString() : "")}</dd>
 <dt>dedupe key</dt><dd>${j.dedupeKey ?? ""}</dd>
+<dt>waits on</dt><dd>${field("waitingOn", j.waitingOn == null ? "" : `${j.waitingOn} parent${j.waitingOn === 1 ? "" : "s"}`)}</dd>
+<dt>batch</dt><dd>${field("batchId", j.batchId ?? "")}</dd>
 <dt>progress</dt><dd>${field("progress", j.progress === null ? "" : j.progress)} ${field("progressMessage", j.progressMessage ?? "")}</dd>
 <dt>last error</dt><dd class="bad">${field("lastError", j.lastError ?? "")}</dd>
 <dt>created</dt><dd>${when(j.createdAt)}</dd>
@@ -240,7 +255,7 @@ export const job = (base: string, csrf: string, j: JobPage, related: ReadonlyArr
 <dt>updated</dt><dd>${field("updatedAt", j.updatedAt.toISOString())}</dd>
 </dl>
 <div class="actions">
-${j.status === "queued" || j.status === "delayed" || j.status === "running" ? html`
+${j.status === "waiting" || j.status === "queued" || j.status === "delayed" || j.status === "running" ? html`
 <form method="post" action="${base}/jobs/${j.id}/cancel">${csrfField(csrf)}<button class="danger" type="submit" data-action="cancel">Cancel job…</button></form>` : ""}
 ${j.status === "delayed" ? html`<form method="post" action="${base}/jobs/${j.id}/run-now">${csrfField(csrf)}<button type="submit" data-action="run-now">Run now</button></form>` : ""}
 ${j.deadLetter && j.deadLetter.resolutionStatus === null ? deadLetterActions(base, csrf, j.deadLetter.id) : ""}
@@ -253,6 +268,11 @@ ${j.status === "completed" ? html`<h2>Output</h2><pre id="output">${j.output ===
 <tbody>${j.errors.length === 0 ? html`<tr><td colspan="4" class="muted">no failed attempt</td></tr>` : j.errors.map((e) => html`<tr><td class="num">${e.attempt}</td><td>${when(e.at)}</td><td>${e.tag}</td><td>${e.message}</td></tr>`)}</tbody></table>
 <h2>Timeline</h2>
 <table><tbody>${timeline.map((t) => html`<tr><td>${t.at}</td><td>${t.what}</td></tr>`)}</tbody></table>
+${dependencies === null || (dependencies.parents.length === 0 && dependencies.children.length === 0) ? "" : html`
+<h2>Waits on (parents)</h2>
+${dependencyTable(base, "parents", dependencies.parents, "none: it waits for nothing")}
+<h2>Waited on by (children)</h2>
+${dependencyTable(base, "children", dependencies.children, "nothing waits for it")}`}
 <h2>Related jobs (same subject)</h2>
 ${j.subjectId === null ? html`<p class="muted">This job has no subject.</p>` : jobTable(base, related.filter((r) => r.id !== j.id))}`
 }

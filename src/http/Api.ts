@@ -161,11 +161,15 @@ export const JobView = Schema.Struct({
   payload: Schema.Unknown,
   priority: Schema.Number,
   /**
-   * Live: `queued`, `running`, `cancelled` (asked to stop while running). Finished, kept for the stage's
+   * Live: `waiting` (for its parents), `queued`, `running`, `cancelled` (asked to stop while running). Finished, kept for the stage's
    * retention (PGFIBER_RETAIN_COMPLETED): `completed`, `dead` (see `deadLetterId`), `cancelled` with
    * `finishedAt`. Past its retention a finished job is 404 (a dead one stays readable while its dead letter does).
    */
-  status: Schema.Literal("queued", "running", "cancelled", "completed", "dead"),
+  status: Schema.Literal(...Job.jobStatuses),
+  /** A waiting job's parents not finished yet (see `GET /jobs/:id/dependencies`); null otherwise. */
+  waitingOn: Schema.optional(Schema.NullOr(Schema.Number)),
+  /** The batch a live job belongs to (`GET /batches/:id`). */
+  batchId: Schema.optional(Schema.NullOr(Schema.String)),
   attempts: Schema.Number,
   maxAttempts: Schema.Number,
   polls: Schema.Number,
@@ -232,7 +236,45 @@ export const EnqueueRequest = Schema.Struct({
   dedupeMode: Schema.optional(Schema.Literal("first", "replace", "debounce")),
   /** This job's timeout in milliseconds, overriding its stage's. */
   timeoutMs: Schema.optional(Schema.Int.pipe(Schema.between(1, 2_147_483_647))),
-  subjectId: Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(200)))
+  subjectId: Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(200))),
+  /** With dedupeKey: one job per key per aligned window of this many ms, counting finished jobs (`deduped: true`). */
+  uniqueForMs: Schema.optional(Schema.Int.pipe(Schema.between(1000, 366 * 24 * 3600 * 1000))),
+  /**
+   * Jobs of your org this one waits for: it is `waiting` until each has finished. An id, or `{ id, onFailure }`
+   * with onFailure `cancel` (default: cancelled when that parent dies or is cancelled), `deadLetter` or `continue`.
+   */
+  dependsOn: Schema.optional(Schema.Array(Schema.Union(
+    Schema.String.pipe(Schema.filter(Job.isJobId, { message: () => "dependsOn must hold job ids (digits)" })),
+    Schema.Struct({
+      id: Schema.String.pipe(Schema.filter(Job.isJobId, { message: () => "dependsOn must hold job ids (digits)" })),
+      onFailure: Schema.optional(Schema.Literal(...Job.onParentFailures))
+    })
+  )).pipe(Schema.maxItems(Job.maxDependencies)))
+})
+
+const DependencyLinkView = Schema.Struct({
+  id: Schema.String,
+  stage: Schema.NullOr(Schema.String),
+  status: Schema.NullOr(Schema.Literal(...Job.jobStatuses)),
+  onFailure: Schema.Literal(...Job.onParentFailures),
+  output: Schema.optional(Schema.Unknown)
+})
+
+/** A batch's counts and callbacks (library-created: `Queue.batches`). */
+export const BatchView = Schema.Struct({
+  id: Schema.String,
+  total: Schema.Number,
+  completed: Schema.Number,
+  failed: Schema.Number,
+  sealed: Schema.Boolean,
+  finishedAt: Schema.NullOr(Schema.Date),
+  callbacks: Schema.Array(Schema.String)
+})
+
+/** What a job waits on (its parents, with their outputs once completed) and what waits on it (its children). */
+export const DependenciesView = Schema.Struct({
+  parents: Schema.Array(DependencyLinkView),
+  children: Schema.Array(DependencyLinkView)
 })
 
 const ListLimit = Schema.optional(Schema.NumberFromString.pipe(Schema.int(), Schema.between(1, 1000)))
@@ -306,7 +348,7 @@ export class JobsApi extends HttpApiGroup.make("jobs")
     HttpApiEndpoint.get("list", "/jobs")
       .setUrlParams(Schema.Struct({
         stage: Schema.optional(Schema.String),
-        status: Schema.optional(Schema.Literal("queued", "running", "cancelled")),
+        status: Schema.optional(Schema.Literal(...Job.liveStatuses)),
         /** Payload search: a JSON object the payload contains, or `key=value[,key=value]`. */
         payload: Schema.optional(Schema.String),
         /** A substring of the last error, case-insensitive. */
@@ -329,6 +371,8 @@ export class JobsApi extends HttpApiGroup.make("jobs")
       .addSuccess(Schema.Struct({ actions: Schema.Array(ActionView) }))
   )
   .add(HttpApiEndpoint.get("get")`/jobs/${JobId}`.addSuccess(JobView).addError(NotFound))
+  .add(HttpApiEndpoint.get("dependencies")`/jobs/${JobId}/dependencies`.addSuccess(DependenciesView).addError(NotFound))
+  .add(HttpApiEndpoint.get("batch")`/batches/${JobId}`.addSuccess(BatchView).addError(NotFound))
   .add(
     HttpApiEndpoint.post("cancel")`/jobs/${JobId}/cancel`
       .addSuccess(Schema.Struct({ id: Schema.String, outcome: Schema.Literal("cancelled", "cancelling") }))

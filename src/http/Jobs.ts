@@ -52,7 +52,9 @@ export const jobView = (job: Queue.Job) => ({
   ...(job.output === null || job.output === undefined ? {} : { output: job.output }),
   progress: job.progress,
   progressMessage: job.progressMessage,
-  timeoutMs: job.timeoutMs
+  timeoutMs: job.timeoutMs,
+  waitingOn: job.waitingOn,
+  batchId: job.batchId
 })
 
 const deadJobView = (dl: Queue.DeadLetter) => ({
@@ -156,6 +158,8 @@ export const layer = <R>(options: JobsOptions<R>) =>
                 dedupeKey: body.dedupeKey,
                 dedupeMode: body.dedupeMode,
                 timeout: body.timeoutMs === undefined ? undefined : Duration.millis(body.timeoutMs),
+                dependsOn: body.dependsOn,
+                uniqueFor: body.uniqueForMs === undefined ? undefined : Duration.millis(body.uniqueForMs),
                 caller: "tenant"
               }).pipe(Effect.provideService(Queue.Queue, queue))
             )
@@ -227,6 +231,33 @@ export const layer = <R>(options: JobsOptions<R>) =>
             }
             return found
           }).pipe(Effect.catchTag("DbError", dbFailure)))
+        .handle("dependencies", ({ path }) =>
+          Effect.gen(function*() {
+            // under the org's row-level security: another org's job, or another org's edge, is not found
+            const found = isId(path.id) ? yield* asOrg(queue.dependencies(path.id)) : null
+            if (found === null) return yield* notFound(`job ${path.id}`)
+            const link = (l: Queue.DependencyLink) => ({
+              id: l.id,
+              stage: l.stage,
+              status: l.status,
+              onFailure: l.onFailure,
+              ...(l.output === null || l.output === undefined ? {} : { output: l.output })
+            })
+            return { parents: found.parents.map(link), children: found.children.map(link) }
+          }).pipe(Effect.catchTag("DbError", dbFailure)))
+        .handle("batch", ({ path }) =>
+          // under the org's row-level security: another org's batch is not found
+          asOrg(queue.batches.get(path.id)).pipe(
+            Effect.flatMap((b) =>
+              b === null
+                ? Effect.fail(notFound(`batch ${path.id}`))
+                : Effect.succeed({
+                  id: b.id, total: b.total, completed: b.completed, failed: b.failed, sealed: b.sealed,
+                  finishedAt: b.finishedAt, callbacks: b.callbacks
+                })
+            ),
+            Effect.catchTag("DbError", dbFailure)
+          ))
         .handle("cancel", ({ path }) =>
           asOrg(queue.cancel(path.id)).pipe(
             Effect.flatMap((outcome) =>

@@ -51,7 +51,7 @@ export const browseJobs = (sql: Sql, f: BrowseFilter, limit: number) => {
              case when status = 'queued' and available_at > now() then 'delayed' else status end as status,
              attempts, max_attempts, created_at, updated_at, available_at, last_error, null::text as dead_letter_id
       from jobs
-      where (${f.status}::text is null or ${f.status}::text in ('queued', 'delayed', 'running', 'cancelled'))
+      where (${f.status}::text is null or ${f.status}::text in ('waiting', 'queued', 'delayed', 'running', 'cancelled'))
         and (${payload}::text is null or payload @> ${payload}::text::jsonb)
         and (${error}::text is null or last_error ilike ${error}::text)
       union all

@@ -10,7 +10,7 @@ import { Data, Duration, Either, Option } from "effect"
 import { jsonProblem, stagePattern, textProblem } from "./Job.js"
 
 /** The live states a filter can name; `queued` is due now, `delayed` is queued for later (backing off, scheduled). */
-export const filterStatuses = ["queued", "delayed", "running"] as const
+export const filterStatuses = ["waiting", "queued", "delayed", "running"] as const
 export type FilterStatus = typeof filterStatuses[number]
 
 export interface JobFilter {
@@ -248,7 +248,8 @@ export const matches = (f: JobFilter, j: Matchable, now: number): boolean =>
   (f.status === undefined ||
     (f.status === "queued" && j.status === "queued" && j.availableAt.getTime() <= now) ||
     (f.status === "delayed" && j.status === "queued" && j.availableAt.getTime() > now) ||
-    (f.status === "running" && j.status === "running")) &&
+    (f.status === "running" && j.status === "running") ||
+    (f.status === "waiting" && j.status === "waiting")) &&
   (f.org === undefined || j.orgId === f.org) &&
   (f.subject === undefined || j.subjectId === f.subject) &&
   (f.payload === undefined || jsonContains(j.payload, f.payload)) &&
@@ -260,7 +261,7 @@ export const matches = (f: JobFilter, j: Matchable, now: number): boolean =>
 export const applies = (a: BulkAction, j: Matchable, now: number): boolean => {
   switch (a.kind) {
     case "cancel":
-      return j.status === "queued" || j.status === "running"
+      return j.status === "waiting" || j.status === "queued" || j.status === "running"
     case "retry":
       return j.status === "queued" && j.availableAt.getTime() > now && j.lastError !== null
     case "run-now":

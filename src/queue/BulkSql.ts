@@ -9,7 +9,7 @@
 import { Duration } from "effect"
 import type { Sql } from "../layers/Db.js"
 import { type BulkAction, containsPattern, type JobFilter } from "./Bulk.js"
-import { channel } from "./JobsSql.js"
+import { channel, finishedSettled } from "./JobsSql.js"
 
 // JSON goes in as text cast to jsonb: a parameter the server types as jsonb is JSON.stringify'd again by porsager
 // (a string would become a JSON string)
@@ -27,6 +27,7 @@ export const filterConditions = (sql: Sql, f: JobFilter): ReadonlyArray<Fragment
   if (f.status === "queued") c.push(sql`j.status = 'queued' and j.available_at <= now()`)
   if (f.status === "delayed") c.push(sql`j.status = 'queued' and j.available_at > now()`)
   if (f.status === "running") c.push(sql`j.status = 'running'`)
+  if (f.status === "waiting") c.push(sql`j.status = 'waiting'`)
   if (f.org !== undefined) c.push(sql`j.org_id = ${f.org}`)
   if (f.subject !== undefined) c.push(sql`j.subject_id = ${f.subject}`)
   if (f.payload !== undefined) c.push(sql`j.payload @> ${JSON.stringify(f.payload)}::text::jsonb`)
@@ -40,7 +41,7 @@ export const filterConditions = (sql: Sql, f: JobFilter): ReadonlyArray<Fragment
 const applicable = (sql: Sql, a: BulkAction): Fragment => {
   switch (a.kind) {
     case "cancel":
-      return sql`j.status in ('queued', 'running')`
+      return sql`j.status in ('waiting', 'queued', 'running')`
     case "retry":
       return sql`j.status = 'queued' and j.available_at > now() and j.last_error is not null`
     case "run-now":
@@ -86,7 +87,7 @@ export interface BatchRow {
 }
 
 /**
- * Cancels one batch: queued rows are deleted, into the history as `cancelled` when their stage keeps any (as
+ * Cancels one batch: queued and waiting rows are deleted (their dependents settled as for any cancelled parent), into the history as `cancelled` when their stage keeps any (as
  * `JobsSql.cancelJob`), running rows are marked `cancelled` for their worker. Locking: the batch's rows, SKIP LOCKED.
  */
 export const cancelBatch = (
@@ -96,7 +97,11 @@ export const cancelBatch = (
   sql<Array<BatchRow>>`
     with picked as (${nextBatch(sql, f, { kind: "cancel" }, afterId, maxId, limit)}),
     removed as (
-      delete from jobs j using picked p where j.id = p.id and j.status = 'queued' returning j.*
+      delete from jobs j using picked p where j.id = p.id and j.status in ('queued', 'waiting') returning j.*
+    ),
+    -- what waits on them is settled as for any cancelled parent (migration 0021), down the chain
+    released as (
+      ${finishedSettled(sql, sql`removed`, sql`'cancelled'`, sql`null::text`, retention)}
     ),
     kept as (
       insert into jobs_archive (id, stage, org_id, subject_id, payload, priority, status, attempts, max_attempts, polls,
@@ -113,7 +118,7 @@ export const cancelBatch = (
       update jobs j set status = 'cancelled', updated_at = now()
       from picked p where j.id = p.id and j.status = 'running' returning j.id
     ),
-    -- the event log (migration 0021), as JobsSql.cancelJob: a running job's 'cancelled' is logged by its settle
+    -- the event log (migration 0020), as JobsSql.cancelJob: a running job's 'cancelled' is logged by its settle
     logged as (
       insert into job_events (org_id, stage, job_id, subject_id, kind, attempt, data)
       select org_id, stage, id, subject_id, 'cancelled', attempts, null::jsonb from removed order by id
@@ -122,7 +127,8 @@ export const cancelBatch = (
            ((select count(*) from removed) + (select count(*) from marked))::int as changed,
            (select count(*) from marked)::int as marked,
            coalesce((select json_agg(json_build_array(id::text, stage, org_id)) from removed), '[]'::json) as removed,
-           (select count(*) from kept) as kept`
+           (select count(*) from kept) as kept,
+           (select count(*) from released) as released`
 
 /**
  * Retry now, run now or a new priority for one batch; jobs made due wake their stages' workers (NOTIFY per

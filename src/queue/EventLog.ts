@@ -1,6 +1,6 @@
 /**
  * The cluster-wide event log: every job's lifecycle, as every process wrote it, kept for a retention and read
- * by cursor. The job statements write it (migration 0021, JobsSql); this service reads and prunes it. The
+ * by cursor. The job statements write it (migration 0020, JobsSql); this service reads and prunes it. The
  * in-process bus (`Events.ts`) stays what it was: this process's facts, at once, for metrics and hooks. The log
  * is what another process, an SSE client or a webhook reads: durable, ordered per job, resumable by event id.
  *

@@ -1,5 +1,5 @@
 /**
- * Every statement that reads or prunes the event log (`job_events`, migration 0021). The rows are written by the
+ * Every statement that reads or prunes the event log (`job_events`, migration 0020). The rows are written by the
  * job statements themselves (JobsSql's `logged` CTEs, the insert trigger); nothing here writes an event.
  *
  * Readers go in (tx, id) order, and only over rows whose transaction is older than every transaction still

@@ -19,11 +19,31 @@ export const defaultMaxPayloadBytes = 256 * 1024
 
 export type JobId = string
 /**
- * Live: `queued`, `running`, `cancelled` (a running job asked to stop: its worker removes it). Finished, from
- * the kept history: `completed`, `dead` (dead-lettered), and `cancelled` with a `finishedAt`.
+ * Live: `waiting` (for its parents, `dependsOn`), `queued`, `running`, `cancelled` (a running job asked to stop:
+ * its worker removes it). Finished, from the kept history: `completed`, `dead` (dead-lettered), and `cancelled`
+ * with a `finishedAt`. The one list: every other spelling derives from these.
  */
-export type JobStatus = "queued" | "running" | "cancelled" | "completed" | "dead"
-export type LiveStatus = "queued" | "running" | "cancelled"
+export const liveStatuses = ["waiting", "queued", "running", "cancelled"] as const
+export const finishedStatuses = ["completed", "dead", "cancelled"] as const
+export const jobStatuses = ["waiting", "queued", "running", "cancelled", "completed", "dead"] as const
+export type JobStatus = typeof jobStatuses[number]
+export type LiveStatus = typeof liveStatuses[number]
+
+/**
+ * What a dependent does when a parent is dead-lettered or cancelled: `cancel` it with the reason (the default),
+ * `deadLetter` it with the reason, or `continue` (the failed parent counts as done). Cascades down chains.
+ */
+export type OnParentFailure = "cancel" | "deadLetter" | "continue"
+export const onParentFailures: ReadonlyArray<OnParentFailure> = ["cancel", "deadLetter", "continue"]
+
+/** A parent of a job: its id, and what the job does if that parent fails. */
+export interface Dependency {
+  readonly id: JobId
+  readonly onFailure?: OnParentFailure | undefined
+}
+
+/** Most parents one job may wait on. */
+export const maxDependencies = 10_000
 
 export interface NewJob {
   readonly stage: string
@@ -46,6 +66,21 @@ export interface NewJob {
    * `debounce` does the same but only ever pushes the run time later.
    */
   readonly dedupeMode?: DedupeMode | undefined
+  /**
+   * Parents (existing jobs, of the same org) this job waits for: it is `waiting` until each has finished, then
+   * queued by the statement that settles the last one. A parent finished already counts as done when it
+   * completed (or its failure policy is `continue`); one dead-lettered or cancelled refuses the enqueue.
+   * An id alone waits with `onFailure: "cancel"`.
+   */
+  readonly dependsOn?: ReadonlyArray<JobId | Dependency> | undefined
+  /**
+   * One job per `dedupeKey` (per org) per window of this length, counting finished jobs too: windows are aligned
+   * periods by the database clock (`"1 hour"`: each clock hour); an enqueue in a window that already had its job
+   * returns that job (`deduped`). Needs a `dedupeKey`, and `dedupeMode` first.
+   */
+  readonly uniqueFor?: Duration.DurationInput | undefined
+  /** Joins this open batch (`Queue.batches`); its callbacks wait for this job too. */
+  readonly batchId?: string | undefined
 }
 
 export type DedupeMode = "first" | "replace" | "debounce"
@@ -65,6 +100,11 @@ export interface ValidJob {
   readonly dedupeKey: string | null
   readonly dedupeMode: DedupeMode
   readonly timeoutMs: number | null
+  /** Distinct parents, in the order given; empty for a job that waits for nothing. */
+  readonly dependsOn: ReadonlyArray<{ readonly id: JobId; readonly onFailure: OnParentFailure }>
+  /** The uniqueness window's length in ms; null: unique among live jobs only (or not at all). */
+  readonly uniqueForMs: number | null
+  readonly batchId: string | null
 }
 
 export interface ErrorEntry {
@@ -111,6 +151,86 @@ export interface Job {
   readonly progressMessage: string | null
   /** This job's own timeout, overriding its stage's; null: the stage's. */
   readonly timeoutMs: number | null
+  /** A waiting job's parents not finished yet; null for a job that is not waiting. */
+  readonly waitingOn: number | null
+  /** The batch it belongs to (live jobs; the history does not keep it). */
+  readonly batchId: string | null
+}
+
+/**
+ * A batch: jobs whose callbacks (`onComplete` always, `onFailure` too when a job failed) are enqueued exactly once,
+ * when it is sealed and its last job has finished, with its counts in their payload (`batch`).
+ */
+export interface Batch {
+  readonly id: string
+  readonly orgId: string | null
+  readonly total: number
+  readonly completed: number
+  /** Dead-lettered or cancelled. */
+  readonly failed: number
+  /** No more jobs may join; its callbacks run once all have finished. */
+  readonly sealed: boolean
+  readonly finishedAt: Date | null
+  /** The callback jobs enqueued when it finished. */
+  readonly callbacks: ReadonlyArray<JobId>
+}
+
+export interface BatchOptions {
+  readonly orgId?: string | null | undefined
+  /** Enqueued when the batch finishes, whatever its counts. Its payload (an object) gets `batch`. */
+  readonly onComplete?: NewJob | undefined
+  /** Enqueued too when the batch finishes with a job dead-lettered or cancelled. */
+  readonly onFailure?: NewJob | undefined
+  /** Its first jobs (they join with `batchId` set). */
+  readonly jobs?: ReadonlyArray<NewJob> | undefined
+  /** Leave it open for `batches.add`, until `batches.seal`; default: sealed with `jobs`. */
+  readonly open?: boolean | undefined
+}
+
+/** A callback as the batch stores it: what `enqueue_batch_callbacks` (migration 0021) writes as a job. */
+export interface CallbackSpec {
+  readonly stage: string
+  readonly payload: unknown
+  readonly priority: number
+  readonly maxAttempts: number
+}
+
+/** Both of a batch's callbacks, validated (`validateCallback`). */
+export const validateCallbacks = (
+  o: BatchOptions,
+  options: ValidateOptions
+): Either.Either<{ readonly onComplete: CallbackSpec | null; readonly onFailure: CallbackSpec | null }, InvalidJob> =>
+  Either.flatMap(validateCallback(o.onComplete, "onComplete", options), (onComplete) =>
+    Either.map(validateCallback(o.onFailure, "onFailure", options), (onFailure) => ({ onComplete, onFailure })))
+
+/** A batch's callback, validated as a job whose payload is an object (the batch's counts are added to it). */
+export const validateCallback = (job: NewJob | undefined, field: string, options: ValidateOptions): Either.Either<CallbackSpec | null, InvalidJob> => {
+  if (job === undefined) return Either.right(null)
+  const valid = validate(job, options)
+  if (Either.isLeft(valid)) return Either.left(new InvalidJob({ field, message: `${field}: ${valid.left.message}` }))
+  const p = valid.right.payload
+  if (typeof p !== "object" || p === null || Array.isArray(p)) {
+    return Either.left(new InvalidJob({ field, message: `${field}: payload must be an object (the batch's counts are added to it)` }))
+  }
+  return Either.right({ stage: valid.right.stage, payload: p, priority: valid.right.priority, maxAttempts: valid.right.maxAttempts })
+}
+
+
+/** One edge of the dependency graph, seen from either end: the other job, its status now, and the policy. */
+export interface DependencyLink {
+  readonly id: JobId
+  readonly stage: string | null
+  /** The other job's status now; null when it has left the history too. */
+  readonly status: JobStatus | null
+  readonly onFailure: OnParentFailure
+  /** The other job's output, when it completed and its history is kept. */
+  readonly output: unknown
+}
+
+/** A job's parents (what it waits on) and children (what waits on it). */
+export interface Dependencies {
+  readonly parents: ReadonlyArray<DependencyLink>
+  readonly children: ReadonlyArray<DependencyLink>
 }
 
 /** What a worker holds after a claim and must present to finish the job. */
@@ -450,6 +570,23 @@ export const validate = (job: NewJob, options: ValidateOptions): Either.Either<V
   const dedupeMode = job.dedupeMode ?? "first"
   if (!dedupeModes.includes(dedupeMode)) return fail("dedupeMode", `dedupeMode must be one of ${dedupeModes.join(", ")}`)
   if (dedupeMode !== "first" && dedupeKey.right === null) return fail("dedupeMode", `dedupeMode ${dedupeMode} needs a dedupeKey`)
+  const dependsOn = validDependencies(job.dependsOn)
+  if (Either.isLeft(dependsOn)) return Either.left(dependsOn.left)
+  if (dependsOn.right.length > 0 && dedupeMode !== "first") {
+    return fail("dependsOn", `dependsOn cannot be combined with dedupeMode ${dedupeMode}`)
+  }
+  if (job.batchId !== undefined && (typeof job.batchId !== "string" || !isJobId(job.batchId))) {
+    return fail("batchId", "batchId must be a batch id (digits)")
+  }
+  let uniqueForMs: number | null = null
+  if (job.uniqueFor !== undefined) {
+    const decoded = Duration.decodeUnknown(job.uniqueFor)
+    const millis = decoded._tag === "Some" && Duration.isFinite(decoded.value) ? Math.round(Duration.toMillis(decoded.value)) : NaN
+    if (!(millis >= 1000 && millis <= 366 * 24 * 3600 * 1000)) return fail("uniqueFor", "uniqueFor must be a duration from 1 second to 366 days")
+    if (dedupeKey.right === null) return fail("uniqueFor", "uniqueFor needs a dedupeKey")
+    if (dedupeMode !== "first") return fail("uniqueFor", `uniqueFor cannot be combined with dedupeMode ${dedupeMode}`)
+    uniqueForMs = millis
+  }
   return Either.right({
     stage: job.stage,
     payloadJson,
@@ -462,8 +599,36 @@ export const validate = (job: NewJob, options: ValidateOptions): Either.Either<V
     maxAttempts,
     dedupeKey: dedupeKey.right,
     dedupeMode,
-    timeoutMs
+    timeoutMs,
+    dependsOn: dependsOn.right,
+    uniqueForMs,
+    batchId: job.batchId ?? null
   })
+}
+
+const strictness: Record<OnParentFailure, number> = { continue: 0, cancel: 1, deadLetter: 2 }
+
+const validDependencies = (
+  value: unknown
+): Either.Either<ReadonlyArray<{ readonly id: JobId; readonly onFailure: OnParentFailure }>, InvalidJob> => {
+  const fail = (message: string) => Either.left(new InvalidJob({ field: "dependsOn", message }))
+  if (value === undefined || value === null) return Either.right([])
+  if (!Array.isArray(value)) return fail("dependsOn must be an array of job ids")
+  if (value.length > maxDependencies) return fail(`dependsOn holds at most ${maxDependencies} jobs`)
+  const out = new Map<string, OnParentFailure>()
+  for (const item of value as ReadonlyArray<unknown>) {
+    const dep = typeof item === "string" ? { id: item } : item
+    if (typeof dep !== "object" || dep === null || typeof (dep as Dependency).id !== "string" || !isJobId((dep as Dependency).id)) {
+      return fail("dependsOn must hold job ids (digits) or { id, onFailure }")
+    }
+    const onFailure = (dep as Dependency).onFailure ?? "cancel"
+    if (!onParentFailures.includes(onFailure)) return fail(`onFailure must be one of ${onParentFailures.join(", ")}`)
+    const id = String(BigInt((dep as Dependency).id))
+    // the same parent twice: the stricter policy stands (continue < cancel < deadLetter)
+    const was = out.get(id)
+    out.set(id, was === undefined || strictness[onFailure] > strictness[was] ? onFailure : was)
+  }
+  return Either.right([...out].map(([id, onFailure]) => ({ id, onFailure })))
 }
 
 /** Validates a batch; the first bad job fails the whole batch so a producer never half-enqueues. */
@@ -535,3 +700,28 @@ export const countEnqueued = (jobs: ReadonlyArray<ValidJob>, results: ReadonlyAr
 }
 
 export const JobIdSchema = Schema.String.pipe(Schema.pattern(/^\d{1,19}$/))
+
+/** How `job_dependencies.on_failure` spells each policy, and back. */
+export const policyColumn: Record<OnParentFailure, string> = { cancel: "cancel", deadLetter: "dead", continue: "continue" }
+export const policyFromColumn = (column: string): OnParentFailure =>
+  column === "dead" ? "deadLetter" : column === "continue" ? "continue" : "cancel"
+
+/**
+ * Why a job cannot wait on a parent, or undefined when it can: the parent must exist (live, or finished in the
+ * kept history) in the job's own org, or it is "not found", the same words whether it is absent or another
+ * org's; a finished parent counts as done when it completed, or failed and the policy is `continue`.
+ */
+export const parentProblem = (
+  job: ValidJob,
+  dep: { readonly id: JobId; readonly onFailure: OnParentFailure },
+  live: { readonly orgId: string | null } | undefined,
+  finished: { readonly org_id: string | null; readonly status: string } | undefined,
+  index?: number
+): InvalidJob | undefined => {
+  const fail = (message: string) =>
+    new InvalidJob({ field: "dependsOn", message: index === undefined ? `dependsOn: ${message}` : `job ${index}: dependsOn: ${message}` })
+  if (live !== undefined) return live.orgId === job.orgId ? undefined : fail(`job ${dep.id} not found`)
+  if (finished === undefined || finished.org_id !== job.orgId) return fail(`job ${dep.id} not found`)
+  if (finished.status === "completed" || dep.onFailure === "continue") return undefined
+  return fail(`job ${dep.id} was ${finished.status === "dead" ? "dead-lettered" : "cancelled"}, and onFailure is ${dep.onFailure}`)
+}

@@ -12,7 +12,7 @@ import { laterTopic } from "./Queue.js"
 export const channel = (schema: string) => `${schema}_jobs`
 
 /**
- * The head of the insert into the event log (migration 0021) that a statement adds as a CTE of its own, so an
+ * The head of the insert into the event log (migration 0020) that a statement adds as a CTE of its own, so an
  * event costs no round trip. The select that follows gives (org_id, stage, job_id, subject_id, kind, attempt,
  * data), ordered: ids are assigned in that order, and a job's events of one statement must keep theirs.
  */
@@ -36,8 +36,24 @@ const columns = (jobs: ReadonlyArray<ValidJob>) => ({
  * `available_at` its run time or now + its delay. The target is named `j` for the conflict clause that each
  * statement adds after it (what a duplicate does), and its returning list.
  */
-const insertBatch = (sql: Sql, jobs: ReadonlyArray<ValidJob>) => {
+const insertBatch = (sql: Sql, jobs: ReadonlyArray<ValidJob>, waitingOn?: ReadonlyArray<number>) => {
   const c = columns(jobs)
+  // jobs with parents still to finish start `waiting` (the insert trigger wakes no one for them); jobs of a batch
+  if (waitingOn !== undefined) {
+    return sql`
+    insert into jobs as j (stage, org_id, subject_id, payload, priority, available_at, max_attempts, dedupe_key, timeout_ms,
+                           status, waiting_on, batch_id)
+    select stage, org_id, subject_id, payload::jsonb, priority,
+           coalesce(run_at, now() + delay_ms * interval '1 millisecond'), max_attempts, dedupe_key, timeout_ms,
+           case when waiting_on > 0 then 'waiting' else 'queued' end, nullif(waiting_on, 0), batch_id
+    from unnest(${c.stages}::text[], ${c.orgs}::text[], ${c.subjects}::text[], ${c.payloads}::text[],
+                ${c.priorities}::int[], ${c.delays}::float8[], ${c.runAts}::timestamptz[], ${c.maxAttempts}::int[],
+                ${c.dedupeKeys}::text[], ${c.timeouts}::int[], ${waitingOn}::int[], ${jobs.map((j) => j.batchId)}::bigint[])
+         with ordinality
+         as t(stage, org_id, subject_id, payload, priority, delay_ms, run_at, max_attempts, dedupe_key, timeout_ms, waiting_on,
+              batch_id, ord)
+    order by ord`
+  }
   return sql`
     insert into jobs as j (stage, org_id, subject_id, payload, priority, available_at, max_attempts, dedupe_key, timeout_ms)
     select stage, org_id, subject_id, payload::jsonb, priority,
@@ -59,6 +75,205 @@ export const insertJobs = (sql: Sql, jobs: ReadonlyArray<ValidJob>) =>
     ${insertBatch(sql, jobs)}
     on conflict (org_id, dedupe_key) where dedupe_key is not null do update set dedupe_key = excluded.dedupe_key
     returning id, (xmax <> 0) as deduped`
+
+/**
+ * Inserts a batch of jobs that have parents, each `waiting` on `waitingOn[i]` of them (0: all done, queued at
+ * once); a dedupe-key conflict returns the live job as `insertJobs` does. The edges follow (`insertEdges`), in
+ * the same transaction, after `lockParents`. Locking: new rows only, and a conflicting live row.
+ */
+export const insertWaitingJobs = (sql: Sql, jobs: ReadonlyArray<ValidJob>, waitingOn: ReadonlyArray<number>) =>
+  sql<Array<{ id: string; deduped: boolean }>>`
+    ${insertBatch(sql, jobs, waitingOn)}
+    on conflict (org_id, dedupe_key) where dedupe_key is not null do update set dedupe_key = excluded.dedupe_key
+    returning id, (xmax <> 0) as deduped`
+
+/**
+ * Claims each job's uniqueness window (`uniqueFor`): the window is the aligned period of `period_ms` that holds
+ * the database's now. Returns the windows this statement inserted (`fresh`), by ordinal; the others were taken
+ * already (`selectWindowJobs` finds their jobs, in a new statement: a concurrent first enqueue this one waited
+ * for committed after this statement's snapshot). Locking: the new window rows; ON CONFLICT waits for a
+ * concurrent insert of the same window to commit or roll back.
+ */
+export const claimWindows = (sql: Sql, w: {
+  readonly orgs: ReadonlyArray<string | null>
+  readonly keys: ReadonlyArray<string>
+  readonly periods: ReadonlyArray<number>
+}) =>
+  sql<Array<{ ord: number; window_start: Date; fresh: boolean }>>`
+    with w as (
+      select ord::int, org_id, dedupe_key, period_ms,
+             to_timestamp(floor(extract(epoch from now()) * 1000 / period_ms) * period_ms / 1000) as window_start
+      from unnest(${w.orgs}::text[], ${w.keys}::text[], ${w.periods}::float8[]) with ordinality as t(org_id, dedupe_key, period_ms, ord)
+    ), ins as (
+      insert into job_unique_windows (org_key, org_id, dedupe_key, window_start, expires_at)
+      select coalesce(org_id, ''), org_id, dedupe_key, window_start, window_start + period_ms * interval '1 millisecond'
+      from w order by ord
+      on conflict do nothing
+      returning org_key, dedupe_key, window_start
+    )
+    select w.ord, w.window_start, exists (
+      select 1 from ins where ins.org_key = coalesce(w.org_id, '') and ins.dedupe_key = w.dedupe_key and ins.window_start = w.window_start
+    ) as fresh
+    from w order by w.ord`
+
+/** The jobs of windows taken already. Locking: none. */
+export const selectWindowJobs = (sql: Sql, w: {
+  readonly orgs: ReadonlyArray<string | null>
+  readonly keys: ReadonlyArray<string>
+  readonly starts: ReadonlyArray<Date>
+}) =>
+  sql<Array<{ ord: number; job_id: string | null }>>`
+    select t.ord::int, u.job_id::text
+    from unnest(${w.orgs}::text[], ${w.keys}::text[], ${w.starts.map((d) => d.toISOString())}::timestamptz[]) with ordinality as t(org_id, dedupe_key, window_start, ord)
+    left join job_unique_windows u
+      on u.org_key = coalesce(t.org_id, '') and u.dedupe_key = t.dedupe_key and u.window_start = t.window_start`
+
+/** Records the job a fresh window went to. Locking: those window rows (this transaction's own). */
+export const setWindowJobs = (sql: Sql, w: {
+  readonly orgs: ReadonlyArray<string | null>
+  readonly keys: ReadonlyArray<string>
+  readonly starts: ReadonlyArray<Date>
+  readonly jobIds: ReadonlyArray<string>
+}) =>
+  sql`
+    update job_unique_windows u set job_id = t.job_id
+    from unnest(${w.orgs}::text[], ${w.keys}::text[], ${w.starts.map((d) => d.toISOString())}::timestamptz[], ${w.jobIds}::bigint[])
+      as t(org_id, dedupe_key, window_start, job_id)
+    where u.org_key = coalesce(t.org_id, '') and u.dedupe_key = t.dedupe_key and u.window_start = t.window_start`
+
+/** Windows that have passed. Locking: SKIP LOCKED on the rows it takes. */
+export const pruneWindows = (sql: Sql, limit: number) =>
+  sql<Array<{ n: number }>>`
+    with gone as (
+      delete from job_unique_windows where ctid = any(array(
+        select ctid from job_unique_windows where expires_at < now() order by expires_at limit ${limit} for update skip locked))
+      returning 1
+    )
+    select count(*)::int as n from gone`
+
+/** A new batch, open. Locking: a new row. */
+export const insertBatchRow = (sql: Sql, orgId: string | null, onComplete: string | null, onFailure: string | null) =>
+  sql<Array<{ id: string }>>`
+    insert into job_batches (org_id, on_complete, on_failure) values (${orgId}, ${onComplete}::text::jsonb, ${onFailure}::text::jsonb)
+    returning id::text`
+
+/**
+ * The batches jobs are joining, locked until the enqueue commits, so none is sealed (or finishes) meanwhile.
+ * Locking: FOR UPDATE on each batch row, in id order.
+ */
+export const lockBatches = (sql: Sql, ids: ReadonlyArray<string>) =>
+  sql<Array<{ id: string; org_id: string | null; sealed: boolean }>>`
+    select id::text, org_id, sealed from job_batches where id = any(${ids}::bigint[]) order by id for update`
+
+/** Counts the jobs that joined. Locking: the batch rows (locked by `lockBatches` already). */
+export const addToBatchTotals = (sql: Sql, ids: ReadonlyArray<string>, counts: ReadonlyArray<number>) =>
+  sql`
+    update job_batches b set total = b.total + t.n
+    from unnest(${ids}::bigint[], ${counts}::int[]) as t(id, n) where b.id = t.id`
+
+/**
+ * Seals a batch: no more jobs join; when all have finished already it finishes now (`enqueueFinishedCallbacks`
+ * follows in the same transaction). Locking: the batch row.
+ */
+export const sealBatch = (sql: Sql, id: string) =>
+  sql<Array<{ id: string; finished: boolean }>>`
+    update job_batches set sealed = true,
+      finished_at = case when completed + failed >= total then now() end
+    where id = ${id} and not sealed
+    returning id::text, finished_at is not null as finished`
+
+/** The callbacks of a batch that finished as it was sealed. Locking: the batch row, new job rows. */
+export const enqueueFinishedCallbacks = (sql: Sql, id: string) =>
+  sql`select enqueue_batch_callbacks(array[${id}::bigint]) as n`
+
+export const selectBatch = (sql: Sql, id: string) =>
+  sql<Array<Record<string, unknown>>>`select * from job_batches where id = ${id}`
+
+/**
+ * The live parents among `ids`, locked, each marked `has_dependents` so its settle releases its dependents.
+ * Locking: FOR UPDATE on each live parent, held to the enqueue's commit: a settle that comes later waits for
+ * it and then sees the new dependents (`settle_finished` reads with a fresh snapshot); a parent a settle
+ * locked first is gone when this returns, and `selectFinishedParents` (a new statement) finds it in the history.
+ */
+export const lockParents = (sql: Sql, ids: ReadonlyArray<string>) =>
+  sql<Array<{ id: string; org_id: string | null }>>`
+    with locked as (
+      select id, org_id, has_dependents from jobs where id = any(${ids}::bigint[]) order by id for update
+    ), marked as (
+      update jobs j set has_dependents = true from locked l where j.id = l.id and l.has_dependents is not true
+      returning j.id
+    )
+    select locked.id::text, locked.org_id from locked cross join (select count(*) from marked) m`
+
+/** Parents that have finished, from the kept history. Locking: none (a finished job's row never changes). */
+export const selectFinishedParents = (sql: Sql, ids: ReadonlyArray<string>) =>
+  sql<Array<{ id: string; org_id: string | null; status: string }>>`
+    select id::text, org_id, status from jobs_archive where id = any(${ids}::bigint[])`
+
+/** The edges of newly inserted dependents. Locking: new rows only. */
+export const insertEdges = (sql: Sql, edges: {
+  readonly jobIds: ReadonlyArray<string>
+  readonly parentIds: ReadonlyArray<string>
+  readonly orgs: ReadonlyArray<string | null>
+  readonly onFailure: ReadonlyArray<string>
+}) =>
+  sql`
+    insert into job_dependencies (job_id, depends_on, org_id, on_failure)
+    select * from unnest(${edges.jobIds}::bigint[], ${edges.parentIds}::bigint[], ${edges.orgs}::text[], ${edges.onFailure}::text[])
+    on conflict do nothing`
+
+/**
+ * A job's parents and children with each one's status (live, else from the history) and, for a completed one
+ * that is kept, its output. Locking: none.
+ */
+export const selectDependencies = (sql: Sql, id: string) =>
+  sql<Array<{ side: "parent" | "child"; id: string; on_failure: string; stage: string | null; status: string | null; output: unknown }>>`
+    with edges as (
+      select 'parent' as side, depends_on as other, on_failure from job_dependencies where job_id = ${id}
+      union all
+      select 'child', job_id, on_failure from job_dependencies where depends_on = ${id}
+    )
+    select e.side, e.other::text as id, e.on_failure, coalesce(j.stage, a.stage) as stage,
+           coalesce(j.status, a.status) as status, a.output
+    from edges e
+    left join jobs j on j.id = e.other
+    left join jobs_archive a on a.id = e.other and j.id is null
+    order by e.side desc, e.other`
+
+/**
+ * Edges whose dependent has left both the live table and the history (pruned, or never kept). Locking: SKIP
+ * LOCKED on the edges it takes.
+ */
+export const pruneDependencies = (sql: Sql, limit: number) =>
+  sql<Array<{ n: number }>>`
+    with gone as (
+      delete from job_dependencies where ctid = any(array(
+        select d.ctid from job_dependencies d
+        where not exists (select 1 from jobs j where j.id = d.job_id)
+          and not exists (select 1 from jobs_archive a where a.id = d.job_id)
+        limit ${limit} for update skip locked))
+      returning 1
+    )
+    select count(*)::int as n from gone`
+
+/**
+ * Settles what depends on jobs that just finished (their dependents, their batches), in the statement that finished
+ * them: a CTE that calls `settle_finished` (migration 0021) only when some finished row has `has_dependents` or a
+ * `batch_id`, so a job with neither costs nothing more (both are read from the row the statement deletes anyway).
+ * `rows` is the CTE of finished rows (with `id`, `has_dependents`, `batch_id`); `fate` and `reason` are SQL over
+ * its columns.
+ */
+export const finishedSettled = (
+  sql: Sql,
+  rows: ReturnType<Sql>,
+  fate: ReturnType<Sql>,
+  reason: ReturnType<Sql>,
+  retention: { readonly defaultMs: number; readonly byStage: string }
+) =>
+  sql`
+      select settle_finished(array_agg(id), array_agg((${fate})::text), array_agg((${reason})::text), array_agg(batch_id),
+                             ${retention.defaultMs}::float8, ${retention.byStage}::text::jsonb) as n
+      from ${rows} where has_dependents or batch_id is not null having count(*) > 0`
 
 /**
  * Inserts a batch whose duplicates update the live job while it is still queued: `replace` takes the new
@@ -365,7 +580,7 @@ export const claimShares = (
       order by priority, available_at, id limit 1
     ), running as (
       select coalesce(org_id, '') as org_key, count(*)::int as n from jobs
-      where ${s.maxRunning !== null || s.maxRunningPerOrg !== null} and stage = ${stage} and status <> 'queued'
+      where ${s.maxRunning !== null || s.maxRunningPerOrg !== null} and stage = ${stage} and status <> 'queued' and status <> 'waiting'
       group by 1
     ), stage_bucket as (
       select ${refilled("b")} as tokens
@@ -640,12 +855,17 @@ export const settleOutcomes = (
       -- a retry or poll for later: every process's next-due timer hears of it, not only this one's
       union all
       select pg_notify(${channel(schema)}, ${laterTopic}) where exists (select 1 from requeued where delay_ms > 0)
+    ), released as (
+      ${finishedSettled(sql, sql`deleted`, sql`case when action = 'complete' then 'completed' else 'cancelled' end`, sql`null::text`, retention)}
+      union all
+      ${finishedSettled(sql, sql`died`, sql`'dead'`, sql`dead_message`, retention)}
     )
     select id::text, action, null::text as reason from deleted
     union all select job_id::text, 'dead', reason from buried
     -- the aggregate forces the notify CTE to run, whether or not anything was requeued (a freed slot wakes too)
     union all select id::text, action, null from requeued
-    union all select null, null, null from (select count(*) as n from woken) w where w.n < 0`
+    union all select null, null, null from (select count(*) as n from woken) w where w.n < 0
+    union all select null, null, null from (select count(*) as n from released) r where r.n < 0`
 
 /**
  * Settles a batch of completions only (no follow-ups), the settler's common case, in a statement of its own:
@@ -693,21 +913,29 @@ export const completeOutcomes = (
       from deleted order by id
     ), woken as (
       select pg_notify(${channel(schema)}, stage) from (select distinct stage from deleted where ${wakeFreed}) s
+    ), released as (
+      ${finishedSettled(sql, sql`deleted`, sql`'completed'`, sql`null::text`, retention)}
     )
     select i.id::text from unnest(${o.ids}::bigint[]) as i(id) where not exists (select 1 from deleted d where d.id = i.id)
-    -- the aggregate forces the notify CTE to run
-    union all select null from (select count(*) as n from woken) w where w.n < 0`
+    -- the aggregates force the notify and release CTEs to run
+    union all select null from (select count(*) as n from woken) w where w.n < 0
+    union all select null from (select count(*) as n from released) r where r.n < 0`
 
 /** Only one reaper runs at a time, across every process: the others skip this round. */
 export const tryReaperLock = (sql: Sql, schema: string) =>
   sql<Array<{ locked: boolean }>>`select pg_try_advisory_xact_lock(hashtext(${`pgfiber.reaper.${schema}`})) as locked`
 
 /** Removes cancelled jobs whose worker is gone. Locking: SKIP LOCKED, so a live worker's row is left alone. */
-export const removeExpiredCancelled = (sql: Sql) =>
+export const removeExpiredCancelled = (sql: Sql, retention: { readonly defaultMs: number; readonly byStage: string }) =>
   sql<Array<{ id: string }>>`
-    delete from jobs where id in (
-      select id from jobs where status = 'cancelled' and locked_until < now() for update skip locked)
-    returning id`
+    with removed as (
+      delete from jobs where id in (
+        select id from jobs where status = 'cancelled' and locked_until < now() for update skip locked)
+      returning id, has_dependents, batch_id
+    ), released as (
+      ${finishedSettled(sql, sql`removed`, sql`'cancelled'`, sql`null::text`, retention)}
+    )
+    select removed.id from removed cross join (select count(*) from released) r`
 
 /**
  * Requeues expired leases, spending the attempt, and wakes their stages; one whose last attempt that was is
@@ -764,7 +992,11 @@ export const nextWake = (sql: Sql, stages: ReadonlyArray<string>, seenBy: string
 export const cancelJob = (sql: Sql, id: string, retention: { readonly defaultMs: number; readonly byStage: string }) =>
   sql<Array<{ outcome: string; stage: string | null; org_id: string | null }>>`
     with target as (select id, status, stage, org_id from jobs where id = ${id} for update),
-    removed as (delete from jobs j using target t where j.id = t.id and t.status = 'queued' returning j.*),
+    removed as (delete from jobs j using target t where j.id = t.id and t.status in ('queued', 'waiting') returning j.*),
+    -- its dependents are cancelled (or dead-lettered, or released) down their chains, as for any cancelled parent
+    released as (
+      ${finishedSettled(sql, sql`removed`, sql`'cancelled'`, sql`null::text`, retention)}
+    ),
     kept as (
       insert into jobs_archive (${archiveColumns(sql)})
       -- a queued job: no output
@@ -780,7 +1012,7 @@ export const cancelJob = (sql: Sql, id: string, retention: { readonly defaultMs:
     logged as (
       ${logEvents(sql)}
       select org_id, stage, id, subject_id, 'cancelled', attempts, null::jsonb from removed)
-    select case when exists (select 1 from removed) then 'cancelled'
+    select case when exists (select 1 from removed) and (select count(*) from released) >= 0 then 'cancelled'
                 when exists (select 1 from marked) then 'cancelling'
                 when exists (select 1 from target) then 'cancelling'
                 else 'not-found' end as outcome,
@@ -856,7 +1088,8 @@ export const setStagePaused = (sql: Sql, stage: string, paused: boolean, by: str
 
 /**
  * Deletes a stage's queued jobs (running ones finish); each goes to the history as `cancelled`, its last error
- * saying who purged it, when the stage keeps any (its retention here, or as its worker registered it). Locking: SKIP LOCKED, so a claim in flight keeps its rows.
+ * saying who purged it, when the stage keeps any (its retention here, or as its worker registered it); what waits
+ * on them is settled as for cancelled parents. Locking: SKIP LOCKED, so a claim in flight keeps its rows.
  */
 export const purgeQueued = (
   sql: Sql, stage: string, by: string, retention: { readonly defaultMs: number; readonly byStage: string }
@@ -882,8 +1115,10 @@ export const purgeQueued = (
       ${logEvents(sql)}
       select org_id, stage, id, subject_id, 'cancelled', attempts, jsonb_build_object('message', ${`purged by ${by}`}::text)
       from gone order by id
+    ), released as (
+      ${finishedSettled(sql, sql`gone`, sql`'cancelled'`, sql`'purged'::text`, retention)}
     )
-    select count(*)::int as n from gone`
+    select count(*)::int as n from gone cross join (select count(*) from released) r`
 
 export const listJobs = (
   sql: Sql, stage: string | null, status: string | null, afterId: string | null, limit: number

@@ -5,8 +5,8 @@
  * only when the transaction's effect succeeds.
  */
 import { Clock, Duration, Effect, Either, Exit, FiberRef, Layer, Option } from "effect"
-import type { Beat, DeadLetter, EnqueueResult, ErrorEntry, Job, Lease, NewJob, StageControl, StageStats, ValidJob } from "./Job.js"
-import { countEnqueued, defaultMaxPayloadBytes, errorEntry, jobFromDeadLetter, JobNotFound, validateAll } from "./Job.js"
+import type { Batch, BatchOptions, Beat, CallbackSpec, DeadLetter, Dependencies, DependencyLink, EnqueueResult, ErrorEntry, Job, Lease, NewJob, OnParentFailure, StageControl, StageStats, ValidJob } from "./Job.js"
+import { countEnqueued, defaultMaxPayloadBytes, errorEntry, InvalidJob, jobFromDeadLetter, JobNotFound, parentProblem, validateAll, validateCallbacks } from "./Job.js"
 import * as Bulk from "./Bulk.js"
 import * as Events from "./Events.js"
 import * as Limits from "./Limits.js"
@@ -20,6 +20,23 @@ type MutableJob = { -readonly [K in keyof Job]: Job[K] }
 interface Pending {
   readonly owner: object
   readonly actions: Array<() => void>
+  /** Jobs enqueued in the transaction, not written yet: later enqueues in it may depend on them. */
+  readonly rows: Map<string, MutableJob>
+}
+
+/** A job that just finished, as what depends on it (dependents, its batch) sees it. */
+interface Finished {
+  readonly id: string
+  readonly fate: "completed" | "dead" | "cancelled"
+  readonly reason: string | null
+  readonly batchId: string | null
+}
+
+/** An edge of the dependency graph: `jobId` waits on `dependsOn`. */
+interface Edge {
+  readonly jobId: string
+  readonly dependsOn: string
+  readonly onFailure: OnParentFailure
 }
 
 const currentTransaction = FiberRef.unsafeMake<Option.Option<Pending>>(Option.none())
@@ -50,12 +67,95 @@ export const make = (options: QueueOptions = {}) =>
       const ms = retainMs(j.stage, override)
       if (ms <= 0) return
       archive.set(j.id, {
-        job: { ...j, status, lockedBy: null, lockedUntil: null, finishedAt: new Date(now), updatedAt: new Date(now) },
+        // as jobs_archive keeps them: no lease, no count of parents, no batch
+        job: { ...j, status, lockedBy: null, lockedUntil: null, finishedAt: new Date(now), updatedAt: new Date(now), waitingOn: null, batchId: null },
         keepUntil: now + ms
       })
     }
 
     const wake = (stage: string) => listeners.forEach((l) => l.onWake(stage))
+    /** Uniqueness windows taken, `[org, key, window start]` → the window's job (kept: the twin is short-lived). */
+    const windows = new Map<string, string>()
+
+    // batches, by id (the table job_batches)
+    const batches = new Map<string, { -readonly [K in keyof Batch]: Batch[K] } & { onComplete: CallbackSpec | null; onFailure: CallbackSpec | null }>()
+    let nextBatchId = 1
+    /** A sealed batch whose jobs have all finished: its callbacks, once (as `enqueue_batch_callbacks`). */
+    const finishBatch = (b: typeof batches extends Map<string, infer B> ? B : never, now: number) => {
+      b.finishedAt = new Date(now)
+      const counts = { id: b.id, total: b.total, completed: b.completed, failed: b.failed }
+      const specs = [b.onComplete, b.failed > 0 ? b.onFailure : null].filter((c): c is CallbackSpec => c !== null)
+      const valid = validateAll(specs.map((c) => ({
+        stage: c.stage,
+        orgId: b.orgId,
+        payload: { ...(c.payload as object), batch: counts },
+        priority: c.priority,
+        maxAttempts: c.maxAttempts
+      })), { ...validation, knownStages: undefined })
+      if (Either.isLeft(valid)) throw new Error(`batch ${b.id} callback rejected: ${valid.left.message}`)
+      b.callbacks = insertNow(valid.right, now).map((r) => r.id)
+    }
+    const countInBatches = (finished: ReadonlyArray<Finished>, now: number) => {
+      for (const f of finished) {
+        const b = f.batchId === null ? undefined : batches.get(f.batchId)
+        if (b === undefined || b.finishedAt !== null) continue
+        if (f.fate === "completed") b.completed++
+        else b.failed++
+        if (b.sealed && b.completed + b.failed >= b.total) finishBatch(b, now)
+      }
+    }
+
+    // the dependency graph, by both ends (edges stay after both ends finish, as in job_dependencies)
+    const edgesByParent = new Map<string, Array<Edge>>()
+    const edgesByChild = new Map<string, Array<Edge>>()
+    const addEdge = (e: Edge) => {
+      if ((edgesByChild.get(e.jobId) ?? []).some((x) => x.dependsOn === e.dependsOn)) return
+      edgesByParent.set(e.dependsOn, [...(edgesByParent.get(e.dependsOn) ?? []), e])
+      edgesByChild.set(e.jobId, [...(edgesByChild.get(e.jobId) ?? []), e])
+    }
+
+    /**
+     * What `settle_dependents` (migration 0021) does when parents finish: a completed parent (or a failed one under
+     * `continue`) counts down its waiting dependents, the last one queues them; a failed parent cancels or
+     * dead-letters them with the reason, and their own dependents settle in turn.
+     */
+    const settleDependents = (finished: ReadonlyArray<Finished>, now: number): void => {
+      countInBatches(finished, now)
+      const failed: Array<Finished> = []
+      const woken = new Set<string>()
+      let later = false
+      for (const parent of finished) {
+        for (const e of edgesByParent.get(parent.id) ?? []) {
+          const j = jobs.get(e.jobId)
+          if (j === undefined || j.status !== "waiting") continue
+          if (parent.fate === "completed" || e.onFailure === "continue") {
+            j.waitingOn = (j.waitingOn ?? 1) - 1
+            j.updatedAt = new Date(now)
+            if (j.waitingOn <= 0) {
+              j.status = "queued"
+              j.waitingOn = null
+              if (j.availableAt.getTime() < now) j.availableAt = new Date(now)
+              woken.add(j.stage)
+              if (j.availableAt.getTime() > now) later = true
+            }
+            continue
+          }
+          const strictest = (edgesByChild.get(j.id) ?? []).some((x) => x.onFailure === "deadLetter" && finished.some((f) => f.id === x.dependsOn && f.fate !== "completed"))
+          const reason = `parent job ${parent.id} was ${parent.fate === "dead" ? "dead-lettered" : "cancelled"}${parent.reason === null ? "" : `: ${parent.reason}`}`.slice(0, 4000)
+          jobs.delete(j.id)
+          if (strictest || e.onFailure === "deadLetter") {
+            moveToDead(j, { ...errorEntry(j.attempts, new Date(now), "ParentFailed", reason), attempt: j.attempts }, now, undefined, false)
+            failed.push({ id: j.id, fate: "dead", reason, batchId: j.batchId })
+          } else {
+            keep({ ...j, lastError: reason, waitingOn: null }, "cancelled", now)
+            failed.push({ id: j.id, fate: "cancelled", reason, batchId: j.batchId })
+          }
+        }
+      }
+      woken.forEach(wake)
+      if (later) wake(laterTopic)
+      if (failed.length > 0) settleDependents(failed, now)
+    }
     const snapshot = (j: MutableJob): Job => ({ ...j, errors: [...j.errors] })
     const heldBy = (lease: Lease) => {
       const j = jobs.get(lease.id)
@@ -63,14 +163,46 @@ export const make = (options: QueueOptions = {}) =>
     }
 
     /** Dedupe against live jobs, then reserve ids; `write` makes the rows appear (or updates) and wakes their stages. */
-    const prepareInsert = (valid: ReadonlyArray<ValidJob>, now: number) => {
+    const prepareInsert = (valid: ReadonlyArray<ValidJob>, now: number, tx?: Pending): Either.Either<{ results: Array<EnqueueResult>; write: () => void }, InvalidJob> => {
       const results: Array<EnqueueResult> = []
+      // batches: open, and of the job's org (another org's is not found, as in PgQueue)
+      for (const [i, v] of valid.entries()) {
+        if (v.batchId === null) continue
+        const b = batches.get(v.batchId)
+        const at = valid.length > 1 ? `job ${i}: ` : ""
+        if (b === undefined || b.orgId !== v.orgId) return Either.left(new InvalidJob({ field: "batchId", message: `${at}batch ${v.batchId} not found` }))
+        if (b.sealed) return Either.left(new InvalidJob({ field: "batchId", message: `${at}batch ${v.batchId} is sealed` }))
+      }
+      // parents: live (or enqueued earlier in this transaction), else finished in the history, in the job's org
+      const waiting: Array<number> = []
+      for (let i = 0; i < valid.length; i++) {
+        let n = 0
+        for (const dep of valid[i]!.dependsOn) {
+          const live = jobs.get(dep.id) ?? tx?.rows.get(dep.id)
+          const finished = archive.get(dep.id)?.job
+          const problem = parentProblem(valid[i]!, dep, live && { orgId: live.orgId }, finished && { org_id: finished.orgId, status: finished.status }, valid.length > 1 ? i : undefined)
+          if (problem !== undefined) return Either.left(problem)
+          if (live) n++
+        }
+        waiting.push(n)
+      }
+      const edges: Array<Edge> = []
+      // uniqueness windows (`uniqueFor`): aligned periods of the clock; a taken one returns its job
+      const claimedWindows = new Map<string, string>()
+      const windowOf = (v: ValidJob) =>
+        v.uniqueForMs === null ? null : JSON.stringify([v.orgId, v.dedupeKey, Math.floor(now / v.uniqueForMs) * v.uniqueForMs])
       const rows = new Map<string, MutableJob>()
       // duplicates that update a live, still queued job (`replace`, `debounce`), applied at write time
       const updates = new Map<string, ValidJob>()
       const seen = new Map<string, string>()
       const availableAt = (v: ValidJob) => v.runAt ?? new Date(now + v.delayMs)
-      for (const v of valid) {
+      for (const [index, v] of valid.entries()) {
+        const window = windowOf(v)
+        const windowJob = window === null ? undefined : claimedWindows.get(window) ?? windows.get(window)
+        if (windowJob !== undefined) {
+          results.push({ id: windowJob, deduped: true })
+          continue
+        }
         // dedupe keys are per org (jobs with no org share a space of their own), as in Postgres's jobs_dedupe
         const scoped = v.dedupeKey === null ? null : JSON.stringify([v.orgId, v.dedupeKey])
         const existing = scoped === null
@@ -78,6 +210,7 @@ export const make = (options: QueueOptions = {}) =>
           : seen.get(scoped) ??
             [...jobs.values()].find((j) => j.dedupeKey === v.dedupeKey && j.orgId === v.orgId)?.id
         if (existing !== undefined) {
+          if (window !== null) claimedWindows.set(window, existing)
           results.push({ id: existing, deduped: true })
           if (v.dedupeMode !== "first") {
             const pending = rows.get(existing)
@@ -92,6 +225,7 @@ export const make = (options: QueueOptions = {}) =>
         }
         const id = String(nextId++)
         if (scoped !== null) seen.set(scoped, id)
+        if (window !== null) claimedWindows.set(window, id)
         rows.set(id, {
           id,
           stage: v.stage,
@@ -99,7 +233,7 @@ export const make = (options: QueueOptions = {}) =>
           subjectId: v.subjectId,
           payload: v.payload,
           priority: v.priority,
-          status: "queued",
+          status: waiting[index]! > 0 ? "waiting" : "queued",
           attempts: 0,
           maxAttempts: v.maxAttempts,
           polls: 0,
@@ -118,14 +252,24 @@ export const make = (options: QueueOptions = {}) =>
           output: null,
           progress: null,
           progressMessage: null,
-          timeoutMs: v.timeoutMs
+          timeoutMs: v.timeoutMs,
+          waitingOn: waiting[index]! > 0 ? waiting[index]! : null,
+          batchId: v.batchId
         })
+        for (const dep of v.dependsOn) edges.push({ jobId: id, dependsOn: dep.id, onFailure: dep.onFailure })
         results.push({ id, deduped: false })
       }
+      if (tx?.rows) rows.forEach((row, id) => tx.rows.set(id, row))
       const write = () => {
-        rows.forEach((row) => jobs.set(row.id, row))
-        const woken = new Set([...rows.values()].map((r) => r.stage))
-        let later = [...rows.values()].some((r) => r.availableAt.getTime() > now)
+        rows.forEach((row) => {
+          jobs.set(row.id, row)
+          if (row.batchId !== null) batches.get(row.batchId)!.total++
+        })
+        edges.forEach(addEdge)
+        claimedWindows.forEach((id, window) => windows.set(window, id))
+        const ready = [...rows.values()].filter((r) => r.status === "queued")
+        const woken = new Set(ready.map((r) => r.stage))
+        let later = ready.some((r) => r.availableAt.getTime() > now)
         updates.forEach((v, id) => {
           const j = jobs.get(id)
           if (j === undefined || j.status !== "queued") return
@@ -141,13 +285,15 @@ export const make = (options: QueueOptions = {}) =>
         // as the insert trigger does: jobs not due yet ask the Wakers to re-arm their timers
         if (later) wake(laterTopic)
       }
-      return { results, write }
+      return Either.right({ results, write })
     }
 
+    /** A follow-up whose parents are not found is a defect, as in PgQueue (it cannot be known before the write). */
     const insertNow = (valid: ReadonlyArray<ValidJob>, now: number) => {
-      const { results, write } = prepareInsert(valid, now)
-      write()
-      return results
+      const prepared = prepareInsert(valid, now)
+      if (Either.isLeft(prepared)) throw new Error(`follow-up rejected: ${prepared.left.message}`)
+      prepared.right.write()
+      return prepared.right.results
     }
 
     const inTransaction = Effect.map(FiberRef.get(currentTransaction), (tx) =>
@@ -157,12 +303,14 @@ export const make = (options: QueueOptions = {}) =>
     const enqueueValid = (valid: ReadonlyArray<ValidJob>) =>
       Effect.flatMap(Clock.currentTimeMillis, (now) =>
         Effect.flatMap(inTransaction, (tx) =>
-          Effect.sync(() => {
-            const { results, write } = prepareInsert(valid, now)
+          Effect.suspend(() => {
+            const prepared = prepareInsert(valid, now, tx)
+            if (Either.isLeft(prepared)) return Effect.fail(prepared.left)
+            const { results, write } = prepared.right
             // inside a transaction the rows appear (and wake workers) only at commit
             if (tx === undefined) write()
             else tx.actions.push(write)
-            return results
+            return Effect.succeed(results)
           })))
 
     const enqueue = (newJobs: ReadonlyArray<NewJob>) => {
@@ -181,7 +329,7 @@ export const make = (options: QueueOptions = {}) =>
     const transaction = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
       Effect.flatMap(inTransaction, (tx) => {
         if (tx !== undefined) return effect
-        const pending: Pending = { owner, actions: [] }
+        const pending: Pending = { owner, actions: [], rows: new Map() }
         return Effect.locally(effect, currentTransaction, Option.some(pending)).pipe(
           Effect.onExit((exit) => Effect.sync(() => Exit.isSuccess(exit) && pending.actions.forEach((a) => a())))
         )
@@ -213,7 +361,7 @@ export const make = (options: QueueOptions = {}) =>
         const runningBy = new Map<string, number>()
         let runningTotal = 0
         for (const j of jobs.values()) {
-          if (j.stage !== stage || j.status === "queued") continue
+          if (j.stage !== stage || j.status === "queued" || j.status === "waiting") continue
           runningTotal++
           runningBy.set(orgKey(j), (runningBy.get(orgKey(j)) ?? 0) + 1)
         }
@@ -333,10 +481,11 @@ export const make = (options: QueueOptions = {}) =>
           return [j.id]
         }))
 
-    const moveToDead = (j: MutableJob, entry: ErrorEntry, now: number, retain?: Duration.Duration) => {
+    const moveToDead = (j: MutableJob, entry: ErrorEntry, now: number, retain?: Duration.Duration, ran = true) => {
       jobs.delete(j.id)
-      // claimed with its attempts already spent (the reaper recorded the last one): count and history as is
-      const spent = j.attempts >= j.maxAttempts
+      // claimed with its attempts already spent (the reaper recorded the last one): count and history as is; a
+      // dependent dead-lettered for its parent never ran, so spent none
+      const spent = !ran || j.attempts >= j.maxAttempts
       keep({
         ...j,
         attempts: spent ? j.attempts : j.attempts + 1,
@@ -364,12 +513,13 @@ export const make = (options: QueueOptions = {}) =>
         resolvedAt: null,
         retriedJobId: null
       })
+      if (ran) settleDependents([{ id: j.id, fate: "dead", reason: entry.message, batchId: j.batchId }], now)
     }
 
     /** One outcome, applied at once; each call is one synchronous step, so a batch is atomic here too. */
     const settleOne = (o: Outcome.Outcome, followUps: ReadonlyArray<ValidJob> | undefined, invalid: string | undefined, now: number, retain: Duration.Duration | undefined): { settled: Settled; reason?: string; enqueued?: ReadonlyArray<EnqueueResult> } => {
       const j = heldBy(o.lease)
-      if (!j || j.status === "queued") return { settled: "fenced" }
+      if (!j || j.status === "queued" || j.status === "waiting") return { settled: "fenced" }
       if (o.runMs !== undefined) j.lastRunMs = o.runMs
       if (o.progress !== undefined) {
         j.progress = o.progress.value
@@ -378,11 +528,13 @@ export const make = (options: QueueOptions = {}) =>
       if (o._tag === "Complete" && invalid === undefined) {
         jobs.delete(j.id)
         keep({ ...j, output: o.output === undefined ? null : JSON.parse(JSON.stringify(o.output)) }, "completed", now, retain)
+        settleDependents([{ id: j.id, fate: "completed", reason: null, batchId: j.batchId }], now)
         return followUps ? { settled: "completed", enqueued: insertNow(followUps, now) } : { settled: "completed" }
       }
       if (j.status === "cancelled") {
         jobs.delete(j.id)
         keep(j, "cancelled", now, retain)
+        settleDependents([{ id: j.id, fate: "cancelled", reason: null, batchId: j.batchId }], now)
         return { settled: "released" }
       }
       const requeue = (delay: Duration.Duration) => {
@@ -454,7 +606,7 @@ export const make = (options: QueueOptions = {}) =>
       Effect.flatMap(inTransaction, (tx) => {
         if (tx === undefined) return transaction(effect)
         // a nested buffer: its enqueues join the outer transaction only when the effect succeeds
-        const nested: Pending = { owner, actions: [] }
+        const nested: Pending = { owner, actions: [], rows: tx.rows }
         return Effect.locally(effect, currentTransaction, Option.some(nested)).pipe(
           Effect.tap(() => Effect.sync(() => tx.actions.push(...nested.actions)))
         )
@@ -495,9 +647,10 @@ export const make = (options: QueueOptions = {}) =>
       let removedCancelled = 0
       const stages = new Set<string>()
       for (const j of [...jobs.values()]) {
-        if (j.status === "queued" || j.lockedUntil === null || j.lockedUntil.getTime() >= now) continue
+        if (j.status === "queued" || j.status === "waiting" || j.lockedUntil === null || j.lockedUntil.getTime() >= now) continue
         if (j.status === "cancelled") {
           jobs.delete(j.id)
+          settleDependents([{ id: j.id, fate: "cancelled", reason: null, batchId: j.batchId }], now)
           removedCancelled++
           continue
         }
@@ -572,9 +725,10 @@ export const make = (options: QueueOptions = {}) =>
       Effect.map(Clock.currentTimeMillis, (now) => {
         const j = jobs.get(id)
         if (!j) return "not-found" as const
-        if (j.status === "queued") {
+        if (j.status === "queued" || j.status === "waiting") {
           jobs.delete(id)
-          keep(j, "cancelled", now)
+          keep({ ...j, waitingOn: null }, "cancelled", now)
+          settleDependents([{ id, fate: "cancelled", reason: null, batchId: j.batchId }], now)
           if (events.active()) events.publish([{ _tag: "Cancelled", jobId: id, stage: j.stage, orgId: j.orgId, attempt: 0, at: new Date() }])
           return "cancelled" as const
         }
@@ -600,6 +754,57 @@ export const make = (options: QueueOptions = {}) =>
         const finished = archive.get(id)
         return finished ? snapshot(finished.job) : null
       })
+
+    const dependencies = (id: string) =>
+      Effect.sync((): Dependencies | null => {
+        if (!jobs.has(id) && !archive.has(id)) return null
+        const link = (other: string, onFailure: OnParentFailure): DependencyLink => {
+          const j = jobs.get(other) ?? archive.get(other)?.job
+          return { id: other, stage: j?.stage ?? null, status: j?.status ?? null, onFailure, output: j?.status === "completed" ? j.output : null }
+        }
+        const byId = (a: DependencyLink, b: DependencyLink) => Number(a.id) - Number(b.id)
+        return {
+          parents: (edgesByChild.get(id) ?? []).map((e) => link(e.dependsOn, e.onFailure)).sort(byId),
+          children: (edgesByParent.get(id) ?? []).map((e) => link(e.jobId, e.onFailure)).sort(byId)
+        }
+      })
+
+    const batchView = (b: typeof batches extends Map<string, infer B> ? B : never): Batch => ({
+      id: b.id, orgId: b.orgId, total: b.total, completed: b.completed, failed: b.failed, sealed: b.sealed,
+      finishedAt: b.finishedAt, callbacks: [...b.callbacks]
+    })
+    const seal = (id: string) =>
+      Effect.flatMap(Clock.currentTimeMillis, (now) => {
+        const b = batches.get(id)
+        if (b === undefined) return Effect.fail(new JobNotFound({ message: `batch ${id} not found` }))
+        if (!b.sealed) {
+          b.sealed = true
+          if (b.completed + b.failed >= b.total) finishBatch(b, now)
+        }
+        return Effect.succeed(batchView(b))
+      })
+    const batchesApi = {
+      create: (o: BatchOptions) =>
+        Effect.gen(function*() {
+          const callbacks = validateCallbacks(o, validation)
+          if (Either.isLeft(callbacks)) return yield* callbacks.left
+          const id = String(nextBatchId++)
+          const orgId = o.orgId ?? null
+          batches.set(id, {
+            id, orgId, total: 0, completed: 0, failed: 0, sealed: false, finishedAt: null, callbacks: [],
+            onComplete: callbacks.right.onComplete, onFailure: callbacks.right.onFailure
+          })
+          const created = (o.jobs ?? []).length === 0 ? [] : yield* transaction(enqueue((o.jobs ?? []).map((j) => ({ ...j, orgId, batchId: id }))))
+          if (!(o.open ?? false)) yield* Effect.orDie(seal(id))
+          return { id, jobs: created }
+        }),
+      add: (id: string, newJobs: ReadonlyArray<NewJob>) => enqueue(newJobs.map((j) => ({ ...j, batchId: id }))),
+      seal,
+      get: (id: string) => Effect.sync(() => {
+        const b = batches.get(id)
+        return b === undefined ? null : batchView(b)
+      })
+    }
 
     const history = {
       list: (o: import("./Job.js").HistoryListOptions = {}) =>
@@ -638,6 +843,7 @@ export const make = (options: QueueOptions = {}) =>
               // the stage's retention here, else as its worker registered it (as PgQueue's purge)
               const registeredMs = retention.stages?.[stage] === undefined ? registered.get(stage)?.retainMs ?? null : null
               keep({ ...j, lastError: `purged by ${by ?? "an operator"}` }, "cancelled", now, registeredMs === null ? undefined : Duration.millis(registeredMs))
+              settleDependents([{ id: j.id, fate: "cancelled", reason: "purged", batchId: j.batchId }], now)
               n++
             }
           }
@@ -666,6 +872,7 @@ export const make = (options: QueueOptions = {}) =>
       }
       for (const j of jobs.values()) {
         const r = row(j.stage)
+        if (j.status === "waiting") continue
         if (j.status === "running") r.running++
         else if (j.status === "cancelled") r.cancelling++
         else if (j.availableAt.getTime() <= now) {
@@ -740,9 +947,10 @@ export const make = (options: QueueOptions = {}) =>
           for (const j of targets) {
             switch (action.kind) {
               case "cancel":
-                if (j.status === "queued") {
+                if (j.status === "queued" || j.status === "waiting") {
                   jobs.delete(j.id)
-                  keep(j, "cancelled", now)
+                  keep({ ...j, waitingOn: null }, "cancelled", now)
+                  settleDependents([{ id: j.id, fate: "cancelled", reason: null, batchId: j.batchId }], now)
                   if (events.active()) events.publish([{ _tag: "Cancelled", jobId: j.id, stage: j.stage, orgId: j.orgId, attempt: 0, at: new Date(now) }])
                 } else {
                   j.status = "cancelled"
@@ -812,6 +1020,8 @@ export const make = (options: QueueOptions = {}) =>
       cancel,
       runNow,
       get,
+      dependencies,
+      batches: batchesApi,
       list,
       stats,
       deadLetters,

@@ -8,8 +8,8 @@ import * as Spans from "../layers/Spans.js"
 import * as Bulk from "./Bulk.js"
 import * as BulkSql from "./BulkSql.js"
 import * as Events from "./Events.js"
-import type { Beat, DeadLetter, ErrorEntry, Job, JobStatus, StageStats, ValidJob } from "./Job.js"
-import { countEnqueued, defaultMaxPayloadBytes, isJobId, jobFromDeadLetter, JobNotFound, validateAll } from "./Job.js"
+import type { Batch, BatchOptions, Beat, DeadLetter, DependencyLink, ErrorEntry, InvalidJob, Job, JobStatus, StageStats, ValidJob } from "./Job.js"
+import { countEnqueued, defaultMaxPayloadBytes, InvalidJob as InvalidJobError, isJobId, validateCallbacks, jobFromDeadLetter, JobNotFound, parentProblem, policyColumn, policyFromColumn, validateAll } from "./Job.js"
 import * as JobsSql from "./JobsSql.js"
 import * as Limits from "./Limits.js"
 import * as Outcome from "./Outcome.js"
@@ -51,7 +51,9 @@ export const rowToJob = (r: Record<string, unknown>): Job => ({
   output: r.output ?? null,
   progress: r.progress == null ? null : Number(r.progress),
   progressMessage: str(r.progress_message),
-  timeoutMs: r.timeout_ms == null ? null : Number(r.timeout_ms)
+  timeoutMs: r.timeout_ms == null ? null : Number(r.timeout_ms),
+  waitingOn: r.status === "waiting" && r.waiting_on != null ? Number(r.waiting_on) : null,
+  batchId: str(r.batch_id)
 })
 
 const epochDate = (v: unknown): Date | null => (v === null || v === undefined ? null : new Date(Number(v)))
@@ -83,7 +85,21 @@ export const claimedToJob = (a: ReadonlyArray<unknown>): Job => ({
   output: null,
   progress: a[21] as number | null,
   progressMessage: a[22] as string | null,
-  timeoutMs: a[23] as number | null
+  timeoutMs: a[23] as number | null,
+  waitingOn: null,
+  // a claim does not carry it (`Queue.get` does)
+  batchId: null
+})
+
+export const rowToBatch = (r: Record<string, unknown>): Batch => ({
+  id: String(r.id),
+  orgId: str(r.org_id),
+  total: Number(r.total),
+  completed: Number(r.completed),
+  failed: Number(r.failed),
+  sealed: r.sealed === true,
+  finishedAt: r.finished_at ? date(r.finished_at) : null,
+  callbacks: ((r.callbacks as ReadonlyArray<unknown> | null) ?? []).map(String)
 })
 
 export const rowToDeadLetter = (r: Record<string, unknown>): DeadLetter => ({
@@ -135,7 +151,68 @@ export const make = (options: QueueOptions = {}) =>
       knownStages: options.knownStages ? new Set(options.knownStages) : undefined
     }
 
-    const enqueueValid = (jobs: ReadonlyArray<import("./Job.js").ValidJob>) =>
+    /**
+     * Jobs with a uniqueness window (`uniqueFor`), in one transaction: the windows claimed first; a job whose window
+     * was taken (earlier, or by a job before it in this batch) returns that window's job, deduplicated; the others
+     * are written as any job is, and their windows record them.
+     */
+    const enqueueValid = (jobs: ReadonlyArray<ValidJob>): Effect.Effect<ReadonlyArray<{ id: string; deduped: boolean }>, InvalidJob | Db.DbError> => {
+      const windowed = jobs.flatMap((j, i) => (j.uniqueForMs === null ? [] : [i]))
+      if (windowed.length === 0) return enqueueUnwindowed(jobs)
+      return db.transaction(Effect.gen(function*() {
+        const ws = windowed.map((i) => jobs[i]!)
+        const claimed = yield* db.run((sql) =>
+          JobsSql.claimWindows(sql, { orgs: ws.map((j) => j.orgId), keys: ws.map((j) => j.dedupeKey!), periods: ws.map((j) => j.uniqueForMs!) })
+        )
+        const windowKey = (k: number) => JSON.stringify([ws[k]!.orgId, ws[k]!.dedupeKey, claimed[k]!.window_start.toISOString()])
+        // the first job of each fresh window is written; later ones in the batch follow it
+        const firstOf = new Map<string, number>()
+        const taken: Array<number> = []
+        claimed.forEach((c, k) => {
+          const key = windowKey(k)
+          if (c.fresh && !firstOf.has(key)) firstOf.set(key, k)
+          else if (!c.fresh) taken.push(k)
+        })
+        const existing = new Map<number, string | null>()
+        if (taken.length > 0) {
+          const rows = yield* db.run((sql) =>
+            JobsSql.selectWindowJobs(sql, {
+              orgs: taken.map((k) => ws[k]!.orgId),
+              keys: taken.map((k) => ws[k]!.dedupeKey!),
+              starts: taken.map((k) => claimed[k]!.window_start)
+            })
+          )
+          rows.forEach((r) => existing.set(taken[r.ord - 1]!, r.job_id))
+        }
+        const writes = jobs.filter((_, i) => {
+          const k = windowed.indexOf(i)
+          return k < 0 || firstOf.get(windowKey(k)) === k
+        })
+        const written = yield* enqueueUnwindowed(writes)
+        const byJob = new Map(writes.map((j, n) => [j, written[n]!]))
+        const fresh = [...firstOf.values()]
+        if (fresh.length > 0) {
+          yield* db.run((sql) =>
+            JobsSql.setWindowJobs(sql, {
+              orgs: fresh.map((k) => ws[k]!.orgId),
+              keys: fresh.map((k) => ws[k]!.dedupeKey!),
+              starts: fresh.map((k) => claimed[k]!.window_start),
+              jobIds: fresh.map((k) => byJob.get(ws[k]!)!.id)
+            })
+          )
+        }
+        return yield* Effect.forEach(jobs, (j, i) => {
+          const k = windowed.indexOf(i)
+          if (k < 0 || firstOf.get(windowKey(k)) === k) return Effect.succeed(byJob.get(j)!)
+          const first = firstOf.get(windowKey(k))
+          const id = first !== undefined ? byJob.get(ws[first]!)!.id : existing.get(k)
+          // a window row and its job commit together (this transaction), so a taken window always names its job
+          return id ? Effect.succeed({ id, deduped: true }) : Effect.dieMessage(`uniqueness window of ${ws[k]!.dedupeKey} names no job`)
+        })
+      }))
+    }
+
+    const enqueueUnwindowed = (jobs: ReadonlyArray<import("./Job.js").ValidJob>) =>
       Effect.gen(function*() {
         if (jobs.length === 0) return []
         // a batch may repeat a dedupe key (per org); ON CONFLICT cannot touch a row twice, so collapse them first:
@@ -155,7 +232,8 @@ export const make = (options: QueueOptions = {}) =>
           slot.push(unique.length)
           unique.push(job)
         }
-        const plain = unique.filter((j) => j.dedupeMode === "first")
+        const plain = unique.filter((j) => j.dedupeMode === "first" && j.dependsOn.length === 0 && j.batchId === null)
+        const dependent = unique.filter((j) => j.dependsOn.length > 0 || j.batchId !== null)
         const replacing = (["replace", "debounce"] as const).map((mode) => [mode, unique.filter((j) => j.dedupeMode === mode)] as const)
           .filter(([, js]) => js.length > 0)
         const write = Effect.gen(function*() {
@@ -163,6 +241,10 @@ export const make = (options: QueueOptions = {}) =>
           if (plain.length > 0) {
             const inserted = yield* db.run((sql) => JobsSql.insertJobs(sql, plain))
             plain.forEach((j, i) => rows.set(j, { id: String(inserted[i]!.id), deduped: inserted[i]!.deduped }))
+          }
+          if (dependent.length > 0) {
+            const written = yield* enqueueDependents(dependent)
+            dependent.forEach((j, i) => rows.set(j, written[i]!))
           }
           for (const [mode, js] of replacing) {
             const written = yield* db.run((sql) => JobsSql.insertJobsReplacing(sql, db.schema, js, mode))
@@ -174,7 +256,8 @@ export const make = (options: QueueOptions = {}) =>
           }
           return rows
         })
-        const rows = yield* (replacing.length + (plain.length > 0 ? 1 : 0) > 1 ? db.transaction(write) : write)
+        const statements = replacing.length + (plain.length > 0 ? 1 : 0) + (dependent.length > 0 ? 2 : 0)
+        const rows = yield* (statements > 1 ? db.transaction(write) : write)
         return slot.map((s) => {
           const row = rows.get(unique[s >= 0 ? s : -1 - s]!)!
           return { id: row.id, deduped: s < 0 ? true : row.deduped }
@@ -191,6 +274,67 @@ export const make = (options: QueueOptions = {}) =>
         const registered = yield* db.run((sql) => Registry.registeredAmong(sql, others))
         if (registered.length === 0) return validation
         return { ...validation, knownStages: new Set([...known, ...registered.map((r) => r.stage)]) }
+      })
+
+    /**
+     * Jobs with parents, inside the enqueue's transaction: the live parents locked and marked (JobsSql.lockParents),
+     * then the finished ones read from the history in a statement of its own (so it sees a settle that held a
+     * parent first), then the rows, `waiting` on their live parents, and their edges.
+     */
+    const enqueueDependents = (jobs: ReadonlyArray<ValidJob>) =>
+      Effect.gen(function*() {
+        const byBigint = (a: string, b: string) => (BigInt(a) < BigInt(b) ? -1 : BigInt(a) > BigInt(b) ? 1 : 0)
+        const parentIds = [...new Set(jobs.flatMap((j) => j.dependsOn.map((d) => d.id)))].sort(byBigint)
+        const live = new Map(
+          parentIds.length === 0 ? [] : (yield* db.run((sql) => JobsSql.lockParents(sql, parentIds))).map((r) => [r.id, r.org_id])
+        )
+        // batches after parents: every job row is locked before any batch row, as in the settle (settle_finished)
+        const batchIds = [...new Set(jobs.flatMap((j) => (j.batchId === null ? [] : [j.batchId])))].sort(byBigint)
+        if (batchIds.length > 0) {
+          const batches = new Map((yield* db.run((sql) => JobsSql.lockBatches(sql, batchIds))).map((b) => [b.id, b]))
+          for (const [i, job] of jobs.entries()) {
+            if (job.batchId === null) continue
+            const b = batches.get(job.batchId)
+            const at = jobs.length > 1 ? `job ${i}: ` : ""
+            // another org's batch is not found, in the same words as one that does not exist
+            if (b === undefined || b.org_id !== job.orgId) {
+              return yield* new InvalidJobError({ field: "batchId", message: `${at}batch ${job.batchId} not found` })
+            }
+            if (b.sealed) return yield* new InvalidJobError({ field: "batchId", message: `${at}batch ${job.batchId} is sealed` })
+          }
+        }
+        const missing = parentIds.filter((id) => !live.has(id))
+        const finished = new Map(
+          missing.length === 0 ? [] : (yield* db.run((sql) => JobsSql.selectFinishedParents(sql, missing))).map((r) => [r.id, r])
+        )
+        const waitingOn = yield* Effect.forEach(jobs, (job, i) =>
+          Effect.suspend(() => {
+            let waiting = 0
+            for (const dep of job.dependsOn) {
+              const problem = parentProblem(job, dep, live.has(dep.id) ? { orgId: live.get(dep.id)! } : undefined, finished.get(dep.id), jobs.length > 1 ? i : undefined)
+              if (problem !== undefined) return Effect.fail(problem)
+              if (live.has(dep.id)) waiting++
+            }
+            return Effect.succeed(waiting)
+          }))
+        const inserted = yield* db.run((sql) => JobsSql.insertWaitingJobs(sql, jobs, waitingOn))
+        const edges = { jobIds: [] as Array<string>, parentIds: [] as Array<string>, orgs: [] as Array<string | null>, onFailure: [] as Array<string> }
+        jobs.forEach((job, i) => {
+          if (inserted[i]!.deduped) return
+          for (const dep of job.dependsOn) {
+            edges.jobIds.push(String(inserted[i]!.id))
+            edges.parentIds.push(dep.id)
+            edges.orgs.push(job.orgId)
+            edges.onFailure.push(policyColumn[dep.onFailure])
+          }
+        })
+        if (edges.jobIds.length > 0) yield* db.run((sql) => JobsSql.insertEdges(sql, edges))
+        if (batchIds.length > 0) {
+          // a job deduplicated onto a live one did not join
+          const joined = batchIds.map((id) => jobs.filter((j, i) => j.batchId === id && !inserted[i]!.deduped).length)
+          yield* db.run((sql) => JobsSql.addToBatchTotals(sql, batchIds, joined))
+        }
+        return inserted.map((r) => ({ id: String(r.id), deduped: r.deduped }))
       })
 
     const enqueue = (jobs: ReadonlyArray<import("./Job.js").NewJob>) =>
@@ -450,7 +594,8 @@ export const make = (options: QueueOptions = {}) =>
         if (anyFollowUps) {
           const next = results.flatMap((r, i) => (r === "completed" && followUps[i] ? followUps[i]! : []))
           if (next.length > 0) {
-            const written = yield* enqueueValid(next)
+            // a follow-up's parents are checked as it is written (one not found cannot be known before): a defect
+            const written = yield* Effect.orDieWith(enqueueValid(next), (e) => new Error(`follow-up rejected: ${e.message}`))
             yield* countEnqueued(next, written)
             if (events.active()) events.publish(Events.enqueued(next, written))
           }
@@ -528,7 +673,7 @@ export const make = (options: QueueOptions = {}) =>
       Effect.gen(function*() {
         const [lock] = yield* db.run((sql) => JobsSql.tryReaperLock(sql, db.schema))
         if (!lock?.locked) return { requeued: 0, deadLettered: 0, removedCancelled: 0, ran: false }
-        const removed = yield* db.run((sql) => JobsSql.removeExpiredCancelled(sql))
+        const removed = yield* db.run((sql) => JobsSql.removeExpiredCancelled(sql, retention))
         // exhausted ones too: their stage's claim dead-letters them, with the stage's onDeadLetter
         const requeued = yield* db.run((sql) => JobsSql.requeueExpired(sql, db.schema))
         return { requeued: requeued.length, deadLettered: 0, removedCancelled: removed.length, ran: true }
@@ -575,6 +720,59 @@ export const make = (options: QueueOptions = {}) =>
         })
         : Effect.succeed(null)
 
+    const dependencies = (id: string) =>
+      isId(id)
+        ? Effect.gen(function*() {
+          const job = yield* get(id)
+          if (job === null) return null
+          const rows = yield* db.run((sql) => JobsSql.selectDependencies(sql, id))
+          const link = (r: typeof rows[number]): DependencyLink => ({
+            id: r.id,
+            stage: r.stage,
+            status: (r.status as JobStatus | null) ?? null,
+            onFailure: policyFromColumn(r.on_failure),
+            output: r.status === "completed" ? r.output ?? null : null
+          })
+          return {
+            parents: rows.filter((r) => r.side === "parent").map(link),
+            children: rows.filter((r) => r.side === "child").map(link)
+          }
+        })
+        : Effect.succeed(null)
+
+    const batches = {
+      create: (o: BatchOptions) =>
+        Effect.gen(function*() {
+          const callbacks = validateCallbacks(o, validation)
+          if (Either.isLeft(callbacks)) return yield* callbacks.left
+          const { onComplete, onFailure } = callbacks.right
+          const orgId = o.orgId ?? null
+          return yield* db.transaction(Effect.gen(function*() {
+            const [row] = yield* db.run((sql) =>
+              JobsSql.insertBatchRow(sql, orgId, onComplete && JSON.stringify(onComplete), onFailure && JSON.stringify(onFailure))
+            )
+            const id = row!.id
+            const jobs = (o.jobs ?? []).length === 0 ? [] : yield* enqueue((o.jobs ?? []).map((j) => ({ ...j, orgId, batchId: id })))
+            // just created in this transaction: it exists
+            if (!(o.open ?? false)) yield* Effect.orDie(seal(id))
+            return { id, jobs }
+          }))
+        }).pipe(Effect.withSpan("Queue.batches.create")),
+      add: (id: string, jobs: ReadonlyArray<import("./Job.js").NewJob>) => enqueue(jobs.map((j) => ({ ...j, batchId: id }))),
+      seal: (id: string) => seal(id),
+      get: (id: string) => getBatch(id)
+    }
+    const getBatch = (id: string) =>
+      isId(id) ? db.run((sql) => JobsSql.selectBatch(sql, id)).pipe(Effect.map((rows) => (rows[0] ? rowToBatch(rows[0]) : null))) : Effect.succeed(null)
+    const seal = (id: string) =>
+      db.transaction(Effect.gen(function*() {
+        const [sealed] = isId(id) ? yield* db.run((sql) => JobsSql.sealBatch(sql, id)) : []
+        if (sealed?.finished) yield* db.run((sql) => JobsSql.enqueueFinishedCallbacks(sql, id))
+        const batch = yield* getBatch(id)
+        if (batch === null) return yield* new JobNotFound({ message: `batch ${id} not found` })
+        return batch
+      }))
+
     const history = {
       list: (o: import("./Job.js").HistoryListOptions = {}) =>
         db.run((sql) =>
@@ -590,6 +788,16 @@ export const make = (options: QueueOptions = {}) =>
             const n = row?.n ?? 0
             total += n
             if (n < batch) break
+          }
+          // edges whose dependent has left the history go with it, and uniqueness windows that have passed (not
+          // counted: they are not jobs)
+          for (let i = 0; i < maxBatches; i++) {
+            const [row] = yield* db.run((sql) => JobsSql.pruneDependencies(sql, batch))
+            if ((row?.n ?? 0) < batch) break
+          }
+          for (let i = 0; i < maxBatches; i++) {
+            const [row] = yield* db.run((sql) => JobsSql.pruneWindows(sql, batch))
+            if ((row?.n ?? 0) < batch) break
           }
           return total
         }).pipe(Effect.withSpan("Queue.history.prune"))
@@ -778,6 +986,8 @@ export const make = (options: QueueOptions = {}) =>
       cancel,
       runNow,
       get,
+      dependencies,
+      batches,
       list,
       stats,
       deadLetters,

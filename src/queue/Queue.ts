@@ -8,7 +8,10 @@ import type * as Db from "../layers/Db.js"
 import type {
   CancelOutcome,
   DeadLetter,
+  Batch,
+  BatchOptions,
   DeadLetterListOptions,
+  Dependencies,
   Beat,
   EnqueueResult,
   ErrorEntry,
@@ -147,6 +150,21 @@ export class Queue extends Context.Tag("pgfiber/Queue")<Queue, {
   readonly runNow: (id: JobId) => Effect.Effect<"due" | "not-delayed" | "not-found", QueueError>
   /** A live job, or a finished one from the kept history (until its retention passes); null: neither. */
   readonly get: (id: JobId) => Effect.Effect<Job | null, QueueError>
+  /**
+   * A job's parents (what it waits on, with their outputs once completed and kept) and children (what waits on
+   * it), each with its status now; null when the job is neither live nor in the history.
+   */
+  readonly dependencies: (id: JobId) => Effect.Effect<Dependencies | null, QueueError>
+  /** Groups of jobs with callbacks enqueued exactly once when the group has finished (see `Batch`). */
+  readonly batches: {
+    /** A new batch (of the given org), with its first jobs; sealed unless `open`. */
+    readonly create: (options: BatchOptions) => Effect.Effect<{ readonly id: string; readonly jobs: ReadonlyArray<EnqueueResult> }, InvalidJob | QueueError>
+    /** Enqueues jobs into an open batch (as `enqueue` with `batchId`); a sealed or unknown one refuses. */
+    readonly add: (id: string, jobs: ReadonlyArray<NewJob>) => Effect.Effect<ReadonlyArray<EnqueueResult>, InvalidJob | QueueError>
+    /** No more jobs join; if all have finished, its callbacks are enqueued now. Sealing twice is harmless. */
+    readonly seal: (id: string) => Effect.Effect<Batch, JobNotFound | QueueError>
+    readonly get: (id: string) => Effect.Effect<Batch | null, QueueError>
+  }
   readonly list: (options?: ListOptions) => Effect.Effect<ReadonlyArray<Job>, QueueError>
   readonly stats: Effect.Effect<ReadonlyArray<StageStats>, QueueError>
   readonly deadLetters: {
@@ -251,3 +269,42 @@ export const retentionParams = (r: Retention & { readonly default: Duration.Dura
 
 export const enqueueOne = (job: NewJob) =>
   Effect.flatMap(Queue, (q) => Effect.map(q.enqueue([job]), (r) => r[0]!))
+
+/** A flow: a job and the children it waits for (each a flow in turn), enqueued together by `enqueueFlow`. */
+export interface FlowNode {
+  readonly job: NewJob
+  readonly children?: ReadonlyArray<FlowNode> | undefined
+}
+
+/** The ids `enqueueFlow` gave a flow's jobs, in its shape. */
+export interface FlowIds {
+  readonly id: JobId
+  readonly children: ReadonlyArray<FlowIds>
+}
+
+/**
+ * Enqueues a tree in one transaction, leaves first: each job waits (`dependsOn`, `onFailure` as given in
+ * `childPolicy`, default cancel) on its children, so a parent runs after all of them and reads their outputs
+ * (`Queue.dependencies`, or the runtime's `Flow.childOutputs` decoded by the children's stages). A node's
+ * childless children go in one batch.
+ */
+export const enqueueFlow = (
+  flow: FlowNode,
+  childPolicy: import("./Job.js").OnParentFailure = "cancel"
+): Effect.Effect<FlowIds, InvalidJob | QueueError, Queue> =>
+  Effect.flatMap(Queue, (q) => {
+    const node = (n: FlowNode): Effect.Effect<FlowIds, InvalidJob | QueueError> =>
+      Effect.gen(function*() {
+        const children = n.children ?? []
+        const leaves = children.filter((c) => (c.children ?? []).length === 0)
+        const leafIds = leaves.length === 0 ? [] : yield* q.enqueue(leaves.map((c) => c.job))
+        const inner = new Map<FlowNode, FlowIds>()
+        for (const c of children) if (!leaves.includes(c)) inner.set(c, yield* node(c))
+        const ids = children.map((c): FlowIds =>
+          inner.get(c) ?? { id: leafIds[leaves.indexOf(c)]!.id, children: [] })
+        const dependsOn = [...(n.job.dependsOn ?? []), ...ids.map((c) => ({ id: c.id, onFailure: childPolicy }))]
+        const [written] = yield* q.enqueue([{ ...n.job, dependsOn }])
+        return { id: written!.id, children: ids }
+      })
+    return q.transaction(node(flow))
+  })

@@ -14,7 +14,7 @@ import * as EventLog from "../queue/EventLog.js"
 import * as Queue from "../queue/Queue.js"
 import * as Waker from "./Waker.js"
 
-/** The NOTIFY payload of a statement that logged events (migration 0021). */
+/** The NOTIFY payload of a statement that logged events (migration 0020). */
 export const topic = "pgfiber:events"
 
 export interface FollowOptions {

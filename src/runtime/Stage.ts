@@ -183,6 +183,23 @@ export const job = <A, I, R>(stage: Stage<A, I, R>, payload: A, options: Enqueue
 export const enqueue = <A, I, R>(stage: Stage<A, I, R>, payload: A, options: EnqueueOptions = {}) =>
   Effect.flatMap(job(stage, payload, options), Queue.enqueueOne)
 
+/**
+ * The outputs of a job's completed parents that ran on `child` (in a flow: the children a parent waited for),
+ * decoded by that stage's `output` Schema, in id order. A parent that did not complete (it failed under
+ * `continue`) or whose history is gone is not among them.
+ */
+export const childOutputs = <A, I, R, O>(
+  jobId: string,
+  child: Stage<A, I, R, O>
+): Effect.Effect<ReadonlyArray<{ readonly id: string; readonly output: O }>, Queue.QueueError | ParseResult.ParseError, Queue.Queue> =>
+  Effect.gen(function*() {
+    const queue = yield* Queue.Queue
+    const links = (yield* queue.dependencies(jobId))?.parents ?? []
+    const done = links.filter((l) => l.stage === child.name && l.status === "completed")
+    const decode = child.output === undefined ? (u: unknown) => Effect.succeed(u as O) : Schema.decodeUnknown(child.output as Schema.Schema<O, unknown>)
+    return yield* Effect.forEach(done, (l) => Effect.map(decode(l.output), (output) => ({ id: l.id, output })))
+  })
+
 /** Decodes a stored payload; a failure dead-letters the job with this message. */
 export const decodePayload = <A, I, R>(stage: Stage<A, I, R>, payload: unknown) =>
   Schema.decodeUnknown(stage.payload)(payload).pipe(

@@ -27,6 +27,9 @@ export interface SubmitRequest {
   readonly dedupeMode?: Queue.DedupeMode | undefined
   /** This job's timeout, overriding its stage's. */
   readonly timeout?: Duration.DurationInput | undefined
+  /** Jobs this one waits for (of the same org: another org's is "not found"). */
+  readonly dependsOn?: Queue.NewJob["dependsOn"]
+  readonly uniqueFor?: Duration.DurationInput | undefined
   /** `tenant` (the HTTP API) may submit public stages only; `operator` (the CLI, the default) any stage. */
   readonly caller?: "tenant" | "operator" | undefined
 }
@@ -45,7 +48,9 @@ const optionsOf = (request: SubmitRequest): Stage.EnqueueOptions =>
       maxAttempts: request.maxAttempts,
       dedupeKey: request.dedupeKey,
       dedupeMode: request.dedupeMode,
-      timeout: request.timeout
+      timeout: request.timeout,
+      dependsOn: request.dependsOn,
+      uniqueFor: request.uniqueFor
     }).filter(([, v]) => v !== undefined)
   )
 

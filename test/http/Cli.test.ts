@@ -152,5 +152,32 @@ describe("pgfiber CLI", () => {
         expect(body.code).toBe(78)
         expect(body.stderr).toContain("HTTP_MAX_BODY_BYTES")
       }))
+  
+    it.effect("jobs show prints the parents a job waits on and its children; jobs list --status waiting lists it", () =>
+      Effect.gen(function*() {
+        const { schema } = yield* Db.Db
+        const [parent] = yield* query<{ id: string }>(schema, "insert into jobs (stage, payload) values ('pgfiber.flows_parent', '{}') returning id::text")
+        // the SQL a producer can write: the edge, the count, and the mark on the parent its settle reads
+        const [child] = yield* query<{ id: string }>(schema, `
+          with child as (
+            insert into jobs (stage, payload, status, waiting_on) values ('pgfiber.flows_child', '{}', 'waiting', 1) returning id
+          ), edge as (
+            insert into job_dependencies (job_id, depends_on) select id, ${parent!.id} from child
+          ), marked as (
+            update jobs set has_dependents = true where id = ${parent!.id}
+          )
+          select id::text from child`)
+        const shown = yield* pgfiber(schema, ["jobs", "show", child!.id])
+        expect(shown.code).toBe(0)
+        const job = JSON.parse(shown.stdout)
+        expect(job).toMatchObject({ id: child!.id, status: "waiting", waitingOn: 1 })
+        expect(job.dependencies).toEqual({
+          parents: [{ id: parent!.id, stage: "pgfiber.flows_parent", status: "queued", onFailure: "cancel", output: null }],
+          children: []
+        })
+        const fromParent = JSON.parse((yield* pgfiber(schema, ["jobs", "show", parent!.id])).stdout)
+        expect(fromParent.dependencies.children.map((c: { id: string }) => c.id)).toEqual([child!.id])
+        expect((yield* pgfiber(schema, ["jobs", "list", "--status", "waiting"])).stdout).toContain(child!.id)
+      }))
   })
 })

@@ -1,6 +1,6 @@
 /**
  * Stage `pgfiber.webhook`: one delivery of one event to one webhook, enqueued by the event log's trigger in the
- * transaction that logged the event (migration 0021), so a delivery is at least once, survives restarts, is
+ * transaction that logged the event (migration 0020), so a delivery is at least once, survives restarts, is
  * retried on this stage's backoff and dead-lettered like any job (and shows on the dashboard as one).
  *
  * A delivery is a POST of `{ type: "job.<kind>", timestamp, data: <the event> }`, signed per the Standard

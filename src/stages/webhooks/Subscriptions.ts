@@ -2,7 +2,7 @@
  * An org's webhook subscriptions: made, listed and removed by the HTTP API (the key's org) and the CLI (an
  * operator names the org). Making one checks its URL (Target.ts) and its event kinds, and makes its signing
  * secret, which is returned once and never listed. The deliveries are jobs the event log's trigger enqueues
- * (migration 0021) and `Delivery.ts` runs.
+ * (migration 0020) and `Delivery.ts` runs.
  */
 import { Context, Data, Effect, Layer, Redacted, Schema } from "effect"
 import { randomBytes } from "node:crypto"

@@ -1,5 +1,5 @@
 /**
- * Every statement on the `webhooks` table (migration 0021), and the two reads a delivery makes. Locking: none
+ * Every statement on the `webhooks` table (migration 0020), and the two reads a delivery makes. Locking: none
  * beyond the rows written; the table is small and written only when an org changes its subscriptions.
  */
 import type { Sql } from "../../layers/Db.js"

@@ -1,0 +1,11 @@
+import { TestClock } from "effect"
+import * as MemoryQueue from "../../src/queue/MemoryQueue.js"
+import { flowsContract } from "./flowsContract.js"
+
+flowsContract({
+  name: "MemoryQueue",
+  layer: MemoryQueue.layer(),
+  fresh: () => MemoryQueue.layer(),
+  advance: (d) => TestClock.adjust(d),
+  live: false
+})
