@@ -75,7 +75,7 @@ describe("pgfiber CLI", () => {
         expect((yield* pgfiber(schema, ["tick", "--max", "1"])).stdout).toMatch(/^claimed 0/)
         const stats = yield* pgfiber(schema, ["stats"])
         expect(stats.stdout.split("\n").find((l) => l.startsWith("pgfiber.echo"))).toMatch(/\spaused$/)
-        expect((yield* pgfiber(schema, ["stages", "list"])).stdout).toMatch(/pgfiber\.echo\s+paused\s+\S+\s+cli/)
+        expect((yield* pgfiber(schema, ["stages", "list"])).stdout).toMatch(/pgfiber\.echo\s+paused\s+.*\s+cli/)
         expect((yield* pgfiber(schema, ["stages", "resume", "pgfiber.echo"])).stdout).toBe("resumed\n")
         const tick = yield* pgfiber(schema, ["tick", "--max", "1"])
         expect(tick.stdout).toMatch(/^claimed 1: completed 1/)
