@@ -12,7 +12,6 @@ const longFunctionsYetToSplit = [
   "src/http/Health.ts",
   "src/http/Jobs.ts",
   "src/layers/Db.ts",
-  "src/layers/Media.ts",
   "src/layers/SpeechKit.ts",
   "src/layers/storage/S3.ts",
   "src/queue/JobsSql.ts",
