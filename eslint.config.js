@@ -13,7 +13,6 @@ const longFunctionsYetToSplit = [
   "src/http/Jobs.ts",
   "src/layers/Db.ts",
   "src/layers/SpeechKit.ts",
-  "src/layers/storage/S3.ts",
   "src/queue/JobsSql.ts",
   "src/queue/MemoryQueue.ts",
   "src/queue/PgQueue.ts",
