@@ -12,7 +12,6 @@ const longFunctionsYetToSplit = [
   "src/http/Health.ts",
   "src/http/Jobs.ts",
   "src/layers/Db.ts",
-  "src/layers/SpeechKit.ts",
   "src/queue/JobsSql.ts",
   "src/queue/MemoryQueue.ts",
   "src/queue/PgQueue.ts",
