@@ -15,8 +15,7 @@ const longFunctionsYetToSplit = [
   "src/queue/JobsSql.ts",
   "src/queue/MemoryQueue.ts",
   "src/queue/PgQueue.ts",
-  "src/runtime/Waker.ts",
-  "src/testing/SpeechKitSimulator.ts"
+  "src/runtime/Waker.ts"
 ]
 
 export default tseslint.config(
