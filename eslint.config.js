@@ -12,14 +12,10 @@ const longFunctionsYetToSplit = [
   "src/http/Health.ts",
   "src/http/Jobs.ts",
   "src/layers/Db.ts",
-  "src/layers/Media.ts",
-  "src/layers/SpeechKit.ts",
-  "src/layers/storage/S3.ts",
   "src/queue/JobsSql.ts",
   "src/queue/MemoryQueue.ts",
   "src/queue/PgQueue.ts",
-  "src/runtime/Waker.ts",
-  "src/testing/SpeechKitSimulator.ts"
+  "src/runtime/Waker.ts"
 ]
 
 export default tseslint.config(

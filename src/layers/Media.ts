@@ -214,129 +214,149 @@ const resourceTrouble = /No space left on device|Cannot allocate memory|Resource
 // ---------------------------------------------------------------------------------------------
 // The service
 
+/** What every part of the service runs with: the process runner, the file system, the two binaries. */
+interface MediaTools {
+  readonly executor: CommandExecutor.CommandExecutor
+  readonly fs: FileSystem.FileSystem
+  readonly ffmpeg: Tool
+  readonly ffprobe: Tool
+}
+
+/** Runs `tool -version` on start, like a database's `select 1`: a binary that does not run stops the layer. */
+const checkToolRuns = (executor: CommandExecutor.CommandExecutor, tool: Tool) =>
+  Effect.gen(function*() {
+    const run = yield* runTool(executor, tool, ["-version"]).pipe(
+      Effect.mapError((error) => new MediaUnavailable({ message: error.message }))
+    )
+    if (run.exitCode !== 0) {
+      return yield* new MediaUnavailable({
+        message: `${tool.name} at ${tool.path} (set ${tool.envVar}) exited ${run.exitCode} on -version: ${
+          stderrSummary(run.stderr)
+        }`
+      })
+    }
+  })
+
+/** Creates the directory an output file goes into. */
+const ensureParentDirectory = (fs: FileSystem.FileSystem, path: string) =>
+  fs.makeDirectory(NodePath.dirname(path), { recursive: true }).pipe(
+    Effect.mapError((error) => new JobError.Transient({ message: `cannot create the directory of ${path}: ${error.message}` }))
+  )
+
+/** Runs ffmpeg writing `output`; a failed or interrupted run removes its half-written output. */
+const runFfmpeg = (tools: MediaTools, args: ReadonlyArray<string>, output: string, what: string) =>
+  Effect.zipRight(
+    ensureParentDirectory(tools.fs, output),
+    runTool(tools.executor, tools.ffmpeg, args).pipe(
+      Effect.flatMap((run) => {
+        if (run.exitCode === 0) return Effect.void
+        const message = `ffmpeg failed ${what} (exit ${run.exitCode}): ${stderrSummary(run.stderr)}`
+        return Effect.fail(
+          resourceTrouble.test(run.stderr) ? new JobError.Transient({ message }) : new JobError.Permanent({ message })
+        )
+      }),
+      Effect.onExit((exit) => Exit.isSuccess(exit) ? Effect.void : Effect.ignore(tools.fs.remove(output, { force: true })))
+    )
+  )
+
+/** `Media.probe`: ffprobe's description of a file, decoded. */
+const makeProbe = (tools: MediaTools) =>
+  Effect.fn("Media.probe")(function*(path: string) {
+    // Absolute paths keep names like "-x" or "a:b" from reading as options or protocols.
+    const absolute = NodePath.resolve(path)
+    yield* Effect.annotateCurrentSpan({ path: absolute })
+    const run = yield* runTool(tools.executor, tools.ffprobe, [
+      "-v",
+      "error",
+      "-print_format",
+      "json",
+      "-show_format",
+      "-show_streams",
+      absolute
+    ])
+    if (run.exitCode !== 0) {
+      return yield* new JobError.Permanent({ message: `ffprobe cannot read ${absolute}: ${stderrSummary(run.stderr)}` })
+    }
+    const output = yield* Schema.decodeUnknown(FfprobeOutput)(run.stdout).pipe(
+      Effect.mapError(() =>
+        new JobError.Permanent({ message: `ffprobe gave no usable description of ${absolute}: ${stderrSummary(run.stderr)}` })
+      )
+    )
+    return toProbeResult(output)
+  })
+
+/**
+ * ffmpeg's arguments for SpeechKit's input. SpeechKit's async recognition takes OGG Opus; voip tuning and 32k a
+ * channel keep speech clear and files small.
+ */
+const oggOpusArgs = (from: string, to: string, channels: 1 | 2): ReadonlyArray<string> => [
+  "-y",
+  "-i",
+  from,
+  "-map",
+  "0:a:0",
+  "-vn",
+  "-ac",
+  String(channels),
+  "-ar",
+  "48000",
+  "-c:a",
+  "libopus",
+  "-b:a",
+  `${32 * channels}k`,
+  "-application",
+  "voip",
+  "-f",
+  "ogg",
+  to
+]
+
+/** `Media.toOggOpus`: probes, then converts the first audio stream to OGG Opus. */
+const makeToOggOpus = (tools: MediaTools, probe: Media["Type"]["probe"]) =>
+  Effect.fn("Media.toOggOpus")(function*(input: string, output: string) {
+    const [from, to] = [NodePath.resolve(input), NodePath.resolve(output)]
+    yield* Effect.annotateCurrentSpan({ input: from, output: to })
+    const probed = yield* probe(from)
+    if (probed.audioStreams === 0) {
+      return yield* new JobError.Permanent({ message: `no audio stream in ${from} (format ${probed.formatName})` })
+    }
+    // A call recorded in stereo (agent on one side, client on the other) keeps its two channels:
+    // SpeechKit recognises each channel of an OGG separately and tags its results, so who said what survives.
+    // Other layouts (5.1 video, odd multi-track) are mixed down to one channel.
+    const channels = probed.audio?.channels === 2 ? 2 : 1
+    yield* Effect.annotateCurrentSpan({ channels })
+    yield* runFfmpeg(tools, oggOpusArgs(from, to, channels), to, `converting ${from} to OGG Opus`)
+  })
+
+/** `Media.generateTestCall`: a synthetic call recording (see `testCallGraph`). */
+const makeGenerateTestCall = (tools: MediaTools) =>
+  Effect.fn("Media.generateTestCall")(function*(output: string, options: TestCallOptions) {
+    const to = NodePath.resolve(output)
+    const { channels, seconds } = options
+    yield* Effect.annotateCurrentSpan({ output: to, seconds, channels })
+    if (!(Number.isFinite(seconds) && seconds > 0 && seconds <= 3600) || (channels !== 1 && channels !== 2)) {
+      return yield* new JobError.Permanent({
+        message: `generateTestCall wants 0 < seconds <= 3600 and 1 or 2 channels, got ${seconds} s, ${channels} channels`
+      })
+    }
+    yield* runFfmpeg(
+      tools,
+      ["-hide_banner", "-nostdin", "-y", "-filter_complex", testCallGraph(seconds, channels), "-map", "[call]", to],
+      to,
+      `generating a test call into ${to}`
+    )
+  })
+
 export const make = (binaries: Binaries) =>
   Effect.gen(function*() {
     const executor = yield* CommandExecutor.CommandExecutor
     const fs = yield* FileSystem.FileSystem
     const ffmpeg: Tool = { name: "ffmpeg", path: binaries.ffmpegPath, envVar: "FFMPEG_PATH" }
     const ffprobe: Tool = { name: "ffprobe", path: binaries.ffprobePath, envVar: "FFPROBE_PATH" }
-
-    // Probed on start, like a database with `select 1`.
-    for (const tool of [ffmpeg, ffprobe]) {
-      const run = yield* runTool(executor, tool, ["-version"]).pipe(
-        Effect.mapError((error) => new MediaUnavailable({ message: error.message }))
-      )
-      if (run.exitCode !== 0) {
-        return yield* new MediaUnavailable({
-          message: `${tool.name} at ${tool.path} (set ${tool.envVar}) exited ${run.exitCode} on -version: ${
-            stderrSummary(run.stderr)
-          }`
-        })
-      }
-    }
-
-    const ensureParentDirectory = (path: string) =>
-      fs.makeDirectory(NodePath.dirname(path), { recursive: true }).pipe(
-        Effect.mapError((error) => new JobError.Transient({ message: `cannot create the directory of ${path}: ${error.message}` }))
-      )
-
-    /** Runs ffmpeg writing `output`; a failed or interrupted run removes its half-written output. */
-    const runFfmpeg = (args: ReadonlyArray<string>, output: string, what: string) =>
-      Effect.zipRight(
-        ensureParentDirectory(output),
-        runTool(executor, ffmpeg, args).pipe(
-          Effect.flatMap((run) => {
-            if (run.exitCode === 0) return Effect.void
-            const message = `ffmpeg failed ${what} (exit ${run.exitCode}): ${stderrSummary(run.stderr)}`
-            return Effect.fail(
-              resourceTrouble.test(run.stderr) ? new JobError.Transient({ message }) : new JobError.Permanent({ message })
-            )
-          }),
-          Effect.onExit((exit) => Exit.isSuccess(exit) ? Effect.void : Effect.ignore(fs.remove(output, { force: true })))
-        )
-      )
-
-    const probe = Effect.fn("Media.probe")(function*(path: string) {
-      // Absolute paths keep names like "-x" or "a:b" from reading as options or protocols.
-      const absolute = NodePath.resolve(path)
-      yield* Effect.annotateCurrentSpan({ path: absolute })
-      const run = yield* runTool(executor, ffprobe, [
-        "-v",
-        "error",
-        "-print_format",
-        "json",
-        "-show_format",
-        "-show_streams",
-        absolute
-      ])
-      if (run.exitCode !== 0) {
-        return yield* new JobError.Permanent({ message: `ffprobe cannot read ${absolute}: ${stderrSummary(run.stderr)}` })
-      }
-      const output = yield* Schema.decodeUnknown(FfprobeOutput)(run.stdout).pipe(
-        Effect.mapError(() =>
-          new JobError.Permanent({ message: `ffprobe gave no usable description of ${absolute}: ${stderrSummary(run.stderr)}` })
-        )
-      )
-      return toProbeResult(output)
-    })
-
-    const toOggOpus = Effect.fn("Media.toOggOpus")(function*(input: string, output: string) {
-      const [from, to] = [NodePath.resolve(input), NodePath.resolve(output)]
-      yield* Effect.annotateCurrentSpan({ input: from, output: to })
-      const probed = yield* probe(from)
-      if (probed.audioStreams === 0) {
-        return yield* new JobError.Permanent({ message: `no audio stream in ${from} (format ${probed.formatName})` })
-      }
-      // SpeechKit's async recognition takes OGG Opus; voip tuning and 32k a channel keep speech clear and files
-      // small. A call recorded in stereo (agent on one side, client on the other) keeps its two channels:
-      // SpeechKit recognises each channel of an OGG separately and tags its results, so who said what survives.
-      // Other layouts (5.1 video, odd multi-track) are mixed down to one channel.
-      const channels = probed.audio?.channels === 2 ? 2 : 1
-      yield* Effect.annotateCurrentSpan({ channels })
-      yield* runFfmpeg(
-        [
-          "-y",
-          "-i",
-          from,
-          "-map",
-          "0:a:0",
-          "-vn",
-          "-ac",
-          String(channels),
-          "-ar",
-          "48000",
-          "-c:a",
-          "libopus",
-          "-b:a",
-          `${32 * channels}k`,
-          "-application",
-          "voip",
-          "-f",
-          "ogg",
-          to
-        ],
-        to,
-        `converting ${from} to OGG Opus`
-      )
-    })
-
-    const generateTestCall = Effect.fn("Media.generateTestCall")(function*(output: string, options: TestCallOptions) {
-      const to = NodePath.resolve(output)
-      const { channels, seconds } = options
-      yield* Effect.annotateCurrentSpan({ output: to, seconds, channels })
-      if (!(Number.isFinite(seconds) && seconds > 0 && seconds <= 3600) || (channels !== 1 && channels !== 2)) {
-        return yield* new JobError.Permanent({
-          message: `generateTestCall wants 0 < seconds <= 3600 and 1 or 2 channels, got ${seconds} s, ${channels} channels`
-        })
-      }
-      yield* runFfmpeg(
-        ["-hide_banner", "-nostdin", "-y", "-filter_complex", testCallGraph(seconds, channels), "-map", "[call]", to],
-        to,
-        `generating a test call into ${to}`
-      )
-    })
-
-    return Media.of({ probe, toOggOpus, generateTestCall })
+    for (const tool of [ffmpeg, ffprobe]) yield* checkToolRuns(executor, tool)
+    const tools: MediaTools = { executor, fs, ffmpeg, ffprobe }
+    const probe = makeProbe(tools)
+    return Media.of({ probe, toOggOpus: makeToOggOpus(tools, probe), generateTestCall: makeGenerateTestCall(tools) })
   })
 
 /**

@@ -192,120 +192,156 @@ const tagStreamLine = (object: unknown): unknown =>
 // The client
 // ---------------------------------------------------------------------------------------------
 
+/** The client's options with their defaults applied. */
+interface Settings {
+  readonly sttUrl: string
+  readonly operationUrl: string
+  readonly model: string
+  readonly language: string
+  readonly timeout: Duration.Duration
+  readonly maxRetryAfter: Duration.Duration
+  readonly defaultRetryAfter: Duration.Duration
+  readonly resultNotFoundRetries: number
+  readonly resultRetryDelay: Duration.Duration
+}
+
+/** Applies the defaults documented on `Options`. */
+const resolveSettings = (options: Options): Settings => {
+  const maxRetryAfter = Duration.decode(options.maxRetryAfter ?? Duration.minutes(10))
+  return {
+    sttUrl: trimSlash(options.sttUrl ?? defaultSttUrl),
+    operationUrl: trimSlash(options.operationUrl ?? defaultOperationUrl),
+    model: options.model ?? "general",
+    language: options.language ?? "ru-RU",
+    timeout: Duration.decode(options.timeout ?? Duration.seconds(30)),
+    maxRetryAfter,
+    defaultRetryAfter: Duration.min(Duration.decode(options.defaultRetryAfter ?? Duration.seconds(60)), maxRetryAfter),
+    resultNotFoundRetries: Math.max(0, Math.floor(options.resultNotFoundRetries ?? 3)),
+    resultRetryDelay: Duration.decode(options.resultRetryDelay ?? Duration.seconds(1))
+  }
+}
+
+/** Adds the credentials, and the folder when one is configured, to a request. */
+const authorize = (options: Options, request: HttpClientRequest.HttpClientRequest) => {
+  // Redacted.value only here, at the moment the header is built; the tracer redacts `authorization`.
+  const authorization = options.credentials._tag === "ApiKey"
+    ? `Api-Key ${Redacted.value(options.credentials.apiKey)}`
+    : `Bearer ${Redacted.value(options.credentials.iamToken)}`
+  const withAuth = HttpClientRequest.setHeader(request, "authorization", authorization)
+  return options.folderId ? HttpClientRequest.setHeader(withAuth, "x-folder-id", options.folderId) : withAuth
+}
+
+/** Sends one call and returns a 2xx body as text; anything else fails with its JobError. */
+type Send = (call: string, request: HttpClientRequest.HttpClientRequest) => Effect.Effect<string, SpeechKitError>
+
+/** The one way every method talks to SpeechKit: authorized, bounded by the timeout, failures mapped to JobError. */
+const makeSend = (client: HttpClient.HttpClient, options: Options, settings: Settings): Send => (call, request) =>
+  Effect.gen(function*() {
+    const response = yield* client.execute(authorize(options, HttpClientRequest.acceptJson(request)))
+    if (response.status >= 200 && response.status < 300) return yield* response.text
+    return yield* Effect.fail(yield* failureOf(call, response, settings.defaultRetryAfter, settings.maxRetryAfter))
+  }).pipe(
+    Effect.catchTags({
+      RequestError: (error) => Effect.fail(new JobError.Transient({ message: `SpeechKit ${call}: ${error.reason} error: ${error.message}` })),
+      ResponseError: (error) => Effect.fail(new JobError.Transient({ message: `SpeechKit ${call}: reading the response failed: ${error.message}` }))
+    }),
+    Effect.timeoutFail({
+      duration: settings.timeout,
+      onTimeout: () => new JobError.Transient({ message: `SpeechKit ${call}: no complete response within ${Duration.format(settings.timeout)}` })
+    })
+  )
+
+/** `SpeechKit.startRecognition`: POST recognizeFileAsync with the request's (or the configured) model and languages. */
+const makeStartRecognition = (send: Send, settings: Settings) =>
+  Effect.fn("SpeechKit.startRecognition")(function*(request: StartRecognition) {
+    const languageCodes = request.languageCodes && request.languageCodes.length > 0 ? request.languageCodes : [settings.language]
+    const body = {
+      uri: request.uri,
+      recognitionModel: {
+        model: request.model ?? settings.model,
+        audioFormat: { containerAudio: { containerAudioType: "OGG_OPUS" } },
+        // Normalized text ("twenty one" → "21") arrives as finalRefinement; we prefer it.
+        textNormalization: { textNormalization: "TEXT_NORMALIZATION_ENABLED" },
+        languageRestriction: { restrictionType: "WHITELIST", languageCode: languageCodes },
+        // A file is all there: let the model see the whole of it rather than stream-optimise.
+        audioProcessingType: "FULL_DATA"
+      }
+    }
+    const text = yield* send(
+      "recognizeFileAsync",
+      HttpClientRequest.post(`${settings.sttUrl}/stt/v3/recognizeFileAsync`).pipe(HttpClientRequest.bodyUnsafeJson(body))
+    )
+    const operation = yield* decodeJson("recognizeFileAsync", Operation, text)
+    yield* Effect.annotateCurrentSpan("operationId", operation.id)
+    if (operation.error) return yield* Effect.fail(operationFailed(operation.id, operation.error))
+    return operation.id
+  })
+
+/** `SpeechKit.getOperation`: one poll of the Operation. */
+const makeGetOperation = (send: Send, settings: Settings) =>
+  Effect.fn("SpeechKit.getOperation")(function*(operationId: string) {
+    yield* Effect.annotateCurrentSpan("operationId", operationId)
+    const text = yield* send(
+      "getOperation",
+      HttpClientRequest.get(`${settings.operationUrl}/operations/${encodeURIComponent(operationId)}`)
+    )
+    const operation = yield* decodeJson("getOperation", Operation, text)
+    // `error` may show before `done` (operation.md); this recognition cannot recover from it, so it ends now
+    if (operation.error) {
+      const { code, message } = operation.error
+      if (code !== undefined && resubmittableGrpcCodes.has(code)) {
+        return { done: true, retryable: { code, message: message ?? "no message" } } as const
+      }
+      return yield* Effect.fail(operationFailed(operationId, operation.error))
+    }
+    return operation.done === true ? { done: true } as const : { done: false } as const
+  })
+
+/** `SpeechKit.getRecognition`: reads the result stream, asking again while it is not readable yet. */
+const makeGetRecognition = (send: Send, settings: Settings) =>
+  Effect.fn("SpeechKit.getRecognition")(function*(operationId: string) {
+    const { resultNotFoundRetries } = settings
+    yield* Effect.annotateCurrentSpan("operationId", operationId)
+    const read = send("getRecognition", HttpClientRequest.get(`${settings.sttUrl}/stt/v3/getRecognition`, { urlParams: { operationId } }))
+    // only called once the operation is done: a 404 now means "not readable yet", which passes in seconds
+    const text = yield* read.pipe(
+      Effect.retry({
+        while: (e) => e._tag === "Permanent" && / HTTP 404: /.test(e.message),
+        schedule: Schedule.exponential(settings.resultRetryDelay),
+        times: resultNotFoundRetries
+      }),
+      Effect.mapError((e) =>
+        e._tag === "Permanent" && / HTTP 404: /.test(e.message)
+          ? new JobError.Permanent({ message: `${e.message} (still not found after ${resultNotFoundRetries} retries)` })
+          : e
+      )
+    )
+    const objects = splitJsonObjects(text)
+    if (Either.isLeft(objects)) {
+      return yield* Effect.fail(new JobError.Permanent({ message: `SpeechKit getRecognition: malformed result stream: ${objects.left}` }))
+    }
+    const results: Array<StreamingResponse> = []
+    for (const object of objects.right) {
+      const line: StreamLine = yield* decodeValue("getRecognition", Schema.parseJson(), object).pipe(
+        Effect.map(tagStreamLine),
+        Effect.flatMap((tagged) => decodeValue("getRecognition", StreamLine, tagged))
+      )
+      if (line._tag === "Error") return yield* Effect.fail(streamFailure(line.error, settings.defaultRetryAfter))
+      results.push(line.result)
+    }
+    return assembleRecognition(results)
+  })
+
 export const make = (options: Options): Effect.Effect<SpeechKit["Type"], never, HttpClient.HttpClient> =>
   Effect.gen(function*() {
     const client = yield* HttpClient.HttpClient
-    const sttUrl = trimSlash(options.sttUrl ?? defaultSttUrl)
-    const operationUrl = trimSlash(options.operationUrl ?? defaultOperationUrl)
-    const model = options.model ?? "general"
-    const language = options.language ?? "ru-RU"
-    const timeout = Duration.decode(options.timeout ?? Duration.seconds(30))
-    const maxRetryAfter = Duration.decode(options.maxRetryAfter ?? Duration.minutes(10))
-    const defaultRetryAfter = Duration.min(Duration.decode(options.defaultRetryAfter ?? Duration.seconds(60)), maxRetryAfter)
-    const resultNotFoundRetries = Math.max(0, Math.floor(options.resultNotFoundRetries ?? 3))
-    const resultRetryDelay = Duration.decode(options.resultRetryDelay ?? Duration.seconds(1))
-
-    const authorize = (request: HttpClientRequest.HttpClientRequest) => {
-      // Redacted.value only here, at the moment the header is built; the tracer redacts `authorization`.
-      const authorization = options.credentials._tag === "ApiKey"
-        ? `Api-Key ${Redacted.value(options.credentials.apiKey)}`
-        : `Bearer ${Redacted.value(options.credentials.iamToken)}`
-      const withAuth = HttpClientRequest.setHeader(request, "authorization", authorization)
-      return options.folderId ? HttpClientRequest.setHeader(withAuth, "x-folder-id", options.folderId) : withAuth
-    }
-
-    /** Sends one call and returns a 2xx body as text; anything else fails with its JobError. */
-    const send = (call: string, request: HttpClientRequest.HttpClientRequest): Effect.Effect<string, SpeechKitError> =>
-      Effect.gen(function*() {
-        const response = yield* client.execute(authorize(HttpClientRequest.acceptJson(request)))
-        if (response.status >= 200 && response.status < 300) return yield* response.text
-        return yield* Effect.fail(yield* failureOf(call, response, defaultRetryAfter, maxRetryAfter))
-      }).pipe(
-        Effect.catchTags({
-          RequestError: (error) => Effect.fail(new JobError.Transient({ message: `SpeechKit ${call}: ${error.reason} error: ${error.message}` })),
-          ResponseError: (error) => Effect.fail(new JobError.Transient({ message: `SpeechKit ${call}: reading the response failed: ${error.message}` }))
-        }),
-        Effect.timeoutFail({
-          duration: timeout,
-          onTimeout: () => new JobError.Transient({ message: `SpeechKit ${call}: no complete response within ${Duration.format(timeout)}` })
-        })
-      )
-
-    const startRecognition = Effect.fn("SpeechKit.startRecognition")(function*(request: StartRecognition) {
-      const languageCodes = request.languageCodes && request.languageCodes.length > 0 ? request.languageCodes : [language]
-      const body = {
-        uri: request.uri,
-        recognitionModel: {
-          model: request.model ?? model,
-          audioFormat: { containerAudio: { containerAudioType: "OGG_OPUS" } },
-          // Normalized text ("twenty one" → "21") arrives as finalRefinement; we prefer it.
-          textNormalization: { textNormalization: "TEXT_NORMALIZATION_ENABLED" },
-          languageRestriction: { restrictionType: "WHITELIST", languageCode: languageCodes },
-          // A file is all there: let the model see the whole of it rather than stream-optimise.
-          audioProcessingType: "FULL_DATA"
-        }
-      }
-      const text = yield* send(
-        "recognizeFileAsync",
-        HttpClientRequest.post(`${sttUrl}/stt/v3/recognizeFileAsync`).pipe(HttpClientRequest.bodyUnsafeJson(body))
-      )
-      const operation = yield* decodeJson("recognizeFileAsync", Operation, text)
-      yield* Effect.annotateCurrentSpan("operationId", operation.id)
-      if (operation.error) return yield* Effect.fail(operationFailed(operation.id, operation.error))
-      return operation.id
+    const settings = resolveSettings(options)
+    const send = makeSend(client, options, settings)
+    return SpeechKit.of({
+      startRecognition: makeStartRecognition(send, settings),
+      getOperation: makeGetOperation(send, settings),
+      getRecognition: makeGetRecognition(send, settings)
     })
-
-    const getOperation = Effect.fn("SpeechKit.getOperation")(function*(operationId: string) {
-      yield* Effect.annotateCurrentSpan("operationId", operationId)
-      const text = yield* send(
-        "getOperation",
-        HttpClientRequest.get(`${operationUrl}/operations/${encodeURIComponent(operationId)}`)
-      )
-      const operation = yield* decodeJson("getOperation", Operation, text)
-      // `error` may show before `done` (operation.md); this recognition cannot recover from it, so it ends now
-      if (operation.error) {
-        const { code, message } = operation.error
-        if (code !== undefined && resubmittableGrpcCodes.has(code)) {
-          return { done: true, retryable: { code, message: message ?? "no message" } } as const
-        }
-        return yield* Effect.fail(operationFailed(operationId, operation.error))
-      }
-      return operation.done === true ? { done: true } as const : { done: false } as const
-    })
-
-    const getRecognition = Effect.fn("SpeechKit.getRecognition")(function*(operationId: string) {
-      yield* Effect.annotateCurrentSpan("operationId", operationId)
-      const read = send("getRecognition", HttpClientRequest.get(`${sttUrl}/stt/v3/getRecognition`, { urlParams: { operationId } }))
-      // only called once the operation is done: a 404 now means "not readable yet", which passes in seconds
-      const text = yield* read.pipe(
-        Effect.retry({
-          while: (e) => e._tag === "Permanent" && / HTTP 404: /.test(e.message),
-          schedule: Schedule.exponential(resultRetryDelay),
-          times: resultNotFoundRetries
-        }),
-        Effect.mapError((e) =>
-          e._tag === "Permanent" && / HTTP 404: /.test(e.message)
-            ? new JobError.Permanent({ message: `${e.message} (still not found after ${resultNotFoundRetries} retries)` })
-            : e
-        )
-      )
-      const objects = splitJsonObjects(text)
-      if (Either.isLeft(objects)) {
-        return yield* Effect.fail(new JobError.Permanent({ message: `SpeechKit getRecognition: malformed result stream: ${objects.left}` }))
-      }
-      const results: Array<StreamingResponse> = []
-      for (const object of objects.right) {
-        const line: StreamLine = yield* decodeValue("getRecognition", Schema.parseJson(), object).pipe(
-          Effect.map(tagStreamLine),
-          Effect.flatMap((tagged) => decodeValue("getRecognition", StreamLine, tagged))
-        )
-        if (line._tag === "Error") return yield* Effect.fail(streamFailure(line.error, defaultRetryAfter))
-        results.push(line.result)
-      }
-      return assembleRecognition(results)
-    })
-
-    return SpeechKit.of({ startRecognition, getOperation, getRecognition })
   })
 
 // ---------------------------------------------------------------------------------------------

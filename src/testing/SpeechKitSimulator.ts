@@ -374,14 +374,41 @@ interface Traffic {
 
 const log = (message: string) => Effect.logInfo(`[SpeechKit simulator] ${message}`)
 
-/** Starts the simulator on loopback for the life of the scope. */
-export const make = (options: Options = {}): Effect.Effect<Handle, never, HttpClient.HttpClient | Scope.Scope> =>
-  Effect.gen(function*() {
-    const http = yield* HttpClient.HttpClient
-    const pollsUntilDone = options.pollsUntilDone ?? 1
-    const utteranceMs = options.utteranceMs ?? 5000
-    const models = options.models ?? defaultModels
+/** The options with their defaults applied. */
+interface Settings {
+  readonly options: Options
+  readonly pollsUntilDone: number
+  readonly utteranceMs: number
+  readonly models: ReadonlyArray<string>
+  readonly maxDurationMs: number
+  readonly maxBytes: number
+}
 
+const resolveSettings = (options: Options): Settings => ({
+  options,
+  pollsUntilDone: options.pollsUntilDone ?? 1,
+  utteranceMs: options.utteranceMs ?? 5000,
+  models: options.models ?? defaultModels,
+  maxDurationMs: options.maxDurationMs ?? 4 * 3600 * 1000,
+  maxBytes: options.maxBytes ?? 1024 ** 3
+})
+
+type OperationError = { readonly code: number; readonly message: string } | null
+
+/**
+ * Everything the simulator remembers, one value: the traffic a test reads, the fault scripts still to play,
+ * the operations started, the counter their ids come from, the scripted fates of the next operations.
+ */
+interface SimulatorState {
+  readonly traffic: SubscriptionRef.SubscriptionRef<Traffic>
+  readonly faults: Ref.Ref<Record<Route, ReadonlyArray<Fault>>>
+  readonly operations: Ref.Ref<Map<string, OperationState>>
+  readonly counter: Ref.Ref<number>
+  readonly scriptedErrors: Ref.Ref<ReadonlyArray<OperationError>>
+}
+
+const makeState = (options: Options): Effect.Effect<SimulatorState> =>
+  Effect.gen(function*() {
     const traffic = yield* SubscriptionRef.make<Traffic>({
       counts: { recognizeFileAsync: 0, getOperation: 0, getRecognition: 0 },
       requests: { recognizeFileAsync: [], getOperation: [], getRecognition: [] }
@@ -393,291 +420,313 @@ export const make = (options: Options = {}): Effect.Effect<Handle, never, HttpCl
     })
     const operations = yield* Ref.make(new Map<string, OperationState>())
     const counter = yield* Ref.make(0)
-    const scriptedErrors = yield* Ref.make(options.operationErrors ?? [])
-    const maxDurationMs = options.maxDurationMs ?? 4 * 3600 * 1000
-    const maxBytes = options.maxBytes ?? 1024 ** 3
+    const scriptedErrors = yield* Ref.make<ReadonlyArray<OperationError>>(options.operationErrors ?? [])
+    return { traffic, faults, operations, counter, scriptedErrors }
+  })
 
-    const record = (route: Route, request: RecordedRequest) =>
-      SubscriptionRef.update(traffic, (t) => ({
-        counts: { ...t.counts, [route]: t.counts[route] + 1 },
-        requests: { ...t.requests, [route]: [...t.requests[route], request] }
-      }))
+/** Counts and keeps a request on its route. */
+const record = (state: SimulatorState, route: Route, request: RecordedRequest) =>
+  SubscriptionRef.update(state.traffic, (t) => ({
+    counts: { ...t.counts, [route]: t.counts[route] + 1 },
+    requests: { ...t.requests, [route]: [...t.requests[route], request] }
+  }))
 
-    const nextFault = (route: Route) =>
-      Ref.modify(faults, (all): [Fault, Record<Route, ReadonlyArray<Fault>>] => {
-        const [first, ...rest] = all[route]
-        return first === undefined ? ["pass", all] : [first, { ...all, [route]: rest }]
-      })
+/** Takes the route's next scripted fault; `"pass"` when the script is empty. */
+const nextFault = (state: SimulatorState, route: Route) =>
+  Ref.modify(state.faults, (all): [Fault, Record<Route, ReadonlyArray<Fault>>] => {
+    const [first, ...rest] = all[route]
+    return first === undefined ? ["pass", all] : [first, { ...all, [route]: rest }]
+  })
 
-    const checkAuth = (headers: Readonly<Record<string, string>>): Option.Option<Answer> => {
-      if (options.apiKey === undefined && options.iamToken === undefined) {
-        return Option.some(statusAnswer(401, "the simulator has no credentials configured (apiKey or iamToken)"))
-      }
-      const header = headers["authorization"]
-      if (!header) return Option.some(statusAnswer(401, "the Authorization header is missing"))
-      const match = /^(\S+)\s+(\S+)$/.exec(header.trim())
-      if (!match) return Option.some(statusAnswer(401, "malformed Authorization header: expected 'Api-Key <key>' or 'Bearer <IAM token>'"))
-      const [, scheme, credential] = match
-      switch (scheme!.toLowerCase()) {
-        case "api-key":
-          return options.apiKey !== undefined && credential === options.apiKey
-            ? Option.none()
-            : Option.some(statusAnswer(401, "Unknown api key"))
-        case "bearer":
-          return options.iamToken !== undefined && credential === options.iamToken
-            ? Option.none()
-            : Option.some(statusAnswer(401, "The token is invalid or has expired"))
-        default:
-          return Option.some(statusAnswer(401, `unsupported authorization scheme '${scheme}'`))
-      }
+// --- auth ------------------------------------------------------------------------------------
+
+/** Check 1: the Authorization header against the configured key or token. */
+const checkAuth = (options: Options, headers: Readonly<Record<string, string>>): Option.Option<Answer> => {
+  if (options.apiKey === undefined && options.iamToken === undefined) {
+    return Option.some(statusAnswer(401, "the simulator has no credentials configured (apiKey or iamToken)"))
+  }
+  const header = headers["authorization"]
+  if (!header) return Option.some(statusAnswer(401, "the Authorization header is missing"))
+  const match = /^(\S+)\s+(\S+)$/.exec(header.trim())
+  if (!match) return Option.some(statusAnswer(401, "malformed Authorization header: expected 'Api-Key <key>' or 'Bearer <IAM token>'"))
+  const [, scheme, credential] = match
+  switch (scheme!.toLowerCase()) {
+    case "api-key":
+      return options.apiKey !== undefined && credential === options.apiKey
+        ? Option.none()
+        : Option.some(statusAnswer(401, "Unknown api key"))
+    case "bearer":
+      return options.iamToken !== undefined && credential === options.iamToken
+        ? Option.none()
+        : Option.some(statusAnswer(401, "The token is invalid or has expired"))
+    default:
+      return Option.some(statusAnswer(401, `unsupported authorization scheme '${scheme}'`))
+  }
+}
+
+/** Check 2 (stt routes): `x-folder-id` against the configured folder. */
+const checkFolder = (options: Options, headers: Readonly<Record<string, string>>): Option.Option<Answer> => {
+  if (options.folderId === undefined) return Option.none()
+  const folder = headers["x-folder-id"]
+  if (!folder) return Option.some(statusAnswer(401, "the x-folder-id header is required for this account"))
+  if (folder !== options.folderId) return Option.some(statusAnswer(403, `Permission denied to folder ${folder}`))
+  return Option.none()
+}
+
+// --- recognizeFileAsync --------------------------------------------------------------------
+
+/** Check 3 for recognizeFileAsync: the body is a RecognizeFileRequest the pipeline may send. */
+const validateRecognize = (settings: Settings, body: unknown): Either.Either<RecognizeFileRequest, Answer> => {
+  if (typeof body !== "object" || body === null || Array.isArray(body)) {
+    return Either.left(statusAnswer(400, "the request body must be a JSON object"))
+  }
+  const decoded = decodeRequest(camelCaseKeys(body))
+  if (Either.isLeft(decoded)) {
+    return Either.left(statusAnswer(400, `invalid RecognizeFileRequest: ${ParseResult.TreeFormatter.formatErrorSync(decoded.left)}`))
+  }
+  const request = decoded.right
+  const bad = (message: string) => Either.left(statusAnswer(400, message))
+  if ((request.uri === undefined) === (request.content === undefined)) {
+    return bad("exactly one of uri or content must be set")
+  }
+  if (request.uri !== undefined) {
+    const url = URL.canParse(request.uri) ? new URL(request.uri) : undefined
+    const schemes = settings.options.allowFileUris ? ["http:", "https:", "file:"] : ["http:", "https:"]
+    if (!url || !schemes.includes(url.protocol)) return bad("uri must be an http(s) url of the audio file")
+  }
+  if (request.content !== undefined && !/^[A-Za-z0-9+/_-]*={0,2}$/.test(request.content)) {
+    return bad("content must be base64")
+  }
+  const model = request.recognitionModel?.model ?? "general"
+  if (!settings.models.includes(model)) return bad(`unknown recognition model '${model}'`)
+  const format = request.recognitionModel?.audioFormat
+  if (format?.rawAudio !== undefined) return bad("rawAudio is not supported by the simulator: send containerAudio OGG_OPUS")
+  const containerType = format?.containerAudio?.containerAudioType
+  if (containerType !== "OGG_OPUS") {
+    return bad(`audioFormat.containerAudio.containerAudioType must be OGG_OPUS, got ${containerType ?? "nothing"}`)
+  }
+  const restriction = request.recognitionModel?.languageRestriction
+  if (restriction !== undefined) {
+    const codes = restriction.languageCode ?? []
+    if (restriction.restrictionType === undefined || restriction.restrictionType === "LANGUAGE_RESTRICTION_TYPE_UNSPECIFIED") {
+      return bad("languageRestriction.restrictionType must be WHITELIST or BLACKLIST")
     }
+    if (codes.length === 0) return bad("languageRestriction.languageCode must list at least one language")
+    const implausible = codes.filter((code) => !plausibleLanguage(code))
+    if (implausible.length > 0) return bad(`unsupported language code(s): ${implausible.join(", ")}`)
+  }
+  return Either.right(request)
+}
 
-    const checkFolder = (headers: Readonly<Record<string, string>>): Option.Option<Answer> => {
-      if (options.folderId === undefined) return Option.none()
-      const folder = headers["x-folder-id"]
-      if (!folder) return Option.some(statusAnswer(401, "the x-folder-id header is required for this account"))
-      if (folder !== options.folderId) return Option.some(statusAnswer(403, `Permission denied to folder ${folder}`))
-      return Option.none()
-    }
+/** The audio bytes, or why the operation will fail. The uri's query is dropped, as SpeechKit ignores it. */
+const fetchAudio = (http: HttpClient.HttpClient, request: RecognizeFileRequest): Effect.Effect<Either.Either<Uint8Array, string>> => {
+  if (request.content !== undefined) return Effect.succeed(Either.right(Buffer.from(request.content, "base64")))
+  const url = new URL(request.uri!)
+  url.search = ""
+  url.hash = ""
+  if (url.protocol === "file:") {
+    return Effect.tryPromise(() => Fs.readFile(Url.fileURLToPath(url))).pipe(
+      Effect.map((bytes): Either.Either<Uint8Array, string> => Either.right(bytes)),
+      Effect.orElseSucceed(() => Either.left(`cannot read audio file ${url.pathname}`))
+    )
+  }
+  return http.get(url).pipe(
+    Effect.flatMap((response) =>
+      response.status === 200
+        ? Effect.map(response.arrayBuffer, (buffer): Either.Either<Uint8Array, string> => Either.right(new Uint8Array(buffer)))
+        : Effect.succeed(Either.left(`cannot download audio ${url.pathname}: HTTP ${response.status}`))
+    ),
+    Effect.timeout(Duration.seconds(60)),
+    Effect.orElseSucceed(() => Either.left(`cannot download audio ${url.pathname}: network error`))
+  )
+}
 
-    // --- recognizeFileAsync --------------------------------------------------------------------
+/** recognizeFileAsync's work: decides the operation's fate now, stores it, answers the new operation. */
+const recognize = (state: SimulatorState, settings: Settings, http: HttpClient.HttpClient) => (request: RecognizeFileRequest) =>
+  Effect.gen(function*() {
+    const { options, maxDurationMs, maxBytes } = settings
+    const n = yield* Ref.updateAndGet(state.counter, (n) => n + 1)
+    const id = `sim${String(n).padStart(17, "0")}`
+    const audio = yield* fetchAudio(http, request)
+    const info = Either.flatMap(audio, inspectOggOpus)
+    const codes = request.recognitionModel?.languageRestriction?.languageCode ?? []
+    const language = codes.find((code) => code.toLowerCase() !== "auto") ?? "ru-RU"
+    const normalize = request.recognitionModel?.textNormalization?.textNormalization === "TEXT_NORMALIZATION_ENABLED"
+    const scripted = yield* Ref.modify(state.scriptedErrors, (all) => [all[0] ?? undefined, all.slice(1)] as const)
+    // every channel is recognised separately and counts toward the limit (stt/limits)
+    const overLimit = Either.isRight(info) && Either.isRight(audio)
+      ? info.right.durationMs * info.right.channels > maxDurationMs
+        ? `audio too long: ${info.right.durationMs} ms × ${info.right.channels} channel(s) is over ${maxDurationMs} ms`
+        : audio.right.byteLength > maxBytes
+        ? `audio too large: ${audio.right.byteLength} bytes is over ${maxBytes}`
+        : undefined
+      : undefined
+    const outcome: OperationState["outcome"] = options.operationError
+      ? { _tag: "Failed", ...options.operationError }
+      : scripted
+      ? { _tag: "Failed", ...scripted }
+      : Either.isLeft(info)
+      ? { _tag: "Failed", code: 3, message: info.left }
+      : overLimit
+      ? { _tag: "Failed", code: 3, message: overLimit }
+      : {
+        _tag: "Recognized",
+        lines: recognitionLines(id, options.transcript ?? derivedTranscript(info.right, settings.utteranceMs), normalize, language)
+      }
+    const createdAt = new Date(yield* Clock.currentTimeMillis).toISOString()
+    yield* Ref.update(state.operations, (map) => new Map(map).set(id, { id, createdAt, polls: 0, reads: 0, outcome }))
+    yield* log(`operation ${id} started (${outcome._tag === "Failed" ? `will fail: ${outcome.message}` : "audio OK"})`)
+    return jsonAnswer(operationJson({ id, createdAt, polls: 0, reads: 0, outcome }, false))
+  })
 
-    const validateRecognize = (body: unknown): Either.Either<RecognizeFileRequest, Answer> => {
-      if (typeof body !== "object" || body === null || Array.isArray(body)) {
-        return Either.left(statusAnswer(400, "the request body must be a JSON object"))
-      }
-      const decoded = decodeRequest(camelCaseKeys(body))
-      if (Either.isLeft(decoded)) {
-        return Either.left(statusAnswer(400, `invalid RecognizeFileRequest: ${ParseResult.TreeFormatter.formatErrorSync(decoded.left)}`))
-      }
-      const request = decoded.right
-      const bad = (message: string) => Either.left(statusAnswer(400, message))
-      if ((request.uri === undefined) === (request.content === undefined)) {
-        return bad("exactly one of uri or content must be set")
-      }
-      if (request.uri !== undefined) {
-        const url = URL.canParse(request.uri) ? new URL(request.uri) : undefined
-        const schemes = options.allowFileUris ? ["http:", "https:", "file:"] : ["http:", "https:"]
-        if (!url || !schemes.includes(url.protocol)) return bad("uri must be an http(s) url of the audio file")
-      }
-      if (request.content !== undefined && !/^[A-Za-z0-9+/_-]*={0,2}$/.test(request.content)) {
-        return bad("content must be base64")
-      }
-      const model = request.recognitionModel?.model ?? "general"
-      if (!models.includes(model)) return bad(`unknown recognition model '${model}'`)
-      const format = request.recognitionModel?.audioFormat
-      if (format?.rawAudio !== undefined) return bad("rawAudio is not supported by the simulator: send containerAudio OGG_OPUS")
-      const containerType = format?.containerAudio?.containerAudioType
-      if (containerType !== "OGG_OPUS") {
-        return bad(`audioFormat.containerAudio.containerAudioType must be OGG_OPUS, got ${containerType ?? "nothing"}`)
-      }
-      const restriction = request.recognitionModel?.languageRestriction
-      if (restriction !== undefined) {
-        const codes = restriction.languageCode ?? []
-        if (restriction.restrictionType === undefined || restriction.restrictionType === "LANGUAGE_RESTRICTION_TYPE_UNSPECIFIED") {
-          return bad("languageRestriction.restrictionType must be WHITELIST or BLACKLIST")
-        }
-        if (codes.length === 0) return bad("languageRestriction.languageCode must list at least one language")
-        const implausible = codes.filter((code) => !plausibleLanguage(code))
-        if (implausible.length > 0) return bad(`unsupported language code(s): ${implausible.join(", ")}`)
-      }
-      return Either.right(request)
-    }
+/** An Operation as the operation service writes it. */
+const operationJson = (operation: OperationState, done: boolean) => ({
+  id: operation.id,
+  description: "STT v3 async recognition (pgfiber SpeechKit simulator)",
+  createdAt: operation.createdAt,
+  createdBy: "pgfiber-simulator",
+  modifiedAt: operation.createdAt,
+  done,
+  metadata: null,
+  ...(done && operation.outcome._tag === "Failed"
+    ? { error: { code: operation.outcome.code, message: operation.outcome.message, details: [] } }
+    : {})
+})
 
-    /** The audio bytes, or why the operation will fail. The uri's query is dropped, as SpeechKit ignores it. */
-    const fetchAudio = (request: RecognizeFileRequest): Effect.Effect<Either.Either<Uint8Array, string>> => {
-      if (request.content !== undefined) return Effect.succeed(Either.right(Buffer.from(request.content, "base64")))
-      const url = new URL(request.uri!)
-      url.search = ""
-      url.hash = ""
-      if (url.protocol === "file:") {
-        return Effect.tryPromise(() => Fs.readFile(Url.fileURLToPath(url))).pipe(
-          Effect.map((bytes): Either.Either<Uint8Array, string> => Either.right(bytes)),
-          Effect.orElseSucceed(() => Either.left(`cannot read audio file ${url.pathname}`))
-        )
-      }
-      return http.get(url).pipe(
-        Effect.flatMap((response) =>
-          response.status === 200
-            ? Effect.map(response.arrayBuffer, (buffer): Either.Either<Uint8Array, string> => Either.right(new Uint8Array(buffer)))
-            : Effect.succeed(Either.left(`cannot download audio ${url.pathname}: HTTP ${response.status}`))
-        ),
-        Effect.timeout(Duration.seconds(60)),
-        Effect.orElseSucceed(() => Either.left(`cannot download audio ${url.pathname}: network error`))
-      )
-    }
+const isDone = (settings: Settings, operation: OperationState) => operation.polls > settings.pollsUntilDone
 
-    const recognize = (request: RecognizeFileRequest) =>
-      Effect.gen(function*() {
-        const n = yield* Ref.updateAndGet(counter, (n) => n + 1)
-        const id = `sim${String(n).padStart(17, "0")}`
-        const audio = yield* fetchAudio(request)
-        const info = Either.flatMap(audio, inspectOggOpus)
-        const codes = request.recognitionModel?.languageRestriction?.languageCode ?? []
-        const language = codes.find((code) => code.toLowerCase() !== "auto") ?? "ru-RU"
-        const normalize = request.recognitionModel?.textNormalization?.textNormalization === "TEXT_NORMALIZATION_ENABLED"
-        const scripted = yield* Ref.modify(scriptedErrors, (all) => [all[0] ?? undefined, all.slice(1)] as const)
-        // every channel is recognised separately and counts toward the limit (stt/limits)
-        const overLimit = Either.isRight(info) && Either.isRight(audio)
-          ? info.right.durationMs * info.right.channels > maxDurationMs
-            ? `audio too long: ${info.right.durationMs} ms × ${info.right.channels} channel(s) is over ${maxDurationMs} ms`
-            : audio.right.byteLength > maxBytes
-            ? `audio too large: ${audio.right.byteLength} bytes is over ${maxBytes}`
-            : undefined
-          : undefined
-        const outcome: OperationState["outcome"] = options.operationError
-          ? { _tag: "Failed", ...options.operationError }
-          : scripted
-          ? { _tag: "Failed", ...scripted }
-          : Either.isLeft(info)
-          ? { _tag: "Failed", code: 3, message: info.left }
-          : overLimit
-          ? { _tag: "Failed", code: 3, message: overLimit }
-          : {
-            _tag: "Recognized",
-            lines: recognitionLines(id, options.transcript ?? derivedTranscript(info.right, utteranceMs), normalize, language)
-          }
-        const createdAt = new Date(yield* Clock.currentTimeMillis).toISOString()
-        yield* Ref.update(operations, (map) => new Map(map).set(id, { id, createdAt, polls: 0, reads: 0, outcome }))
-        yield* log(`operation ${id} started (${outcome._tag === "Failed" ? `will fail: ${outcome.message}` : "audio OK"})`)
-        return jsonAnswer(operationJson({ id, createdAt, polls: 0, reads: 0, outcome }, false))
-      })
+// --- getOperation / getRecognition ---------------------------------------------------------
 
-    const operationJson = (operation: OperationState, done: boolean) => ({
-      id: operation.id,
-      description: "STT v3 async recognition (pgfiber SpeechKit simulator)",
-      createdAt: operation.createdAt,
-      createdBy: "pgfiber-simulator",
-      modifiedAt: operation.createdAt,
-      done,
-      metadata: null,
-      ...(done && operation.outcome._tag === "Failed"
-        ? { error: { code: operation.outcome.code, message: operation.outcome.message, details: [] } }
-        : {})
+const notFound = (id: string) => statusAnswer(404, `Operation ${id} not found`)
+
+/** getOperation's work: counts the poll and answers the operation. */
+const poll = (state: SimulatorState, settings: Settings) => (id: string) =>
+  Effect.gen(function*() {
+    const operation = yield* Ref.modify(state.operations, (map): [OperationState | undefined, Map<string, OperationState>] => {
+      const found = map.get(id)
+      if (!found) return [undefined, map]
+      const next = { ...found, polls: found.polls + 1 }
+      return [next, new Map(map).set(id, next)]
     })
+    if (!operation) return notFound(id)
+    return jsonAnswer(operationJson(operation, isDone(settings, operation)))
+  })
 
-    const isDone = (operation: OperationState) => operation.polls > pollsUntilDone
+/** getRecognition's work: the result lines of a done operation, counting the read. */
+const recognition = (state: SimulatorState, settings: Settings) => (id: string) =>
+  Effect.gen(function*() {
+    const operation = yield* Ref.modify(state.operations, (map): [OperationState | undefined, Map<string, OperationState>] => {
+      const found = map.get(id)
+      if (!found || !isDone(settings, found)) return [found, map]
+      const next = { ...found, reads: found.reads + 1 }
+      return [next, new Map(map).set(id, next)]
+    })
+    if (!operation) return notFound(id)
+    // The docs do not say what an unfinished or failed operation answers here; NOT_FOUND is our guess.
+    if (!isDone(settings, operation)) return statusAnswer(404, `results of operation ${id} are not ready`)
+    if (operation.reads <= (settings.options.resultsNotFoundAfterDone ?? 0)) {
+      return statusAnswer(404, `results of operation ${id} not found`)
+    }
+    if (operation.outcome._tag === "Failed") {
+      return statusAnswer(httpStatusOf(operation.outcome.code), operation.outcome.message)
+    }
+    return { status: 200, body: operation.outcome.lines.join("\n") + "\n" } satisfies Answer
+  })
 
-    // --- getOperation / getRecognition ---------------------------------------------------------
+// --- plumbing --------------------------------------------------------------------------------
 
-    const notFound = (id: string) => statusAnswer(404, `Operation ${id} not found`)
+const respond = (answer: Answer) =>
+  HttpServerResponse.text(answer.body, {
+    status: answer.status,
+    contentType: "application/json",
+    headers: { ...answer.headers, "x-pgfiber-simulator": "1" }
+  })
 
-    const poll = (id: string) =>
-      Effect.gen(function*() {
-        const operation = yield* Ref.modify(operations, (map): [OperationState | undefined, Map<string, OperationState>] => {
-          const found = map.get(id)
-          if (!found) return [undefined, map]
-          const next = { ...found, polls: found.polls + 1 }
-          return [next, new Map(map).set(id, next)]
-        })
-        if (!operation) return notFound(id)
-        return jsonAnswer(operationJson(operation, isDone(operation)))
-      })
+/** auth → folder → request checks → scripted fault → work; every request recorded on arrival. */
+const serve = <A>(
+  state: SimulatorState,
+  settings: Settings,
+  route: Route,
+  validate: (request: RecordedRequest, params: Readonly<Record<string, string | undefined>>) => Either.Either<A, Answer>,
+  work: (input: A) => Effect.Effect<Answer>
+) =>
+  Effect.gen(function*() {
+    const request = yield* HttpServerRequest.HttpServerRequest
+    const params = yield* HttpRouter.params
+    const text = yield* request.text.pipe(Effect.orElseSucceed(() => ""))
+    const recorded: RecordedRequest = {
+      method: request.method,
+      url: request.url,
+      headers: { ...request.headers },
+      body: text === "" ? undefined : Either.getOrElse(parseJson(text), () => text)
+    }
+    yield* record(state, route, recorded)
+    const answer = yield* Effect.gen(function*() {
+      const denied = Option.orElse(checkAuth(settings.options, recorded.headers), () =>
+        route === "getOperation" ? Option.none() : checkFolder(settings.options, recorded.headers))
+      if (Option.isSome(denied)) return denied.value
+      const input = validate(recorded, params)
+      if (Either.isLeft(input)) return input.left
+      const fault = yield* nextFault(state, route)
+      if (fault === "hang") {
+        yield* log(`${route}: scripted hang`)
+        return yield* Effect.never
+      }
+      if (fault !== "pass") return faultAnswer(fault)
+      return yield* work(input.right)
+    })
+    yield* log(`${request.method} ${request.url.split("?")[0]} (${route}) → ${answer.status}`)
+    return respond(answer)
+  })
 
-    const recognition = (id: string) =>
-      Effect.gen(function*() {
-        const operation = yield* Ref.modify(operations, (map): [OperationState | undefined, Map<string, OperationState>] => {
-          const found = map.get(id)
-          if (!found || !isDone(found)) return [found, map]
-          const next = { ...found, reads: found.reads + 1 }
-          return [next, new Map(map).set(id, next)]
-        })
-        if (!operation) return notFound(id)
-        // The docs do not say what an unfinished or failed operation answers here; NOT_FOUND is our guess.
-        if (!isDone(operation)) return statusAnswer(404, `results of operation ${id} are not ready`)
-        if (operation.reads <= (options.resultsNotFoundAfterDone ?? 0)) {
-          return statusAnswer(404, `results of operation ${id} not found`)
-        }
-        if (operation.outcome._tag === "Failed") {
-          return statusAnswer(httpStatusOf(operation.outcome.code), operation.outcome.message)
-        }
-        return { status: 200, body: operation.outcome.lines.join("\n") + "\n" } satisfies Answer
-      })
-
-    // --- plumbing --------------------------------------------------------------------------------
-
-    const respond = (answer: Answer) =>
-      HttpServerResponse.text(answer.body, {
-        status: answer.status,
-        contentType: "application/json",
-        headers: { ...answer.headers, "x-pgfiber-simulator": "1" }
-      })
-
-    /** auth → folder → request checks → scripted fault → work; every request recorded on arrival. */
-    const serve = <A>(
-      route: Route,
-      validate: (request: RecordedRequest, params: Readonly<Record<string, string | undefined>>) => Either.Either<A, Answer>,
-      work: (input: A) => Effect.Effect<Answer>
-    ) =>
-      Effect.gen(function*() {
-        const request = yield* HttpServerRequest.HttpServerRequest
-        const params = yield* HttpRouter.params
-        const text = yield* request.text.pipe(Effect.orElseSucceed(() => ""))
-        const recorded: RecordedRequest = {
-          method: request.method,
-          url: request.url,
-          headers: { ...request.headers },
-          body: text === "" ? undefined : Either.getOrElse(parseJson(text), () => text)
-        }
-        yield* record(route, recorded)
-        const answer = yield* Effect.gen(function*() {
-          const denied = Option.orElse(checkAuth(recorded.headers), () =>
-            route === "getOperation" ? Option.none() : checkFolder(recorded.headers))
-          if (Option.isSome(denied)) return denied.value
-          const input = validate(recorded, params)
-          if (Either.isLeft(input)) return input.left
-          const fault = yield* nextFault(route)
-          if (fault === "hang") {
-            yield* log(`${route}: scripted hang`)
-            return yield* Effect.never
-          }
-          if (fault !== "pass") return faultAnswer(fault)
-          return yield* work(input.right)
-        })
-        yield* log(`${request.method} ${request.url.split("?")[0]} (${route}) → ${answer.status}`)
-        return respond(answer)
-      })
-
-    const router = HttpRouter.empty.pipe(
-      HttpRouter.post(
-        "/stt/v3/recognizeFileAsync",
-        serve(
-          "recognizeFileAsync",
-          (request) =>
-            request.body === undefined || typeof request.body === "string"
-              ? Either.left(statusAnswer(400, "the request body must be JSON"))
-              : validateRecognize(request.body),
-          recognize
-        )
-      ),
-      HttpRouter.get(
-        "/operations/:id",
-        serve(
-          "getOperation",
-          (_, params) => Either.right(params.id ?? ""),
-          poll
-        )
-      ),
-      HttpRouter.get(
-        "/stt/v3/getRecognition",
-        serve(
-          "getRecognition",
-          (request) => {
-            const params = new URL(request.url, "http://simulator").searchParams
-            const id = params.get("operationId") ?? params.get("operation_id")
-            return id ? Either.right(id) : Either.left(statusAnswer(400, "operationId is required"))
-          },
-          recognition
-        )
+/** The three routes, and a google.rpc.Status 404 for any other. */
+const makeApp = (state: SimulatorState, settings: Settings, http: HttpClient.HttpClient) =>
+  HttpRouter.empty.pipe(
+    HttpRouter.post(
+      "/stt/v3/recognizeFileAsync",
+      serve(
+        state,
+        settings,
+        "recognizeFileAsync",
+        (request) =>
+          request.body === undefined || typeof request.body === "string"
+            ? Either.left(statusAnswer(400, "the request body must be JSON"))
+            : validateRecognize(settings, request.body),
+        recognize(state, settings, http)
       )
-    )
+    ),
+    HttpRouter.get(
+      "/operations/:id",
+      serve(
+        state,
+        settings,
+        "getOperation",
+        (_, params) => Either.right(params.id ?? ""),
+        poll(state, settings)
+      )
+    ),
+    HttpRouter.get(
+      "/stt/v3/getRecognition",
+      serve(
+        state,
+        settings,
+        "getRecognition",
+        (request) => {
+          const params = new URL(request.url, "http://simulator").searchParams
+          const id = params.get("operationId") ?? params.get("operation_id")
+          return id ? Either.right(id) : Either.left(statusAnswer(400, "operationId is required"))
+        },
+        recognition(state, settings)
+      )
+    ),
+    Effect.catchTag("RouteNotFound", (error) =>
+      Effect.succeed(respond(statusAnswer(404, `the simulator has no route ${error.request.method} ${error.request.url.split("?")[0]}`)))),
+    Effect.annotateLogs({ simulator: "speechkit" })
+  )
 
-    const app = router.pipe(
-      Effect.catchTag("RouteNotFound", (error) =>
-        Effect.succeed(respond(statusAnswer(404, `the simulator has no route ${error.request.method} ${error.request.url.split("?")[0]}`)))),
-      Effect.annotateLogs({ simulator: "speechkit" })
-    )
-
+/** Serves `app` on the configured host and port for the life of the scope; succeeds with the base url. */
+const listen = (options: Options, app: ReturnType<typeof makeApp>) =>
+  Effect.gen(function*() {
     const nodeServer = Http.createServer()
     const server = yield* NodeHttpServer.make(() => nodeServer, {
       host: options.host ?? "127.0.0.1",
@@ -687,20 +736,31 @@ export const make = (options: Options = {}): Effect.Effect<Handle, never, HttpCl
     yield* Effect.addFinalizer(() => Effect.sync(() => nodeServer.closeAllConnections()))
     yield* server.serve(app)
     const address = server.address
-    const url = address._tag === "TcpAddress"
+    return address._tag === "TcpAddress"
       ? `http://${address.hostname.includes(":") ? `[${address.hostname}]` : address.hostname}:${address.port}`
       : `unix:${address.path}`
-    yield* log(`listening on ${url} (a simulator, not Yandex SpeechKit)`)
+  })
 
-    return {
-      url,
-      count: (route) => Effect.map(SubscriptionRef.get(traffic), (t) => t.counts[route]),
-      requests: (route) => Effect.map(SubscriptionRef.get(traffic), (t) => t.requests[route]),
-      lastRequest: (route) => Effect.map(SubscriptionRef.get(traffic), (t) => Option.fromNullable(t.requests[route].at(-1))),
-      scriptFaults: (route, script) => Ref.update(faults, (all) => ({ ...all, [route]: script })),
-      awaitRequests: (route, n) =>
-        traffic.changes.pipe(Stream.filter((t) => t.counts[route] >= n), Stream.take(1), Stream.runDrain)
-    } satisfies Handle
+/** What a test holds, reading the simulator's state. */
+const makeHandle = (state: SimulatorState, url: string): Handle => ({
+  url,
+  count: (route) => Effect.map(SubscriptionRef.get(state.traffic), (t) => t.counts[route]),
+  requests: (route) => Effect.map(SubscriptionRef.get(state.traffic), (t) => t.requests[route]),
+  lastRequest: (route) => Effect.map(SubscriptionRef.get(state.traffic), (t) => Option.fromNullable(t.requests[route].at(-1))),
+  scriptFaults: (route, script) => Ref.update(state.faults, (all) => ({ ...all, [route]: script })),
+  awaitRequests: (route, n) =>
+    state.traffic.changes.pipe(Stream.filter((t) => t.counts[route] >= n), Stream.take(1), Stream.runDrain)
+})
+
+/** Starts the simulator on loopback for the life of the scope. */
+export const make = (options: Options = {}): Effect.Effect<Handle, never, HttpClient.HttpClient | Scope.Scope> =>
+  Effect.gen(function*() {
+    const http = yield* HttpClient.HttpClient
+    const settings = resolveSettings(options)
+    const state = yield* makeState(options)
+    const url = yield* listen(options, makeApp(state, settings, http))
+    yield* log(`listening on ${url} (a simulator, not Yandex SpeechKit)`)
+    return makeHandle(state, url)
   })
 
 const parseJson = (text: string): Either.Either<unknown, unknown> => Either.try(() => JSON.parse(text) as unknown)

@@ -84,19 +84,182 @@ const s3ReadFailure = (operation: string, key: string) => (error: unknown): Read
     : s3WriteFailure(operation, key)(error)
 }
 
+/** The SDK's module, loaded when the layer is built. */
+type S3Sdk = typeof import("@aws-sdk/client-s3")
+
+/** What every request needs: the SDK's commands, the client, the bucket. */
+interface BucketClient {
+  readonly sdk: S3Sdk
+  readonly client: InstanceType<S3Sdk["S3Client"]>
+  readonly bucket: string
+}
+
+/** Makes the SDK client for `endpoint`, destroyed with the scope. */
+const acquireClient = (sdk: S3Sdk, config: S3Config, endpoint: string) =>
+  Effect.acquireRelease(
+    Effect.sync(() =>
+      new sdk.S3Client({
+        endpoint,
+        region: config.region,
+        forcePathStyle: true,
+        // Without these the SDK sends streamed bodies aws-chunked with a CRC trailer, which
+        // S3-compatible servers were seen to store verbatim: corrupted objects.
+        requestChecksumCalculation: "WHEN_REQUIRED",
+        responseChecksumValidation: "WHEN_REQUIRED",
+        credentials: { accessKeyId: config.accessKeyId, secretAccessKey: Redacted.value(config.secretAccessKey) }
+      })
+    ),
+    (client) => Effect.sync(() => client.destroy())
+  )
+
+/** One SDK request; the abort signal ties the HTTP request to the fiber: interrupting the fiber cancels the request. */
+const call = <A, E>(run: (signal: AbortSignal) => Promise<A>, onError: (error: unknown) => E) =>
+  Effect.tryPromise({ try: run, catch: onError })
+
+/** Uploads bytes of known length in one PUT. */
+const putBytes = (s3: BucketClient, key: string, bytes: Uint8Array) =>
+  call(
+    (abortSignal) =>
+      s3.client.send(
+        new s3.sdk.PutObjectCommand({ Bucket: s3.bucket, Key: key, Body: bytes, ContentLength: bytes.byteLength }),
+        { abortSignal }
+      ),
+    s3WriteFailure("PutObject", key)
+  )
+
+/**
+ * The state of one `putStream`: the bytes buffered for the next part, and the multipart upload once it is
+ * started (`uploadId` undefined until the first part is full) with the parts sent so far.
+ */
+interface StreamUpload {
+  readonly key: string
+  pending: Array<Uint8Array>
+  pendingBytes: number
+  uploadId: string | undefined
+  readonly parts: Array<CompletedPart>
+}
+
+/** Buffers a chunk; the one place `pending` grows. */
+const bufferChunk = (upload: StreamUpload, chunk: Uint8Array) => {
+  upload.pending.push(chunk)
+  upload.pendingBytes += chunk.byteLength
+}
+
+/** Empties the buffer, returning its bytes as one array. */
+const takePending = (upload: StreamUpload) => {
+  const bytes = concatBytes(upload.pending)
+  upload.pending = []
+  upload.pendingBytes = 0
+  return bytes
+}
+
+/** The upload's id, creating the multipart upload on first use. */
+const startUpload = (s3: BucketClient, upload: StreamUpload) =>
+  Effect.suspend(() =>
+    upload.uploadId !== undefined ? Effect.succeed(upload.uploadId) : call(
+      (abortSignal) =>
+        s3.client.send(new s3.sdk.CreateMultipartUploadCommand({ Bucket: s3.bucket, Key: upload.key }), { abortSignal }),
+      s3WriteFailure("CreateMultipartUpload", upload.key)
+    ).pipe(
+      Effect.flatMap((created) =>
+        created.UploadId === undefined
+          ? Effect.fail(new JobError.Permanent({ message: `S3 CreateMultipartUpload ${upload.key}: no UploadId` }))
+          : Effect.succeed(upload.uploadId = created.UploadId)
+      )
+    )
+  )
+
+/** Sends the buffered bytes as the next part. */
+const uploadPart = (s3: BucketClient, upload: StreamUpload) =>
+  Effect.gen(function*() {
+    const { key } = upload
+    const UploadId = yield* startUpload(s3, upload)
+    const PartNumber = upload.parts.length + 1
+    const Body = takePending(upload)
+    const uploaded = yield* call(
+      (abortSignal) =>
+        s3.client.send(
+          new s3.sdk.UploadPartCommand({ Bucket: s3.bucket, Key: key, UploadId, PartNumber, Body, ContentLength: Body.byteLength }),
+          { abortSignal }
+        ),
+      s3WriteFailure(`UploadPart ${PartNumber}`, key)
+    )
+    upload.parts.push({ PartNumber, ETag: uploaded.ETag })
+  })
+
+/** After the last chunk: one PUT when no part was sent, else the last part and CompleteMultipartUpload. */
+const finishUpload = (s3: BucketClient, upload: StreamUpload) =>
+  Effect.suspend(() =>
+    upload.uploadId === undefined
+      ? Effect.asVoid(putBytes(s3, upload.key, takePending(upload)))
+      : Effect.zipRight(
+        upload.pendingBytes > 0 ? uploadPart(s3, upload) : Effect.void,
+        call(
+          (abortSignal) =>
+            s3.client.send(
+              new s3.sdk.CompleteMultipartUploadCommand({
+                Bucket: s3.bucket,
+                Key: upload.key,
+                UploadId: upload.uploadId,
+                MultipartUpload: { Parts: upload.parts }
+              }),
+              { abortSignal }
+            ),
+          s3WriteFailure("CompleteMultipartUpload", upload.key)
+        )
+      )
+  )
+
+/** Aborts a started multipart upload, so its parts do not linger (and bill) in the bucket. */
+const abortUpload = (s3: BucketClient, upload: StreamUpload) =>
+  upload.uploadId === undefined ? Effect.void : Effect.ignore(call(
+    (abortSignal) =>
+      s3.client.send(
+        new s3.sdk.AbortMultipartUploadCommand({ Bucket: s3.bucket, Key: upload.key, UploadId: upload.uploadId }),
+        { abortSignal }
+      ),
+    s3WriteFailure("AbortMultipartUpload", upload.key)
+  ))
+
+/**
+ * Buffers one part at a time, so memory stays at `partSize` whatever the stream's length; every
+ * request carries bytes of known length, which keeps the SDK's retries able to resend them.
+ * A failed or interrupted upload is aborted so its parts do not linger (and bill) in the bucket.
+ */
+const putStream = <E>(
+  s3: BucketClient,
+  partSize: number,
+  key: string,
+  body: Stream.Stream<Uint8Array, E>
+): Effect.Effect<void, E | WriteError> =>
+  Effect.suspend(() => {
+    const upload: StreamUpload = { key, pending: [], pendingBytes: 0, uploadId: undefined, parts: [] }
+    return Stream.runForEach(body, (chunk) => {
+      bufferChunk(upload, chunk)
+      return upload.pendingBytes >= partSize ? uploadPart(s3, upload) : Effect.void
+    }).pipe(
+      Effect.zipRight(finishUpload(s3, upload)),
+      Effect.asVoid,
+      Effect.onExit((exit) => Exit.isFailure(exit) ? abortUpload(s3, upload) : Effect.void)
+    )
+  })
+
+/** GetObject's body, before it is read. */
+const getObject = (s3: BucketClient, key: string) =>
+  call(
+    (abortSignal) => s3.client.send(new s3.sdk.GetObjectCommand({ Bucket: s3.bucket, Key: key }), { abortSignal }),
+    s3ReadFailure("GetObject", key)
+  ).pipe(
+    Effect.flatMap((response) =>
+      response.Body === undefined
+        ? Effect.fail(new JobError.Transient({ message: `S3 GetObject ${key}: response without a body` }))
+        : Effect.succeed(response.Body)
+    )
+  )
+
 export const makeS3 = (config: S3Config) =>
   Effect.gen(function*() {
-    const {
-      AbortMultipartUploadCommand,
-      CompleteMultipartUploadCommand,
-      CreateMultipartUploadCommand,
-      DeleteObjectCommand,
-      GetObjectCommand,
-      HeadObjectCommand,
-      PutObjectCommand,
-      S3Client,
-      UploadPartCommand
-    } = yield* Effect.promise(() => import("@aws-sdk/client-s3"))
+    const sdk = yield* Effect.promise(() => import("@aws-sdk/client-s3"))
     const fs = yield* FileSystem.FileSystem
     const { bucket } = config
     const endpoint = yield* Either.mapLeft(
@@ -105,154 +268,29 @@ export const makeS3 = (config: S3Config) =>
     )
     const endpointHost = new URL(endpoint).host
     const partSize = config.partSizeBytes ?? defaultPartSizeBytes
-    const client = yield* Effect.acquireRelease(
-      Effect.sync(() =>
-        new S3Client({
-          endpoint,
-          region: config.region,
-          forcePathStyle: true,
-          // Without these the SDK sends streamed bodies aws-chunked with a CRC trailer, which
-          // S3-compatible servers were seen to store verbatim: corrupted objects.
-          requestChecksumCalculation: "WHEN_REQUIRED",
-          responseChecksumValidation: "WHEN_REQUIRED",
-          credentials: { accessKeyId: config.accessKeyId, secretAccessKey: Redacted.value(config.secretAccessKey) }
-        })
-      ),
-      (client) => Effect.sync(() => client.destroy())
-    )
-
-    // The abort signal ties the HTTP request to the fiber: interrupting the fiber cancels the request.
-    const call = <A, E>(run: (signal: AbortSignal) => Promise<A>, onError: (error: unknown) => E) =>
-      Effect.tryPromise({ try: run, catch: onError })
-
-    const putBytes = (key: string, bytes: Uint8Array) =>
-      call(
-        (abortSignal) =>
-          client.send(
-            new PutObjectCommand({ Bucket: bucket, Key: key, Body: bytes, ContentLength: bytes.byteLength }),
-            { abortSignal }
-          ),
-        s3WriteFailure("PutObject", key)
-      )
-
-    /**
-     * Buffers one part at a time, so memory stays at `partSize` whatever the stream's length; every
-     * request carries bytes of known length, which keeps the SDK's retries able to resend them.
-     * A failed or interrupted upload is aborted so its parts do not linger (and bill) in the bucket.
-     */
-    const putStream = <E>(key: string, body: Stream.Stream<Uint8Array, E>): Effect.Effect<void, E | WriteError> =>
-      Effect.suspend(() => {
-        let pending: Array<Uint8Array> = []
-        let pendingBytes = 0
-        let uploadId: string | undefined
-        const parts: Array<CompletedPart> = []
-        const takePending = () => {
-          const bytes = concatBytes(pending)
-          pending = []
-          pendingBytes = 0
-          return bytes
-        }
-        const startUpload = Effect.suspend(() =>
-          uploadId !== undefined ? Effect.succeed(uploadId) : call(
-            (abortSignal) => client.send(new CreateMultipartUploadCommand({ Bucket: bucket, Key: key }), { abortSignal }),
-            s3WriteFailure("CreateMultipartUpload", key)
-          ).pipe(
-            Effect.flatMap((created) =>
-              created.UploadId === undefined
-                ? Effect.fail(new JobError.Permanent({ message: `S3 CreateMultipartUpload ${key}: no UploadId` }))
-                : Effect.succeed(uploadId = created.UploadId)
-            )
-          )
-        )
-        const uploadPart = Effect.gen(function*() {
-          const UploadId = yield* startUpload
-          const PartNumber = parts.length + 1
-          const Body = takePending()
-          const uploaded = yield* call(
-            (abortSignal) =>
-              client.send(
-                new UploadPartCommand({ Bucket: bucket, Key: key, UploadId, PartNumber, Body, ContentLength: Body.byteLength }),
-                { abortSignal }
-              ),
-            s3WriteFailure(`UploadPart ${PartNumber}`, key)
-          )
-          parts.push({ PartNumber, ETag: uploaded.ETag })
-        })
-        const finish = Effect.suspend(() =>
-          uploadId === undefined
-            ? Effect.asVoid(putBytes(key, takePending()))
-            : Effect.zipRight(
-              pendingBytes > 0 ? uploadPart : Effect.void,
-              call(
-                (abortSignal) =>
-                  client.send(
-                    new CompleteMultipartUploadCommand({
-                      Bucket: bucket,
-                      Key: key,
-                      UploadId: uploadId,
-                      MultipartUpload: { Parts: parts }
-                    }),
-                    { abortSignal }
-                  ),
-                s3WriteFailure("CompleteMultipartUpload", key)
-              )
-            )
-        )
-        return Stream.runForEach(body, (chunk) => {
-          pending.push(chunk)
-          pendingBytes += chunk.byteLength
-          return pendingBytes >= partSize ? uploadPart : Effect.void
-        }).pipe(
-          Effect.zipRight(finish),
-          Effect.asVoid,
-          Effect.onExit((exit) =>
-            Exit.isFailure(exit) && uploadId !== undefined
-              ? Effect.ignore(call(
-                (abortSignal) =>
-                  client.send(
-                    new AbortMultipartUploadCommand({ Bucket: bucket, Key: key, UploadId: uploadId }),
-                    { abortSignal }
-                  ),
-                s3WriteFailure("AbortMultipartUpload", key)
-              ))
-              : Effect.void
-          )
-        )
-      })
-
-    const getObject = (key: string) =>
-      call(
-        (abortSignal) => client.send(new GetObjectCommand({ Bucket: bucket, Key: key }), { abortSignal }),
-        s3ReadFailure("GetObject", key)
-      ).pipe(
-        Effect.flatMap((response) =>
-          response.Body === undefined
-            ? Effect.fail(new JobError.Transient({ message: `S3 GetObject ${key}: response without a body` }))
-            : Effect.succeed(response.Body)
-        )
-      )
+    const s3: BucketClient = { sdk, client: yield* acquireClient(sdk, config, endpoint), bucket }
 
     const put = Effect.fn("Storage.put")(function*<E>(key: string, body: Body<E>) {
       yield* Effect.annotateCurrentSpan({ key, driver: "s3", bucket })
       yield* validateKey(key)
       if (body instanceof Uint8Array) {
-        yield* putBytes(key, body)
+        yield* putBytes(s3, key, body)
       } else {
-        yield* putStream(key, bodyToStream(fs, body))
+        yield* putStream(s3, partSize, key, bodyToStream(fs, body))
       }
     })
 
     const get = Effect.fn("Storage.get")(function*(key: string) {
       yield* Effect.annotateCurrentSpan({ key, driver: "s3", bucket })
       yield* validateKey(key)
-      const body = yield* getObject(key)
+      const body = yield* getObject(s3, key)
       return yield* call(() => body.transformToByteArray(), s3WriteFailure("GetObject (body)", key))
     })
 
     const download = Effect.fn("Storage.download")(function*(key: string, localPath: string) {
       yield* Effect.annotateCurrentSpan({ key, localPath, driver: "s3", bucket })
       yield* validateKey(key)
-      const body = yield* getObject(key)
+      const body = yield* getObject(s3, key)
       const bytes = Stream.fromReadableStream(() => body.transformToWebStream(), s3WriteFailure("GetObject (body)", key))
       yield* writeFileAtomically(fs, NodePath.resolve(localPath), bytes)
     })
@@ -261,7 +299,7 @@ export const makeS3 = (config: S3Config) =>
       yield* Effect.annotateCurrentSpan({ key, driver: "s3", bucket })
       yield* validateKey(key)
       return yield* call(
-        (abortSignal) => client.send(new HeadObjectCommand({ Bucket: bucket, Key: key }), { abortSignal }),
+        (abortSignal) => s3.client.send(new sdk.HeadObjectCommand({ Bucket: bucket, Key: key }), { abortSignal }),
         s3ReadFailure("HeadObject", key)
       ).pipe(
         Effect.as(true),
@@ -273,7 +311,7 @@ export const makeS3 = (config: S3Config) =>
       yield* Effect.annotateCurrentSpan({ key, driver: "s3", bucket })
       yield* validateKey(key)
       yield* call(
-        (abortSignal) => client.send(new DeleteObjectCommand({ Bucket: bucket, Key: key }), { abortSignal }),
+        (abortSignal) => s3.client.send(new sdk.DeleteObjectCommand({ Bucket: bucket, Key: key }), { abortSignal }),
         s3WriteFailure("DeleteObject", key)
       )
     })
