@@ -763,7 +763,7 @@ export const settleOutcomes = (
     ), held as (
       select j.id, j.stage, i.delay_ms, i.tag, i.message, i.output, i.run_ms,
              i.progress is not null as reported, i.progress, i.progress_message,
-             coalesce(i.retain_ms, (${retention.byStage}::jsonb ->> j.stage)::float8, ${retention.defaultMs}::float8) as retain_ms,
+             coalesce(i.retain_ms, (${retention.byStage}::text::jsonb ->> j.stage)::float8, ${retention.defaultMs}::float8) as retain_ms,
              case when i.kind = 'complete' then 'complete'
                   when j.status = 'cancelled' then 'remove'
                   when i.kind = 'retry' and j.attempts + 1 >= j.max_attempts then 'dead'
@@ -898,7 +898,7 @@ export const completeOutcomes = (
       using unnest(${o.ids}::bigint[], ${o.leases}::int[], ${o.outputs}::text[], ${o.runMs}::float8[]) as i(id, lease, output, run_ms)
       where j.id = i.id and j.lease = i.lease and j.status in ('running', 'cancelled')
       returning j.*, i.output as result, i.run_ms as run_ms_now,
-        coalesce(${retainMs}::float8, (${retention.byStage}::jsonb ->> j.stage)::float8, ${retention.defaultMs}::float8) as keep_ms
+        coalesce(${retainMs}::float8, (${retention.byStage}::text::jsonb ->> j.stage)::float8, ${retention.defaultMs}::float8) as keep_ms
     ), kept as (
       insert into jobs_archive (${archiveColumns(sql)})
       select id, stage, org_id, subject_id, payload, priority, 'completed', attempts, max_attempts, polls,
@@ -1002,9 +1002,9 @@ export const cancelJob = (sql: Sql, id: string, retention: { readonly defaultMs:
       -- a queued job: no output
       select id, stage, org_id, subject_id, payload, priority, 'cancelled', attempts, max_attempts, polls, dedupe_key,
              errors, last_error, null, progress, progress_message, timeout_ms, created_at, started_at, now(), last_run_ms,
-             now() + coalesce((${retention.byStage}::jsonb ->> stage)::float8, ${retention.defaultMs}::float8) * interval '1 millisecond'
+             now() + coalesce((${retention.byStage}::text::jsonb ->> stage)::float8, ${retention.defaultMs}::float8) * interval '1 millisecond'
       from removed
-      where coalesce((${retention.byStage}::jsonb ->> stage)::float8, ${retention.defaultMs}::float8) > 0
+      where coalesce((${retention.byStage}::text::jsonb ->> stage)::float8, ${retention.defaultMs}::float8) > 0
     ),
     marked as (
       update jobs j set status = 'cancelled', updated_at = now()
@@ -1101,7 +1101,7 @@ export const purgeQueued = (
       returning *
     ), keep as (
       -- the stage's retention: this build's, else as the worker that runs it registered it, else the default
-      select coalesce((${retention.byStage}::jsonb ->> ${stage})::float8,
+      select coalesce((${retention.byStage}::text::jsonb ->> ${stage})::float8,
                       (select r.retain_ms from stage_registry r where r.stage = ${stage}),
                       ${retention.defaultMs}::float8) as ms
     ), kept as (

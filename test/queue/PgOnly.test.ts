@@ -15,6 +15,27 @@ import { databaseUrl, dropSchema, freshSchemaName, layerDb, rawSql } from "../su
 const worker = { workerId: "w", leaseFor: Duration.seconds(30) }
 
 describe("PgQueue (Postgres only)", () => {
+  // each stage's retention given to the queue (`retention.stages`) reaches every statement that finishes a job
+  // outside a stage's own settle: a cancel, a purge, a bulk cancel. (A string bound as `$1::jsonb` is JSON-encoded
+  // again by the driver and read back as a JSON string, whose `->> stage` is null: the default was used instead.)
+  layer(PgQueue.layer({ retention: { default: Duration.days(7), stages: { unkept: Duration.zero } } }).pipe(Layer.provideMerge(layerDb())), { excludeTestServices: true })((it) => {
+    it.effect("a stage's own retention holds for cancelled, purged and bulk-cancelled jobs", () =>
+      Effect.gen(function*() {
+        const q = yield* Queue.Queue
+        const jobs = yield* q.enqueue([
+          { stage: "unkept" }, { stage: "unkept" }, { stage: "unkept", payload: { bulk: true } }, { stage: "kept" }
+        ])
+        const [one, purged, bulked, kept] = jobs.map((j) => j.id)
+        expect(yield* q.cancel(one!)).toBe("cancelled")
+        expect(yield* q.cancel(kept!)).toBe("cancelled")
+        yield* q.bulk.apply({ stage: "unkept", payload: { bulk: true } }, { kind: "cancel" }, { actor: "test" })
+        expect(yield* q.stageControls.purge("unkept", "test")).toBe(1)
+        // retention zero: gone at once; the other stage keeps the default
+        for (const id of [one, purged, bulked]) expect(yield* q.get(id!)).toBeNull()
+        expect((yield* q.get(kept!))?.status).toBe("cancelled")
+      }))
+  })
+
   layer(PgQueue.layer().pipe(Layer.provideMerge(layerDb())), { excludeTestServices: true })((it) => {
     it.effect("a session scoped to org A cannot see, change or add org B's jobs (RLS)", () =>
       Effect.gen(function*() {
