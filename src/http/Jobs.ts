@@ -16,9 +16,17 @@ import * as Tick from "../runtime/Tick.js"
 import { Api, BadRequest, Conflict, CurrentOrg, NotFound, Unavailable } from "./Api.js"
 
 /** A database failure as the client sees it: 503 when it could not be reached, else a logged 500. */
+/** SQLSTATEs of a transaction PostgreSQL failed for another's sake (a deadlock, a serialization failure): retryable. */
+const conflictCodes: ReadonlySet<string> = new Set(["40P01", "40001"])
+
 export const dbFailure = (e: Db.DbError) =>
   e.unavailable
     ? Effect.fail(new Unavailable({ message: "the database is unavailable; try again" }))
+    : e.code !== undefined && conflictCodes.has(e.code)
+    // e.g. an enqueue with dependencies that deadlocked with a settle of its parents (docs/flows.md): nothing was
+    // written, and the same request again succeeds
+    ? Effect.zipRight(Effect.logWarning("a write conflicted with another and was rolled back", e.message),
+      Effect.fail(new Unavailable({ message: "the request conflicted with concurrent work and was rolled back; try again" })))
     : Effect.zipRight(Effect.logError("database error", e.message), Effect.die(e))
 
 /** The dead letter a job became, if any: `GET /jobs/:id` of a dead job says so instead of a bare 404. */
