@@ -130,11 +130,7 @@ export const make = (options: DashboardOptions) =>
       )
     const stageNamesFor = (s: Session.Session) => Effect.map(stagesFor(s), (x) => x.names)
     /** The internal stages (compiled or registered) an org's bulk action leaves alone. */
-    const internalStages = StageRegistry.operable(compiledStages, "operator").pipe(
-      Effect.provideService(Queue.Queue, queue),
-      Effect.map((all) => all.filter((x) => x.visibility !== "public").map((x) => x.name)),
-      Effect.catchAll(() => Effect.succeed(compiledStages.filter((x) => x.visibility !== "public").map((x) => x.name)))
-    )
+    const internalStages = StageRegistry.internalNames(compiledStages).pipe(Effect.provideService(Queue.Queue, queue))
     const minutes = 60
 
     /** Runs `effect` as the viewer may: under their org's row-level security, or as the owner for operators. */

@@ -143,11 +143,7 @@ export const layer = <R>(options: JobsOptions<R>) =>
       const notFound = (what: string) => new NotFound({ message: `${what} not found` })
       const badFilter = (e: Bulk.InvalidFilter) => new BadRequest({ message: e.message, field: e.field })
       /** The internal stages an org's bulk action leaves alone: compiled here, or registered by any worker. */
-      const internalStages = StageRegistry.operable(stages, "operator").pipe(
-        Effect.provideService(Queue.Queue, queue),
-        Effect.map((all) => all.filter((s) => s.visibility !== "public").map((s) => s.name)),
-        Effect.orElseSucceed(() => stages.filter((s) => s.visibility !== "public").map((s) => s.name))
-      )
+      const internalStages = StageRegistry.internalNames(stages).pipe(Effect.provideService(Queue.Queue, queue))
 
       return handlers
         .handle("enqueue", ({ payload: body }) =>

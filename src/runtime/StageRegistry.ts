@@ -68,6 +68,16 @@ export const operable = (compiled: ReadonlyArray<Stage.Any>, caller: "tenant" | 
       .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
   })
 
+/**
+ * The internal stages (compiled here, or registered by any worker) a tenant's bulk action leaves alone; the
+ * compiled ones alone when the registry cannot be read.
+ */
+export const internalNames = (compiled: ReadonlyArray<Stage.Any>) =>
+  operable(compiled, "operator").pipe(
+    Effect.map((all) => all.filter((s) => s.visibility !== "public").map((s) => s.name)),
+    Effect.orElseSucceed(() => compiled.filter((s) => s.visibility !== "public").map((s) => s.name))
+  )
+
 /** Each operable stage's limits in its code: a compiled stage's own, else as its worker registered them. */
 export const limitStages = (compiled: ReadonlyArray<Stage.Any>) =>
   Effect.map(operable(compiled), (all) =>
