@@ -9,7 +9,7 @@
 import { Duration } from "effect"
 import type { Sql } from "../layers/Db.js"
 import { type BulkAction, containsPattern, type JobFilter } from "./Bulk.js"
-import { channel, finishedSettled } from "./JobsSql.js"
+import { archiveCancelled, channel, finishedSettled } from "./JobsSql.js"
 
 // JSON goes in as text cast to jsonb: a parameter the server types as jsonb is JSON.stringify'd again by porsager
 // (a string would become a JSON string)
@@ -103,17 +103,7 @@ export const cancelBatch = (
     released as (
       ${finishedSettled(sql, sql`removed`, sql`'cancelled'`, sql`null::text`, retention)}
     ),
-    kept as (
-      insert into jobs_archive (id, stage, org_id, subject_id, payload, priority, status, attempts, max_attempts, polls,
-                                dedupe_key, errors, last_error, output, progress, progress_message, timeout_ms, created_at,
-                                started_at, finished_at, last_run_ms, keep_until)
-      select id, stage, org_id, subject_id, payload, priority, 'cancelled', attempts, max_attempts, polls, dedupe_key,
-             errors, last_error, null, progress, progress_message, timeout_ms, created_at, started_at, now(), last_run_ms,
-             now() + coalesce((${retention.byStage}::text::jsonb ->> stage)::float8, ${retention.defaultMs}::float8) * interval '1 millisecond'
-      from removed
-      where coalesce((${retention.byStage}::text::jsonb ->> stage)::float8, ${retention.defaultMs}::float8) > 0
-      returning 1
-    ),
+    kept as (${archiveCancelled(sql, sql`removed`, retention)}),
     marked as (
       update jobs j set status = 'cancelled', updated_at = now()
       from picked p where j.id = p.id and j.status = 'running' returning j.id

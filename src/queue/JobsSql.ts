@@ -382,6 +382,23 @@ const archiveColumns = (sql: Sql) =>
       last_error, output, progress, progress_message, timeout_ms, created_at, started_at, finished_at, last_run_ms,
       keep_until`
 
+/**
+ * The insert that keeps cancelled queued or waiting jobs (`rows`, deleted from `jobs` by the caller) in the history
+ * for their stage's retention (none when it is 0); returns a row per job kept. Used by a cancel and a bulk cancel.
+ */
+export const archiveCancelled = (
+  sql: Sql, rows: ReturnType<Sql>, retention: { readonly defaultMs: number; readonly byStage: string }
+) =>
+  sql`
+      insert into jobs_archive (${archiveColumns(sql)})
+      -- a job that never finished a run: no output
+      select id, stage, org_id, subject_id, payload, priority, 'cancelled', attempts, max_attempts, polls, dedupe_key,
+             errors, last_error, null, progress, progress_message, timeout_ms, created_at, started_at, now(), last_run_ms,
+             now() + coalesce((${retention.byStage}::text::jsonb ->> stage)::float8, ${retention.defaultMs}::float8) * interval '1 millisecond'
+      from ${rows}
+      where coalesce((${retention.byStage}::text::jsonb ->> stage)::float8, ${retention.defaultMs}::float8) > 0
+      returning 1`
+
 /** What the plain claims write on each claimed row (`update jobs j set …`): a new lease for `workerId`. */
 const claimedBy = (sql: Sql, workerId: string, leaseMs: number) =>
   sql`status = 'running', locked_by = ${workerId}, locked_until = now() + ${leaseMs} * interval '1 millisecond',
@@ -997,15 +1014,7 @@ export const cancelJob = (sql: Sql, id: string, retention: { readonly defaultMs:
     released as (
       ${finishedSettled(sql, sql`removed`, sql`'cancelled'`, sql`null::text`, retention)}
     ),
-    kept as (
-      insert into jobs_archive (${archiveColumns(sql)})
-      -- a queued job: no output
-      select id, stage, org_id, subject_id, payload, priority, 'cancelled', attempts, max_attempts, polls, dedupe_key,
-             errors, last_error, null, progress, progress_message, timeout_ms, created_at, started_at, now(), last_run_ms,
-             now() + coalesce((${retention.byStage}::text::jsonb ->> stage)::float8, ${retention.defaultMs}::float8) * interval '1 millisecond'
-      from removed
-      where coalesce((${retention.byStage}::text::jsonb ->> stage)::float8, ${retention.defaultMs}::float8) > 0
-    ),
+    kept as (${archiveCancelled(sql, sql`removed`, retention)}),
     marked as (
       update jobs j set status = 'cancelled', updated_at = now()
       from target t where j.id = t.id and t.status = 'running' returning j.id),
