@@ -40,11 +40,15 @@ begin
       where id in (select id from pgfiber.jobs where status = 'running' and locked_until < now() for update skip locked)
       returning id, stage, org_id, subject_id, attempts, last_error
     ), logged as (
-      -- the event log's `retried` (as JobsSql.requeueExpired writes it)
-      insert into pgfiber.job_events (org_id, stage, job_id, subject_id, kind, attempt, data)
-      select org_id, stage, id, subject_id, 'retried', attempts,
-             jsonb_build_object('delayMs', 0, 'tag', 'LeaseExpired', 'message', last_error)
-      from expired order by id
+      -- the event log's `retried` (as JobsSql.requeueExpired writes it): a row per org and stage (migration 0023),
+      -- at most 1,000 jobs a row
+      insert into pgfiber.job_events (org_id, stage, kind, job_ids, subject_ids, attempts, data)
+      select org_id, stage, 'retried', array_agg(id order by id), array_agg(subject_id order by id),
+             array_agg(attempts order by id),
+             array_agg(jsonb_build_object('delayMs', 0, 'tag', 'LeaseExpired', 'message', last_error) order by id)
+      from (select *, (row_number() over (partition by org_id, stage order by id) - 1) / 1000 as chunk from expired) e
+      group by org_id, stage, chunk
+      order by min(id)
     )
     select distinct stage from expired
   loop
@@ -91,7 +95,7 @@ end
 $body$;
 $prune$);
 
--- Every 10 minutes: job events (job_events, migration 0020) older than a day are deleted, 5,000 at a time from
+-- Every 10 minutes: job events (job_events, migrations 0020 and 0023) older than a day are deleted, 5,000 rows at a time from
 -- the front of the log (as EventsSql.pruneEvents; the `pgfiber.events-retention` schedule, PGFIBER_EVENTS_RETAIN).
 select cron.schedule('pgfiber-events-retention', '5-59/10 * * * *', $events$
 do $body$

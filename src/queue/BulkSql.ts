@@ -9,7 +9,7 @@
 import { Duration } from "effect"
 import type { Sql } from "../layers/Db.js"
 import { type BulkAction, containsPattern, type JobFilter } from "./Bulk.js"
-import { archiveCancelled, channel, finishedSettled } from "./JobsSql.js"
+import { archiveCancelled, channel, finishedSettled, logEvents } from "./JobsSql.js"
 
 // JSON goes in as text cast to jsonb: a parameter the server types as jsonb is JSON.stringify'd again by porsager
 // (a string would become a JSON string)
@@ -109,10 +109,7 @@ export const cancelBatch = (
       from picked p where j.id = p.id and j.status = 'running' returning j.id
     ),
     -- the event log (migration 0020), as JobsSql.cancelJob: a running job's 'cancelled' is logged by its settle
-    logged as (
-      insert into job_events (org_id, stage, job_id, subject_id, kind, attempt, data)
-      select org_id, stage, id, subject_id, 'cancelled', attempts, null::jsonb from removed order by id
-    )
+    logged as (${logEvents(sql, sql`select org_id, stage, id, subject_id, 'cancelled', attempts, null::jsonb from removed order by id`)})
     select (select max(id)::text from picked) as last,
            ((select count(*) from removed) + (select count(*) from marked))::int as changed,
            (select count(*) from marked)::int as marked,

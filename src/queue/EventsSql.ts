@@ -2,12 +2,21 @@
  * Every statement that reads or prunes the event log (`job_events`, migration 0020). The rows are written by the
  * job statements themselves (JobsSql's `logged` CTEs, the insert trigger); nothing here writes an event.
  *
+ * The log's rows hold up to `jobsPerRow` events each (one per job, migration 0023): a row is what one statement
+ * logged for one org, stage and kind. An event's id is its row's id × `idScale` + its place in the row, so
+ * event ids are integers in the log's order and a reader resumes inside a row.
+ *
  * Readers go in (tx, id) order, and only over rows whose transaction is older than every transaction still
  * running (`tx < pg_snapshot_xmin(pg_current_snapshot())`): those are all committed or rolled back, and no row
  * can be written later with a smaller tx, so a cursor never passes a row that appears behind it. Going by id
  * alone could: ids are handed out when a row is written, not when it commits.
  */
 import type { Sql } from "../layers/Db.js"
+
+/** The most events one row of the log holds (the writers' chunk; the table's CHECK). */
+export const jobsPerRow = 1000
+/** An event's id is its row's id × this + its 0-based place in the row (> `jobsPerRow`). */
+export const idScale = 1024
 
 /** Which events a reader wants; null fields do not filter. `org` null: every org (owner work only). */
 export interface EventFilter {
@@ -32,15 +41,20 @@ export const readEvents = (sql: Sql, cursor: { readonly tx: string; readonly id:
     with horizon as (
       select pg_snapshot_xmin(pg_current_snapshot()) as xmin
     ), page as (
-      select e.* from job_events e
-      where (e.tx, e.id) > (${cursor.tx}::xid8, ${cursor.id}::bigint)
+      select e.id * ${idScale} + u.n - 1 as id, e.tx, e.kind, u.job_id, e.stage, e.org_id, u.subject_id, u.attempt,
+             u.data, e.at
+      from job_events e
+      cross join lateral unnest(e.job_ids, e.subject_ids, e.attempts, e.data)
+        with ordinality as u(job_id, subject_id, attempt, data, n)
+      where (e.tx, e.id) >= (${cursor.tx}::xid8, ${cursor.id}::bigint / ${idScale})
+        and (e.tx, e.id * ${idScale} + u.n - 1) > (${cursor.tx}::xid8, ${cursor.id}::bigint)
         and e.tx < (select xmin from horizon)
         and (${f.org}::text is null or e.org_id = ${f.org}::text)
         and (${f.stages}::text[] is null or e.stage = any(${f.stages}::text[]))
         and (${f.kinds}::text[] is null or e.kind = any(${f.kinds}::text[]))
-        and (${f.jobId}::bigint is null or e.job_id = ${f.jobId}::bigint)
-        and (${f.subjectId}::text is null or e.subject_id = ${f.subjectId}::text)
-      order by e.tx, e.id
+        and (${f.jobId}::bigint is null or u.job_id = ${f.jobId}::bigint)
+        and (${f.subjectId}::text is null or u.subject_id = ${f.subjectId}::text)
+      order by e.tx, e.id, u.n
       limit ${limit}
     )
     -- each event an array of its fields in \`eventFields\` order, its time as epoch ms (see EventLog.fromArray)
@@ -59,8 +73,9 @@ export const readEvents = (sql: Sql, cursor: { readonly tx: string; readonly id:
  */
 export const cursorAfter = (sql: Sql, id: string, org: string | null) =>
   sql<Array<{ tx: string | null; oldest: string | null }>>`
-    select (select tx::text from job_events where id = ${id}::bigint and (${org}::text is null or org_id = ${org}::text)) as tx,
-           (select min(id)::text from job_events) as oldest`
+    select (select tx::text from job_events
+            where id = ${id}::bigint / ${idScale} and (${org}::text is null or org_id = ${org}::text)) as tx,
+           (select (min(id) * ${idScale})::text from job_events) as oldest`
 
 /** The cursor "from now": the oldest running transaction (every row before it is settled). Locking: none. */
 export const horizon = (sql: Sql) =>
@@ -77,6 +92,6 @@ export const pruneEvents = (sql: Sql, retentionMs: number, limit: number) =>
       delete from job_events where id = any(array(
         select id from (select id, at from job_events order by id limit ${limit}) oldest
         where at < now() - ${retentionMs}::float8 * interval '1 millisecond'))
-      returning 1
+      returning cardinality(job_ids) as n
     )
-    select count(*)::int as n from gone`
+    select coalesce(sum(n), 0)::int as n from gone`

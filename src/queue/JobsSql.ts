@@ -6,17 +6,32 @@
  * insert trigger logs enqueued), new rows only, so it takes no lock of its own (docs/events.md).
  */
 import type { Sql } from "../layers/Db.js"
+import { jobsPerRow } from "./EventsSql.js"
 import type { ValidJob } from "./Job.js"
 import { laterTopic } from "./Queue.js"
 
 export const channel = (schema: string) => `${schema}_jobs`
 
 /**
- * The head of the insert into the event log (migration 0020) that a statement adds as a CTE of its own, so an
- * event costs no round trip. The select that follows gives (org_id, stage, job_id, subject_id, kind, attempt,
- * data), ordered: ids are assigned in that order, and a job's events of one statement must keep theirs.
+ * The insert into the event log (migrations 0020, 0023) that a statement adds as a CTE of its own, so an event
+ * costs no round trip. `events` selects one row per job: (org_id, stage, job_id, subject_id, kind, attempt,
+ * data), in the order the job's events happen. They are written one row per org, stage and kind (at most
+ * `EventsSql.jobsPerRow` jobs each), not one per job: a claim of 500 jobs writes one row. A job's progress
+ * comes before its outcome of the same statement (its row is written first).
  */
-const logEvents = (sql: Sql) => sql`insert into job_events (org_id, stage, job_id, subject_id, kind, attempt, data)`
+export const logEvents = (sql: Sql, events: ReturnType<Sql>) => sql`
+      insert into job_events (org_id, stage, kind, job_ids, subject_ids, attempts, data)
+      select org_id, stage, kind, array_agg(job_id order by n),
+             case when bool_or(subject_id is not null) then array_agg(subject_id order by n) end,
+             array_agg(attempt order by n),
+             case when bool_or(data is not null) then array_agg(data order by n) end
+      from (
+        select e.*, (row_number() over (partition by org_id, stage, kind order by n) - 1) / ${jobsPerRow} as chunk
+        from (select e.*, row_number() over () as n
+              from (${events}) e(org_id, stage, job_id, subject_id, kind, attempt, data)) e
+      ) e
+      group by org_id, stage, kind, chunk
+      order by kind <> 'progress', min(n)`
 
 const columns = (jobs: ReadonlyArray<ValidJob>) => ({
   stages: jobs.map((j) => j.stage),
@@ -421,8 +436,8 @@ export const claimReady = (sql: Sql, stage: string, limit: number, workerId: str
       where j.id = any(array(select id from next))
       returning j.*
     ), logged as (
-      ${logEvents(sql)}
-      select org_id, stage, id, subject_id, 'started', attempts + 1, jsonb_build_object('worker', locked_by) from claimed order by id
+      ${logEvents(sql, sql`
+      select org_id, stage, id, subject_id, 'started', attempts + 1, jsonb_build_object('worker', locked_by) from claimed order by id`)}
     )
     -- in no order: sorting them here cost the server more than the worker (PgQueue sorts them)
     select ${claimedJobs(sql, sql`claimed c`, null)} as jobs`
@@ -445,8 +460,8 @@ export const claimReadyIfAll = (sql: Sql, stage: string, limit: number, workerId
       where j.id = any(array(select id from next)) and (select ok from fits)
       returning j.*
     ), logged as (
-      ${logEvents(sql)}
-      select org_id, stage, id, subject_id, 'started', attempts + 1, jsonb_build_object('worker', locked_by) from claimed order by id
+      ${logEvents(sql, sql`
+      select org_id, stage, id, subject_id, 'started', attempts + 1, jsonb_build_object('worker', locked_by) from claimed order by id`)}
     )
     select (select ok from fits) as fits, ${claimedJobs(sql, sql`claimed c`, null)} as jobs`
 
@@ -624,8 +639,8 @@ export const claimShares = (
       where j.ctid = any(array(select tid from locked))
       returning j.*
     ), logged as (
-      ${logEvents(sql)}
-      select org_id, stage, id, subject_id, 'started', attempts + 1, jsonb_build_object('worker', locked_by) from claimed order by id
+      ${logEvents(sql, sql`
+      select org_id, stage, id, subject_id, 'started', attempts + 1, jsonb_build_object('worker', locked_by) from claimed order by id`)}
     ), spent as (
       select ${rate.perOrg ? sql`p.org_key` : sql`''`} as org_key, count(*)::int as n
       from claimed c join picked p on p.id = c.id
@@ -729,10 +744,10 @@ export const extendLeases = (
       from free where j.id = free.id
       returning j.id, j.stage, j.org_id, j.subject_id, j.attempts, free.reported, j.progress, j.progress_message
     ), logged as (
-      ${logEvents(sql)}
+      ${logEvents(sql, sql`
       select org_id, stage, id, subject_id, 'progress', attempts + 1,
              jsonb_build_object('progress', progress, 'message', progress_message)
-      from extended where reported = 1 order by id
+      from extended where reported = 1 order by id`)}
     )
     select id from held`
 
@@ -844,7 +859,7 @@ export const settleOutcomes = (
       returning j.id, j.stage, h.action, h.delay_ms, j.org_id, j.subject_id, j.attempts, h.tag, h.message
     ), logged as (
       -- a report not yet written by a heartbeat, then the outcome: the job's progress event comes first
-      ${logEvents(sql)}
+      ${logEvents(sql, sql`
       select org_id, stage, id, subject_id, kind, attempt, data from (
         select j.org_id, j.stage, j.id, j.subject_id, 'progress' as kind, j.attempts + 1 as attempt,
                jsonb_build_object('progress', h.progress, 'message', h.progress_message) as data, 0 as step
@@ -864,7 +879,7 @@ export const settleOutcomes = (
                case when action = 'retry' then attempts else attempts + 1 end,
                jsonb_build_object('delayMs', delay_ms, 'tag', tag, 'message', message), 1
         from requeued where action <> 'release'
-      ) e order by id, step
+      ) e order by id, step`)}
     ), woken as (
       select pg_notify(${channel(schema)}, stage) from (
         select stage from requeued where delay_ms <= 0
@@ -923,11 +938,11 @@ export const completeOutcomes = (
              created_at, started_at, now(), coalesce(run_ms_now, last_run_ms), now() + keep_ms * interval '1 millisecond'
       from deleted where keep_ms > 0
     ), logged as (
-      ${logEvents(sql)}
+      ${logEvents(sql, sql`
       -- a job cancelled while it ran completes too, as the history records it
       select org_id, stage, id, subject_id, 'completed', attempts + 1,
              jsonb_build_object('outputBytes', coalesce(octet_length(result), 0), 'runMs', run_ms_now)
-      from deleted order by id
+      from deleted order by id`)}
     ), woken as (
       select pg_notify(${channel(schema)}, stage) from (select distinct stage from deleted where ${wakeFreed}) s
     ), released as (
@@ -971,10 +986,10 @@ export const requeueExpired = (sql: Sql, schema: string) =>
         select id from jobs where status = 'running' and locked_until < now() for update skip locked)
       returning id, stage, org_id, subject_id, attempts, last_error
     ), logged as (
-      ${logEvents(sql)}
+      ${logEvents(sql, sql`
       select org_id, stage, id, subject_id, 'retried', attempts,
              jsonb_build_object('delayMs', 0, 'tag', 'LeaseExpired', 'message', last_error)
-      from expired order by id
+      from expired order by id`)}
     ), woken as (
       select pg_notify(${channel(schema)}, stage) from (select distinct stage from expired) s
     )
@@ -1019,8 +1034,8 @@ export const cancelJob = (sql: Sql, id: string, retention: { readonly defaultMs:
       update jobs j set status = 'cancelled', updated_at = now()
       from target t where j.id = t.id and t.status = 'running' returning j.id),
     logged as (
-      ${logEvents(sql)}
-      select org_id, stage, id, subject_id, 'cancelled', attempts, null::jsonb from removed)
+      ${logEvents(sql, sql`
+      select org_id, stage, id, subject_id, 'cancelled', attempts, null::jsonb from removed`)})
     select case when exists (select 1 from removed) and (select count(*) from released) >= 0 then 'cancelled'
                 when exists (select 1 from marked) then 'cancelling'
                 when exists (select 1 from target) then 'cancelling'
@@ -1121,9 +1136,9 @@ export const purgeQueued = (
       from gone cross join keep
       where keep.ms > 0
     ), logged as (
-      ${logEvents(sql)}
+      ${logEvents(sql, sql`
       select org_id, stage, id, subject_id, 'cancelled', attempts, jsonb_build_object('message', ${`purged by ${by}`}::text)
-      from gone order by id
+      from gone order by id`)}
     ), released as (
       ${finishedSettled(sql, sql`gone`, sql`'cancelled'`, sql`'purged'::text`, retention)}
     )

@@ -42,7 +42,7 @@ describe("deploy/pg_cron.sql", () => {
         )
         expect(jobs.map((j) => [j.status, j.attempts])).toEqual([["queued", 1], ["queued", 5], ["running", 0]])
         expect(jobs[0]!.last_error).toContain("lease expired: the worker w1")
-        const logged = yield* query<{ kind: string; attempt: number }>(schema, "select kind, attempt from job_events where stage = 'cron' and kind = 'retried' order by id")
+        const logged = yield* query<{ kind: string; attempt: number }>(schema, "select kind, unnest(attempts) as attempt from job_events where stage = 'cron' and kind = 'retried' order by id")
         expect(logged.map((e) => [e.kind, e.attempt])).toEqual([["retried", 1], ["retried", 5]])
         expect(jobs[1]!.last_error).toContain("lease expired: the worker w2")
         expect(yield* query(schema, "select 1 from dead_letters where stage = 'cron'")).toEqual([])
@@ -75,10 +75,10 @@ describe("deploy/pg_cron.sql", () => {
       Effect.gen(function*() {
         const { schema } = yield* Db.Db
         yield* query(schema, `
-          insert into job_events (stage, job_id, kind, at) values
-            ('cron_events', 1, 'enqueued', now() - interval '2 days'),
-            ('cron_events', 1, 'started', now() - interval '25 hours'),
-            ('cron_events', 1, 'completed', now() - interval '1 hour')`)
+          insert into job_events (stage, job_ids, attempts, kind, at) values
+            ('cron_events', '{1}', '{0}', 'enqueued', now() - interval '2 days'),
+            ('cron_events', '{1}', '{1}', 'started', now() - interval '25 hours'),
+            ('cron_events', '{1}', '{1}', 'completed', now() - interval '1 hour')`)
         yield* query(schema, jobBody("events", schema))
         const left = yield* query<{ kind: string }>(schema, "select kind from job_events where stage = 'cron_events' order by id")
         expect(left.map((e) => e.kind)).toEqual(["completed"])

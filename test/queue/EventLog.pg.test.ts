@@ -14,8 +14,8 @@ import { waitFor } from "../support/waitFor.js"
 const schema = freshSchemaName("eventlog")
 const services = EventLog.layer.pipe(Layer.provideMerge(PgQueue.layer()), Layer.provideMerge(layerDb({ schema, poolMax: 4 })))
 
-/** Everything readable now from `cursor`, page by page; the cursor after it and whether events are held back. */
-const readAll = (log: Context.Tag.Service<EventLog.EventLog>, cursor: EventLog.Cursor, filter: EventLog.Filter = {}) =>
+/** Everything readable now from `cursor`, page by page, in one pass; the cursor after it and whether events are held back. */
+const readPages = (log: Context.Tag.Service<EventLog.EventLog>, cursor: EventLog.Cursor, filter: EventLog.Filter = {}) =>
   Effect.gen(function*() {
     const events: Array<EventLog.LoggedEvent> = []
     let page = yield* log.read(cursor, filter, 3)
@@ -28,12 +28,12 @@ const readAll = (log: Context.Tag.Service<EventLog.EventLog>, cursor: EventLog.C
   })
 
 /** Reads on from `cursor` until the reader holds nothing back (another transaction in the cluster may for a while). */
-const readUntilNotHeld = (log: Context.Tag.Service<EventLog.EventLog>, cursor: EventLog.Cursor) =>
+const readAll = (log: Context.Tag.Service<EventLog.EventLog>, cursor: EventLog.Cursor, filter: EventLog.Filter = {}) =>
   Effect.gen(function*() {
     const events: Array<EventLog.LoggedEvent> = []
     let next = cursor
     yield* waitFor("the event log's horizon to pass every committed event", Effect.gen(function*() {
-      const r = yield* readAll(log, next)
+      const r = yield* readPages(log, next, filter)
       events.push(...r.events)
       next = r.next
       return !r.held
@@ -56,14 +56,12 @@ describe("the event log", () => {
         const [slowJob] = yield* Effect.promise(() => slow<Array<{ id: string }>>`insert into jobs (stage) values ('slow') returning id::text`)
         // another enqueue commits meanwhile (a higher id)
         const [fast] = yield* (yield* Queue.Queue).enqueue([{ stage: "fast" }])
-        const first = yield* readAll(log, start)
+        const first = yield* readPages(log, start)
         // read up to the oldest running transaction: neither yet, and the reader knows events wait
         expect(first.events).toEqual([])
         expect(first.held).toBe(true)
         yield* Effect.promise(() => slow`commit`)
-        // the horizon is the cluster's oldest running transaction: another test file's may hold events back a
-        // while longer, so read on until nothing is held (the events arrive in one read or over several)
-        const second = yield* readUntilNotHeld(log, first.next)
+        const second = yield* readAll(log, first.next)
         expect(second.events.map((e) => [e.jobId, e.kind])).toEqual([[slowJob!.id, "enqueued"], [fast!.id, "enqueued"]])
         expect((yield* readAll(log, second.next)).events).toEqual([])
       }))
@@ -83,7 +81,7 @@ describe("the event log", () => {
             }
           }), { concurrency: "unbounded", discard: true })
         const reader = Effect.gen(function*() {
-          const r = yield* readAll(log, cursor)
+          const r = yield* readPages(log, cursor)
           seen.push(...r.events)
           cursor = r.next
         })

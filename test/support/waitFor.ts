@@ -1,8 +1,9 @@
 /**
  * Waits for a condition in a test that runs real processes or a real server: polls `probe` until it holds, with
- * a generous deadline (a loaded machine), never as a measure of speed. Dies naming what it waited for.
+ * a generous deadline (a loaded machine), never as a measure of speed. Dies naming what it waited for. Waits on
+ * the real clock, also inside `it.effect` (whose TestClock stands still).
  */
-import { Duration, Effect } from "effect"
+import { Duration, Effect, TestServices } from "effect"
 
 export const waitFor = <A, E, R>(
   what: string,
@@ -15,7 +16,8 @@ export const waitFor = <A, E, R>(
     while (Date.now() < deadline) {
       const value = yield* probe
       if (value !== undefined && value !== null && value !== false) return value as A
-      yield* Effect.sleep(every)
+      // on the real clock: inside `it.effect` the TestClock would never let the sleep end
+      yield* TestServices.provideLive(Effect.sleep(every))
     }
     return yield* Effect.dieMessage(`timed out waiting for ${what}`)
   })

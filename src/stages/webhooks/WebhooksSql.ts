@@ -3,6 +3,7 @@
  * beyond the rows written; the table is small and written only when an org changes its subscriptions.
  */
 import type { Sql } from "../../layers/Db.js"
+import { idScale } from "../../queue/EventsSql.js"
 
 export const insertWebhook = (sql: Sql, w: {
   readonly orgId: string
@@ -31,6 +32,9 @@ export const deliveryParts = (sql: Sql, webhookId: string, eventId: string) =>
   sql<Array<{ webhook: Record<string, unknown> | null; event: Record<string, unknown> | null }>>`
     select
       (select json_build_object('id', id::text, 'orgId', org_id, 'url', url, 'secret', secret) from webhooks where id = ${webhookId}::bigint) as webhook,
-      (select json_build_object('id', id::text, 'kind', kind, 'jobId', job_id::text, 'stage', stage, 'orgId', org_id,
-                                'subjectId', subject_id, 'attempt', attempt, 'data', data, 'at', at)
-       from job_events where id = ${eventId}::bigint) as event`
+      (select json_build_object('id', ${eventId}::text, 'kind', kind, 'jobId', job_ids[place]::text, 'stage', stage,
+                                'orgId', org_id, 'subjectId', subject_ids[place], 'attempt', attempts[place],
+                                'data', data[place], 'at', at)
+       -- an event is its row's id × idScale + its 0-based place in the row (EventsSql, migration 0023)
+       from job_events, (select (${eventId}::bigint % ${idScale})::int + 1 as place) p
+       where id = ${eventId}::bigint / ${idScale} and place <= cardinality(job_ids)) as event`

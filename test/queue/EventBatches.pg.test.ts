@@ -1,0 +1,112 @@
+/**
+ * The event log in batches (migration 0023): a statement logs one row per org, stage and kind, at most 1,000 jobs
+ * a row, and readers still get one event per job, in order, resumable at any event, also inside a row. And the
+ * upgrade from 0020's one-row-per-job log keeps every kept event readable.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { Duration, Effect, Layer, Redacted } from "effect"
+import * as Db from "../../src/layers/Db.js"
+import * as EventLog from "../../src/queue/EventLog.js"
+import * as Migrations from "../../src/queue/Migrations.js"
+import * as PgQueue from "../../src/queue/PgQueue.js"
+import * as Queue from "../../src/queue/Queue.js"
+import { databaseUrl, dropSchema, freshSchemaName, layerDb, rawSql } from "../support/pg.js"
+import { waitFor } from "../support/waitFor.js"
+
+/** Every event from `cursor` on, in pages of `limit`, until nothing is held back (another transaction may hold some). */
+const readToEnd = (log: EventLog.EventLog["Type"], cursor: EventLog.Cursor, limit: number) =>
+  Effect.gen(function*() {
+    const events: Array<EventLog.LoggedEvent> = []
+    let next = cursor
+    yield* waitFor("the event log read to its end", Effect.gen(function*() {
+      let page = yield* log.read(next, {}, limit)
+      events.push(...page.events)
+      while (page.full) {
+        page = yield* log.read(page.next, {}, limit)
+        events.push(...page.events)
+      }
+      next = page.next
+      return !page.held
+    }), Duration.minutes(1), Duration.millis(20))
+    return events
+  })
+
+const rowsOf = (schema: string, kind: string) =>
+  Effect.acquireUseRelease(
+    Effect.sync(() => rawSql(schema)),
+    (sql) => Effect.promise(() => sql<Array<{ n: number }>>`select cardinality(job_ids) as n from job_events where kind = ${kind} order by id`),
+    (sql) => Effect.promise(() => sql.end({ timeout: 5 }))
+  ).pipe(Effect.map((rows) => rows.map((r) => r.n)))
+
+describe("the event log in batches", () => {
+  const schema = freshSchemaName("evbatch")
+  it.layer(EventLog.layer.pipe(Layer.provideMerge(PgQueue.layer()), Layer.provideMerge(layerDb({ schema, poolMax: 4 }))), {
+    timeout: 120_000
+  })((it) => {
+    it.effect("a statement's jobs share a row (1,000 at most); readers get each job's events in order and resume anywhere, inside a row too", () =>
+      Effect.gen(function*() {
+        const log = yield* EventLog.EventLog
+        const queue = yield* Queue.Queue
+        const start = yield* log.now
+        const jobs = yield* queue.enqueue(Array.from({ length: 2500 }, (_, i) => ({ stage: "batched", subjectId: `s${i}` })))
+        const claimed = yield* queue.claim("batched", 300, { workerId: "w", leaseFor: Duration.seconds(60) })
+        yield* queue.completeMany(claimed.map((j) => ({ id: j.id, lease: j.lease })))
+
+        // the rows: one enqueue statement of 2,500 jobs in three, one claim and one settle of 300 in one each
+        expect(yield* rowsOf(schema, "enqueued")).toEqual([1000, 1000, 500])
+        expect(yield* rowsOf(schema, "started")).toEqual([300])
+        expect(yield* rowsOf(schema, "completed")).toEqual([300])
+
+        // the reader: one event per job and kind, ids unique and rising, in pages that end inside rows
+        const events = yield* readToEnd(log, start, 7)
+        expect(events.length).toBe(2500 + 300 + 300)
+        const ids = events.map((e) => BigInt(e.id))
+        expect(ids.every((id, i) => i === 0 || id > ids[i - 1]!)).toBe(true)
+        expect(events.slice(0, 2500).map((e) => [e.jobId, e.kind, e.subjectId])).toEqual(
+          jobs.map((j, i) => [j.id, "enqueued", `s${i}`])
+        )
+        const started = events.filter((e) => e.kind === "started")
+        expect(started.map((e) => e.jobId).sort()).toEqual(claimed.map((j) => j.id).sort())
+        expect(started.every((e) => e.attempt === 1 && e.data?.["worker"] === "w")).toBe(true)
+        const byJob = new Map<string, Array<string>>()
+        for (const e of events) byJob.set(e.jobId, [...(byJob.get(e.jobId) ?? []), e.kind])
+        expect(claimed.every((j) => byJob.get(j.id)?.join() === "enqueued,started,completed")).toBe(true)
+
+        // resuming after an event inside a row (Last-Event-ID) gives exactly the events after it
+        for (const at of [0, 999, 1000, 1234, 2600]) {
+          const cursor = yield* log.after(events[at]!.id, {})
+          const rest = yield* readToEnd(log, cursor, 500)
+          expect(rest.map((e) => e.id)).toEqual(events.slice(at + 1).map((e) => e.id))
+        }
+      }))
+  })
+
+  it.scoped("the upgrade from one row per job keeps every kept event, each readable and resumable", () =>
+    Effect.gen(function*() {
+      const schema = freshSchemaName("evupgrade")
+      yield* Effect.addFinalizer(() => dropSchema(schema))
+      const db = yield* Db.make({ url: Redacted.make(databaseUrl()), schema, poolMax: 2 })
+      const all = Migrations.load()
+      yield* Migrations.migrate({ migrations: all.filter((m) => m.id < 23) }).pipe(Effect.provideService(Db.Db, db))
+      const sql = rawSql(schema)
+      yield* Effect.addFinalizer(() => Effect.promise(() => sql.end({ timeout: 5 })))
+      // 0020's log: the insert trigger writes one row per job
+      const old = yield* Effect.promise(() =>
+        sql<Array<{ id: string }>>`insert into jobs (stage, subject_id) values ('up', 'a'), ('up', null), ('up', 'c') returning id::text`
+      )
+      const oldRows = yield* Effect.promise(() => sql<Array<{ id: string }>>`select id::text from job_events order by id`)
+      expect(oldRows.length).toBe(3)
+
+      yield* Migrations.migrate().pipe(Effect.provideService(Db.Db, db))
+      const log = yield* EventLog.make.pipe(Effect.provideService(Db.Db, db))
+      const kept = yield* readToEnd(log, EventLog.beginning, 2)
+      expect(kept.map((e) => [e.id, e.jobId, e.kind, e.subjectId, e.attempt])).toEqual(
+        oldRows.map((r, i) => [String(BigInt(r.id) * 1024n), old[i]!.id, "enqueued", ["a", null, "c"][i], 0])
+      )
+      // a job enqueued after the upgrade is logged after them; resuming after an upgraded event finds it
+      const [fresh] = yield* Effect.promise(() => sql<Array<{ id: string }>>`insert into jobs (stage) values ('up') returning id::text`)
+      const after = yield* readToEnd(log, yield* log.after(kept[2]!.id, {}), 10)
+      expect(after.map((e) => [e.jobId, e.kind])).toEqual([[fresh!.id, "enqueued"]])
+      expect(BigInt(after[0]!.id)).toBeGreaterThan(BigInt(kept[2]!.id))
+    }))
+})
