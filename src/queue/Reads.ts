@@ -109,7 +109,7 @@ export const config = Config.all({
   url: Config.option(
     Config.redacted("DATABASE_READ_URL").pipe(
       Config.validate({
-        message: "must be a postgres:// or postgresql:// URL",
+        message: "DATABASE_READ_URL must be a postgres:// or postgresql:// URL",
         validation: (url) => /^postgres(ql)?:\/\/\S+$/.test(Redacted.value(url))
       })
     )
