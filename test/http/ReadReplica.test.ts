@@ -1,7 +1,7 @@
 /**
- * DATABASE_READ_URL: the API's reads (job lists, the queue statistics behind /metrics) go to the database it names,
- * and writes still go to the primary. The "replica" here is another database on the same server, migrated with the
- * same schema and filled differently, so which one answered shows in what comes back.
+ * DATABASE_READ_URL: the reads of the API and the dashboard (job lists, the queue statistics behind /metrics) go to
+ * the database it names, and writes still go to the primary. The "replica" here is another database on the same
+ * server, migrated with the same schema and filled differently, so which one answered shows in what comes back.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Effect, Exit, Layer, Redacted } from "effect"
@@ -49,7 +49,7 @@ const withReadUrl = (value: string) =>
   )
 
 describe("DATABASE_READ_URL", () => {
-  it.live("the API's job list and /metrics read the replica; an enqueue writes to the primary", () =>
+  it.live("the API's job list, /metrics and the dashboard's jobs list read the replica; an enqueue writes to the primary", () =>
     Effect.gen(function*() {
       const schema = freshSchemaName("primary")
       const replica = yield* replicaDatabase(schema)
@@ -76,6 +76,20 @@ describe("DATABASE_READ_URL", () => {
       // the queue statistics too (pgfiber_queue_depth): three ready `manual` jobs, as on the replica
       const metrics = (yield* call(admin, "GET", "/metrics")).text
       expect(metrics).toMatch(/pgfiber_queue_depth\{stage="manual",state="ready"\} 3\b/)
+
+      // the dashboard's jobs list too, signed in with the org's key: the replica's three jobs, newest first
+      const signIn = yield* Effect.promise(() =>
+        fetch(`${api}/dashboard/login`, {
+          method: "POST",
+          redirect: "manual",
+          headers: { "content-type": "application/x-www-form-urlencoded" },
+          body: new URLSearchParams({ key }).toString()
+        })
+      )
+      expect(signIn.status).toBe(303)
+      const cookie = (signIn.headers.get("set-cookie") ?? "").split(";")[0]!
+      const jobsPage = yield* Effect.promise(() => fetch(`${api}/dashboard/jobs?stage=manual`, { headers: { cookie } }).then((r) => r.text()))
+      expect([...jobsPage.matchAll(/data-job="(\d+)"/g)].map((m) => m[1])).toEqual(onReplica.map((r) => r.id).reverse())
 
       // the write went to the primary, and only there
       const primaryRows = yield* Effect.promise(async () => {
