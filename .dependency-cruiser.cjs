@@ -91,6 +91,15 @@ module.exports = {
       to: { path: folder(faces.filter((f) => f !== face)) }
     })),
     {
+      name: "faces-no-sql",
+      severity: "error",
+      comment:
+        "A face runs no SQL: the statements modules (src/queue/*Sql.ts) are the queue's own; a face reads through " +
+        "Reads and changes through Queue. (Db.ts stays importable for composition and org scoping: withOrg, forOrg.)",
+      from: { path: folder(faces) },
+      to: { path: "^src/(queue|runtime|stages|auth)/.*Sql\\.ts$" }
+    },
+    {
       name: "face-http-server-only-the-dashboard-mount",
       severity: "error",
       comment: "The one exception to a face never importing another face, named so that no other grows beside it.",

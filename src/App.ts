@@ -177,7 +177,7 @@ export const layerWorker = (
 export const layerHttp = (selection: Selection) =>
   Effect.gen(function*() {
     const Server: typeof ServerModule = yield* Effect.promise(() => import("./http/Server.js"))
-    return Server.layer<any>({
+    return Server.layer<StageRequirements>({
       ...(yield* Server.config),
       workerId: Worker.defaultWorkerId(),
       tickStages: selection.stages,

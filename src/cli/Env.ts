@@ -7,6 +7,7 @@ import * as App from "../App.js"
 import * as Db from "../layers/Db.js"
 import * as Migrations from "../queue/Migrations.js"
 import * as PgQueue from "../queue/PgQueue.js"
+import * as Reads from "../queue/Reads.js"
 import * as Events from "../runtime/Events.js"
 import type * as Stage from "../runtime/Stage.js"
 import * as ApiKeys from "../auth/ApiKeys.js"
@@ -52,10 +53,11 @@ export const layerDbChecked = Layer.effectDiscard(Migrations.requireCurrent()).p
 
 /**
  * Postgres and the queue for operator commands: never migrates (an operator's `stats` from a newer build must
- * not change a production schema), so a fresh database needs `pgfiber migrate` first.
+ * not change a production schema), so a fresh database needs `pgfiber migrate` first. Lists and stats read
+ * through Reads (on DATABASE_READ_URL when it is set).
  */
 export const layerOps = (stages: ReadonlyArray<KnownStage>) =>
-  Layer.mergeAll(ApiKeys.layer, Layer.succeed(Submit.KnownStages, stages)).pipe(
+  Layer.mergeAll(ApiKeys.layer, Reads.layer, Layer.succeed(Submit.KnownStages, stages)).pipe(
     Layer.provideMerge(PgQueue.layer({ knownStages: stages.map((s) => s.name), retention: App.retentionOf(stages) })),
     Layer.provideMerge(layerDbChecked)
   )

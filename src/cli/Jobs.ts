@@ -6,6 +6,7 @@ import { Args, Command, Options } from "@effect/cli"
 import { Duration, Effect, Option } from "effect"
 import type * as Db from "../layers/Db.js"
 import * as Queue from "../queue/Queue.js"
+import * as Reads from "../queue/Reads.js"
 import * as Bulk from "../queue/Bulk.js"
 import type * as ApiKeys from "../auth/ApiKeys.js"
 import * as StageRegistry from "../runtime/StageRegistry.js"
@@ -14,7 +15,7 @@ import * as Env from "./Env.js"
 import { Conflict, NotFound, UsageError } from "./Failure.js"
 import * as Output from "./Output.js"
 
-type OpsServices = Db.Db | Queue.Queue | ApiKeys.ApiKeys | Submit.KnownStages
+type OpsServices = Db.Db | Queue.Queue | Reads.Reads | ApiKeys.ApiKeys | Submit.KnownStages
 
 /** Runs an operator command on the ops layers (no migration), its logs on stderr. */
 export const operator = <A, E>(run: (stages: ReadonlyArray<Env.KnownStage>) => Effect.Effect<A, E, OpsServices>) =>
@@ -103,8 +104,8 @@ const jobsList = Command.make(
   (o) =>
     operator(() =>
       Effect.gen(function*() {
-        const queue = yield* Queue.Queue
-        const jobs = yield* queue.list({
+        const reads = yield* Reads.Reads
+        const jobs = yield* reads.list(Reads.operator, {
           stage: Option.getOrUndefined(o.stage),
           status: Option.getOrUndefined(o.status),
           limit: o.limit,
@@ -154,8 +155,8 @@ const jobsHistory = Command.make(
   (o) =>
     operator(() =>
       Effect.gen(function*() {
-        const queue = yield* Queue.Queue
-        const jobs = yield* queue.history.list({
+        const reads = yield* Reads.Reads
+        const jobs = yield* reads.history(Reads.operator, {
           stage: Option.getOrUndefined(o.stage),
           status: Option.getOrUndefined(o.status),
           limit: o.limit,
@@ -493,8 +494,8 @@ export const dlq = Command.make("dlq").pipe(
 export const stats = Command.make("stats", { json: jsonFlag }, ({ json }) =>
   operator((stages) =>
     Effect.gen(function*() {
-      const queue = yield* Queue.Queue
-      const rows = yield* queue.stats
+      const reads = yield* Reads.Reads
+      const rows = yield* reads.stats
       const known = yield* StageRegistry.operable(stages)
       const all = Queue.statsForStages(rows, known.map((s) => s.name))
       if (json) return yield* Output.json(all)

@@ -19,10 +19,10 @@ import { Config, Context, Duration, Effect, Either, Layer, Option, Redacted, Sch
 import * as ApiKeys from "../auth/ApiKeys.js"
 import * as AuthLimiter from "../auth/AuthLimiter.js"
 import * as Db from "../layers/Db.js"
-import * as BrowseSql from "../queue/BrowseSql.js"
 import * as Bulk from "../queue/Bulk.js"
 import * as PgSchedules from "../queue/PgSchedules.js"
 import * as Queue from "../queue/Queue.js"
+import * as Reads from "../queue/Reads.js"
 import * as Schedules from "../queue/Schedules.js"
 import * as StageRegistry from "../runtime/StageRegistry.js"
 import * as Submit from "../runtime/Submit.js"
@@ -100,6 +100,7 @@ export const make = (options: DashboardOptions) =>
     const base = options.basePath.replace(/\/+$/, "")
     const db = yield* Db.Db
     const queue = yield* Queue.Queue
+    const reads = yield* Reads.Reads
     const keys = yield* ApiKeys.ApiKeys
     const live = yield* Live.Live
     const known = yield* Effect.serviceOption(Submit.KnownStages)
@@ -136,6 +137,8 @@ export const make = (options: DashboardOptions) =>
     /** Runs `effect` as the viewer may: under their org's row-level security, or as the owner for operators. */
     const asViewer = <A, E, R>(session: Session.Session, effect: Effect.Effect<A, E, R>) =>
       session.admin ? Db.asOwner(effect) : db.withOrg(session.orgId ?? "", effect)
+    /** Whose rows the viewer's reads may see (Reads.ts). */
+    const viewerOf = (session: Session.Session): Reads.Viewer => (session.admin ? Reads.operator : Reads.org(session.orgId ?? ""))
 
     const secure = (request: HttpServerRequest.HttpServerRequest) =>
       (request.headers["x-forwarded-proto"] ?? "").split(",")[0]!.trim().toLowerCase() === "https" ||
@@ -200,9 +203,9 @@ export const make = (options: DashboardOptions) =>
         const search = Bulk.filterFromText({ payload: query.payload, error: query.error })
         const before = text(params, "before")
         const limit = 50
-        const filter: BrowseSql.BrowseFilter = {
+        const filter: Queue.BrowseFilter = {
           stage: query.stage || null,
-          status: (Pages.statuses as ReadonlyArray<string>).includes(query.status) ? query.status : null,
+          status: Pages.statuses.find((status) => status === query.status) ?? null,
           org: query.org || null,
           subject: query.subject || null,
           since: dateParam(query.since),
@@ -213,7 +216,7 @@ export const make = (options: DashboardOptions) =>
           error: Either.isRight(search) ? search.right.error ?? null : null
         }
         // a search that cannot be read matches nothing, and says why
-        const rows = Either.isLeft(search) ? [] : yield* asViewer(s, db.run((sql) => BrowseSql.browseJobs(sql, filter, limit + 1)))
+        const rows = Either.isLeft(search) ? [] : yield* reads.browse(viewerOf(s), filter, limit + 1)
         const next = rows.length > limit ? rows[limit - 1]!.id : null
         // a tenant's filter lists public stages only, whatever its own jobs' stages
         const stages = [...new Set([...(yield* stageNamesFor(s)), ...(s.admin ? rows.map((r) => r.stage) : [])])].sort()
@@ -225,8 +228,8 @@ export const make = (options: DashboardOptions) =>
       asViewer(s, Effect.gen(function*() {
         // a live job, or a finished one from the kept history; a dead one's dead letter carries its actions
         const job = yield* queue.get(id)
-        const [dead] = yield* db.run((sql) => BrowseSql.deadLetterOfJob(sql, id))
-        const dl = dead ? yield* queue.deadLetters.get(dead.id) : null
+        const dead = yield* reads.deadLetterOfJob(viewerOf(s), id)
+        const dl = dead === null ? null : yield* queue.deadLetters.get(dead)
         if (job !== null) {
           const delayed = job.status === "queued" && job.availableAt.getTime() > Date.now()
           return {
@@ -256,8 +259,7 @@ export const make = (options: DashboardOptions) =>
           return page(Pages.layout(frame(s, "Not found", "jobs"),
             Pages.notFound(`Job ${id} was not found: it does not exist, or it finished longer ago than its stage keeps history.`)), 404)
         }
-        const related = found.subjectId === null ? [] : yield* asViewer(s, db.run((sql) =>
-          BrowseSql.browseJobs(sql, { stage: null, status: null, org: null, subject: found.subjectId, since: null, until: null, id: null, before: null }, 20)))
+        const related = found.subjectId === null ? [] : yield* reads.browse(viewerOf(s), { ...Queue.browseAll, subject: found.subjectId }, 20)
         const liveUrl = found.finishedAt !== null ? undefined : `${base}/live/jobs/${found.id}`
         return page(Pages.layout(frame(s, `Job ${found.id}`, "jobs", { liveUrl, notice: text(params, "notice") || undefined }),
           Pages.job(base, s.csrf, found, related, yield* asViewer(s, queue.dependencies(found.id)))))
@@ -488,9 +490,9 @@ export const make = (options: DashboardOptions) =>
           if (!s.admin) return page(Pages.layout(frame(s, "Refused", "none"), html`<h1>Refused</h1><p>Only an operator's key may purge a stage.</p>`), 403)
           if (!(yield* stageNamesFor(s)).includes(id)) return redirect(withNotice("/", "notice", `no stage ${id}`))
           if (!confirmed) {
-            const [row] = yield* Db.asOwner(db.run((sql) => BrowseSql.countQueued(sql, id)))
+            const queued = yield* reads.countQueued(id)
             return page(Pages.layout(frame(s, "Confirm", "overview"), Pages.confirm(base, s.csrf, `/stages/${encodeURIComponent(id)}/purge`,
-              `Delete the ${row?.n ?? 0} queued job(s) of stage ${id}, of every org? Running jobs finish; delayed ones go too. This cannot be undone.`,
+              `Delete the ${queued} queued job(s) of stage ${id}, of every org? Running jobs finish; delayed ones go too. This cannot be undone.`,
               {}, "/")))
           }
           const purged = yield* Db.asOwner(queue.stageControls.purge(id, `dashboard (key ${s.keyId})`))
@@ -565,7 +567,7 @@ export const make = (options: DashboardOptions) =>
           const org = s.admin ? text(params, "org") || null : null
           const kind = params.get("action") === "resolve" ? "resolve" : "retry"
           const notes = text(params, "notes", 2000)
-          const ids = yield* asViewer(s, db.run((sql) => BrowseSql.openDeadLetterIds(sql, stage, org, bulkLimit)))
+          const ids = yield* reads.openDeadLetterIds(viewerOf(s), { stage, org }, bulkLimit)
           if (!confirmed) {
             return page(Pages.layout(frame(s, "Confirm", "dead"), Pages.confirm(base, s.csrf, "/dead/bulk",
               `${kind === "retry" ? "Retry" : "Resolve"} ${ids.length}${ids.length === bulkLimit ? " (the first)" : ""} open dead letter(s)` +
@@ -574,7 +576,7 @@ export const make = (options: DashboardOptions) =>
           }
           let done = 0
           let failed = 0
-          for (const { id: dl } of ids) {
+          for (const dl of ids) {
             const result = yield* Effect.either(asViewer(s, kind === "retry" ? Effect.asVoid(queue.deadLetters.retry(dl)) : queue.deadLetters.resolve(dl, notes || undefined)))
             if (result._tag === "Right") done++
             else failed++
@@ -588,9 +590,9 @@ export const make = (options: DashboardOptions) =>
           const olderThanMs = Number.isFinite(hours) && hours >= 0 ? Math.min(hours, 87_600) * 3_600_000 : 24 * 3_600_000
           const includeUnresolved = params.get("unresolved") === "1"
           if (!confirmed) {
-            const [row] = yield* asViewer(s, db.run((sql) => BrowseSql.countPurgeable(sql, olderThanMs, includeUnresolved)))
+            const purgeable = yield* reads.countPurgeable(viewerOf(s), { olderThanMs, includeUnresolved })
             return page(Pages.layout(frame(s, "Confirm", "dead"), Pages.confirm(base, s.csrf, "/dead/purge",
-              `Delete ${row?.n ?? 0} dead letter(s) older than ${olderThanMs / 3_600_000} hour(s)${includeUnresolved ? ", open ones included" : " (resolved and retried only)"}${s.admin ? "" : ` of org ${s.orgId}`}? This cannot be undone.`,
+              `Delete ${purgeable} dead letter(s) older than ${olderThanMs / 3_600_000} hour(s)${includeUnresolved ? ", open ones included" : " (resolved and retried only)"}${s.admin ? "" : ` of org ${s.orgId}`}? This cannot be undone.`,
               { hours: String(olderThanMs / 3_600_000), unresolved: includeUnresolved ? "1" : "" })))
           }
           const n = yield* asViewer(s, queue.deadLetters.purge({ olderThan: Duration.millis(olderThanMs), includeUnresolved }))
@@ -684,7 +686,7 @@ export const make = (options: DashboardOptions) =>
 
 /** The dashboard with its shared live source, for the life of the layer. */
 export const layer = (options: DashboardOptions) =>
-  Layer.scoped(Dashboard, make(options)).pipe(Layer.provide(Live.layer(options.live ?? Live.defaults)))
+  Layer.scoped(Dashboard, make(options)).pipe(Layer.provide(Live.layer(options.live ?? Live.defaults)), Layer.provide(Reads.layer))
 
 /** Options from the environment (`DASHBOARD_*`), served at /dashboard; None when `DASHBOARD_ENABLED=false`. */
 export const layerFromConfig = Layer.unwrapEffect(

@@ -1,15 +1,14 @@
 /**
  * The one source of everything the dashboard shows live, shared by every open page of a server: a single
- * statement (StatsSql.liveSnapshot: depth per stage and org, workers, the last hour of per-minute counts, the
- * jobs open job pages watch) run by one fiber, never by a viewer. It runs only while someone watches: soon
+ * read (Reads.snapshot: depth per stage and org, workers, the last hour of per-minute counts, the jobs open job
+ * pages watch; on the read replica when one is configured) run by one fiber, never by a viewer. It runs only while someone watches: soon
  * after something happened (a NOTIFY of new jobs, an event of this process's jobs bus, a new viewer), at most once
  * per `minInterval`, and otherwise once per `idleInterval`. So twenty open dashboards cost the database what
  * one does: one statement per idle interval. Viewers get the snapshot filtered to what their key may see.
  */
 import { Config, Context, Duration, Effect, Layer, Option, Queue as Q, Ref, Stream, SubscriptionRef } from "effect"
-import * as Db from "../layers/Db.js"
 import * as Queue from "../queue/Queue.js"
-import * as StatsSql from "../queue/StatsSql.js"
+import * as Reads from "../queue/Reads.js"
 import * as Millis from "../layers/Millis.js"
 import * as Events from "../runtime/Events.js"
 import * as Waker from "../runtime/Waker.js"
@@ -33,7 +32,7 @@ export const defaults: LiveOptions = { minInterval: Duration.seconds(1), idleInt
 
 export interface Snapshot {
   readonly at: Date
-  readonly row: StatsSql.SnapshotRow
+  readonly row: Queue.LiveSnapshot
   /** The jobs this snapshot looked for: one not in `row.watched` has left the jobs table. */
   readonly looked: ReadonlySet<string>
 }
@@ -42,9 +41,9 @@ export class Live extends Context.Tag("pgfiber/dashboard/Live")<Live, {
   /** Snapshots as they are taken, the latest first, for the life of the stream; `watch` adds a job to them. */
   readonly changes: (watch?: string | undefined) => Stream.Stream<Snapshot, never, never>
   /** A snapshot no older than the minimum interval (taken now if need be; shared by concurrent callers). */
-  readonly latest: Effect.Effect<Snapshot, Db.DbError>
+  readonly latest: Effect.Effect<Snapshot, Queue.QueueError>
   /** A snapshot taken now (after an action that changed what it shows), which every viewer then gets too. */
-  readonly fresh: Effect.Effect<Snapshot, Db.DbError>
+  readonly fresh: Effect.Effect<Snapshot, Queue.QueueError>
   /** Statements run so far (for tests and the bench). */
   readonly statements: Effect.Effect<number>
   readonly viewers: Effect.Effect<number>
@@ -52,7 +51,7 @@ export class Live extends Context.Tag("pgfiber/dashboard/Live")<Live, {
 
 export const make = (options: LiveOptions) =>
   Effect.gen(function*() {
-    const db = yield* Db.Db
+    const reads = yield* Reads.Reads
     const queue = yield* Queue.Queue
     const bus = yield* Events.current
     const current = yield* SubscriptionRef.make<Snapshot | null>(null)
@@ -68,8 +67,8 @@ export const make = (options: LiveOptions) =>
     const take = Effect.gen(function*() {
       statements++
       const looked = new Set(watched.keys())
-      const [row] = yield* Db.asOwner(db.run((sql) => StatsSql.liveSnapshot(sql, [...looked], options.minutes)))
-      const snapshot: Snapshot = { at: new Date(), row: row!, looked }
+      const row = yield* reads.snapshot([...looked], options.minutes)
+      const snapshot: Snapshot = { at: new Date(), row, looked }
       yield* SubscriptionRef.set(current, snapshot)
       return snapshot
     })

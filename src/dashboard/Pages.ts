@@ -3,8 +3,7 @@
  * style: behaviour comes from /assets/dashboard.js, data for it from `data-*` attributes and
  * `<script type="application/json">` blocks, which are never executed.
  */
-import type * as Queue from "../queue/Queue.js"
-import type * as BrowseSql from "../queue/BrowseSql.js"
+import * as Queue from "../queue/Queue.js"
 import * as Bulk from "../queue/Bulk.js"
 import type * as Schedules from "../queue/Schedules.js"
 import type * as StagePool from "../runtime/StagePool.js"
@@ -122,7 +121,7 @@ ${pools === undefined ? "" : html`
 <tbody>${pools.map((p) => html`<tr data-pool="${p.stage}"><td>${p.stage}</td><td>${p.paused ? "waiting for the database" : p.state}</td><td class="num">${p.concurrency}</td><td class="num" data-field="inFlight">${p.inFlight}</td><td class="num" data-field="claimedAhead">${p.claimedAhead}</td><td>${when(p.lastClaimAt)}</td></tr>`)}</tbody></table>
 <p class="muted">A job claimed ahead is leased (counted as running above) but waits here for a free slot.</p>`}`
 
-export const statuses = ["waiting", "queued", "delayed", "running", "completed", "cancelled", "dead"] as const
+export const statuses: ReadonlyArray<Queue.BrowseStatus> = Queue.browseStatuses
 
 export interface JobsQuery {
   readonly stage: string
@@ -140,13 +139,13 @@ export interface JobsQuery {
 
 const statusBadge = (status: string) => html`<span class="badge ${status}">${status}</span>`
 
-const jobRows = (base: string, rows: ReadonlyArray<BrowseSql.BrowseRow>) =>
+const jobRows = (base: string, rows: ReadonlyArray<Queue.JobSummary>) =>
   rows.length === 0
     ? html`<tr><td colspan="8" class="muted">no jobs match</td></tr>`
     : rows.map((j) => html`<tr data-job="${j.id}"><td><a href="${base}/jobs/${j.id}">${j.id}</a></td><td>${j.stage}</td><td>${statusBadge(j.status)}</td>
-<td>${j.org_id ?? ""}</td><td>${j.subject_id ?? ""}</td><td class="num">${j.attempts}/${j.max_attempts}</td><td>${when(j.created_at)}</td><td>${j.last_error ?? ""}</td></tr>`)
+<td>${j.orgId ?? ""}</td><td>${j.subjectId ?? ""}</td><td class="num">${j.attempts}/${j.maxAttempts}</td><td>${when(j.createdAt)}</td><td>${j.lastError ?? ""}</td></tr>`)
 
-const jobTable = (base: string, rows: ReadonlyArray<BrowseSql.BrowseRow>) => html`
+const jobTable = (base: string, rows: ReadonlyArray<Queue.JobSummary>) => html`
 <table class="jobs"><thead><tr><th>id</th><th>stage</th><th>status</th><th>org</th><th>subject</th><th class="num">attempts</th><th>created</th><th>last error</th></tr></thead>
 <tbody>${jobRows(base, rows)}</tbody></table>`
 
@@ -174,7 +173,7 @@ export const jobs = (
   scope: View.Scope,
   query: JobsQuery,
   stages: ReadonlyArray<string>,
-  rows: ReadonlyArray<BrowseSql.BrowseRow>,
+  rows: ReadonlyArray<Queue.JobSummary>,
   next: string | null
 ): Html => html`
 <h1>Jobs</h1>
@@ -219,7 +218,7 @@ export const job = (
   base: string,
   csrf: string,
   j: JobPage,
-  related: ReadonlyArray<BrowseSql.BrowseRow>,
+  related: ReadonlyArray<Queue.JobSummary>,
   dependencies: Queue.Dependencies | null = null
 ): Html => {
   const field = (name: string, value: Value) => html`<span data-job-field="${name}">${value}</span>`

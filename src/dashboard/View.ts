@@ -3,7 +3,7 @@
  * one org's, when they pick one). The snapshot is read across orgs once (Live.ts); the filtering is here.
  */
 import type * as ApiKeys from "../auth/ApiKeys.js"
-import type * as StatsSql from "../queue/StatsSql.js"
+import type * as Queue from "../queue/Queue.js"
 import type * as Live from "./Live.js"
 
 export interface Scope {
@@ -57,7 +57,7 @@ export const age = (ms: number | null): string => {
 const minuteKey = (iso: string) => Math.floor(new Date(iso).getTime() / 60_000) * 60
 
 /** The charts: completions per stage and failures per minute, average run time per stage, over `minutes`. */
-const charts = (rows: ReadonlyArray<StatsSql.SnapshotRow["series"][number]>, now: Date, minutes: number) => {
+const charts = (rows: ReadonlyArray<Queue.LiveSnapshot["series"][number]>, now: Date, minutes: number) => {
   const end = Math.floor(now.getTime() / 60_000) * 60
   const t = Array.from({ length: minutes + 1 }, (_, i) => end - (minutes - i) * 60)
   const index = new Map(t.map((s, i) => [s, i]))

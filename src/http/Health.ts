@@ -8,6 +8,7 @@ import { HttpApiBuilder } from "@effect/platform"
 import { Duration, Effect, Metric, Option } from "effect"
 import * as Db from "../layers/Db.js"
 import * as Queue from "../queue/Queue.js"
+import * as Reads from "../queue/Reads.js"
 import * as Metrics from "../runtime/Metrics.js"
 import * as Waker from "../runtime/Waker.js"
 import * as Worker from "../runtime/Worker.js"
@@ -32,7 +33,7 @@ const counters = [
 export const layer = HttpApiBuilder.group(Api, "health", (handlers) =>
   Effect.gen(function*() {
     const db = yield* Db.Db
-    const queue = yield* Queue.Queue
+    const reads = yield* Reads.Reads
     const stages = yield* Submit.KnownStages
     const worker = yield* Effect.serviceOption(Worker.WorkerInfo)
     const waker = yield* Effect.serviceOption(Waker.Waker)
@@ -44,13 +45,14 @@ export const layer = HttpApiBuilder.group(Api, "health", (handlers) =>
       discard: true
     })
 
-    const probeDatabase = db.run((sql) => sql`select 1`).pipe(
+    const probeDatabase = Db.ping.pipe(
+      Effect.provideService(Db.Db, db),
       Effect.timeoutFail({ duration: probeTimeout, onTimeout: () => "no answer within 2 s" }),
       Effect.map(() => ({ ok: true, detail: "reachable" })),
       Effect.catchAll((e) => Effect.succeed({ ok: false, detail: `unreachable: ${typeof e === "string" ? e : e.message}` }))
     )
 
-    const stageStats = queue.stats.pipe(
+    const stageStats = reads.stats.pipe(
       Effect.timeout(probeTimeout),
       Effect.option
     )

@@ -8,6 +8,7 @@ import { Config, Duration, Effect, Option } from "effect"
 import * as Db from "../layers/Db.js"
 import * as Bulk from "../queue/Bulk.js"
 import * as Queue from "../queue/Queue.js"
+import * as Reads from "../queue/Reads.js"
 import type * as Stage from "../runtime/Stage.js"
 import * as Worker from "../runtime/Worker.js"
 import * as StageRegistry from "../runtime/StageRegistry.js"
@@ -28,10 +29,6 @@ export const dbFailure = (e: Db.DbError) =>
     ? Effect.zipRight(Effect.logWarning("a write conflicted with another and was rolled back", e.message),
       Effect.fail(new Unavailable({ message: "the request conflicted with concurrent work and was rolled back; try again" })))
     : Effect.zipRight(Effect.logError("database error", e.message), Effect.die(e))
-
-/** The dead letter a job became, if any: `GET /jobs/:id` of a dead job says so instead of a bare 404. */
-const selectDeadLetterOfJob = (sql: Db.Sql, jobId: string) =>
-  sql<Array<Record<string, unknown>>>`select id from dead_letters where job_id = ${jobId} order by id desc limit 1`
 
 const isId = Queue.isJobId
 
@@ -130,6 +127,7 @@ export const layer = <R>(options: JobsOptions<R>) =>
     Effect.gen(function*() {
       const db = yield* Db.Db
       const queue = yield* Queue.Queue
+      const reads = yield* Reads.Reads
       const stages = yield* Submit.KnownStages
       const worker = yield* Effect.serviceOption(Worker.WorkerInfo)
       const tickWorkerId = `${Option.match(worker, { onNone: () => options.workerId, onSome: (w) => w.workerId })}:tick`
@@ -181,14 +179,16 @@ export const layer = <R>(options: JobsOptions<R>) =>
           Effect.gen(function*() {
             const search = yield* Bulk.filterFromText({ payload: urlParams.payload, error: urlParams.error }).pipe(Effect.mapError(badFilter))
             const payload = search.payload as Readonly<Record<string, unknown>> | undefined
-            const jobs = yield* asOrg(queue.list({
+            const principal = yield* CurrentOrg
+            // a read: on the read replica when one is configured, under the key's org's row-level security
+            const jobs = yield* reads.list(Reads.org(principal.orgId), {
               stage: urlParams.stage,
               status: urlParams.status,
               limit: urlParams.limit ?? 100,
               afterId: urlParams.after,
               payload,
               error: search.error
-            }))
+            })
             return { jobs: jobs.map(jobView) }
           }).pipe(Effect.catchTag("DbError", dbFailure)))
         .handle("bulk", ({ payload: body }) =>
@@ -221,13 +221,15 @@ export const layer = <R>(options: JobsOptions<R>) =>
         .handle("get", ({ path }) =>
           Effect.gen(function*() {
             if (!isId(path.id)) return yield* notFound(`job ${path.id}`)
+            const principal = yield* CurrentOrg
             const found = yield* asOrg(Effect.gen(function*() {
               const job = yield* queue.get(path.id)
               if (job !== null && job.status !== "dead") return jobView(job)
-              const [dead] = yield* db.run((sql) => selectDeadLetterOfJob(sql, path.id))
+              // the dead letter a job became, if any: `GET /jobs/:id` of a dead job says so instead of a bare 404
+              const dead = yield* reads.deadLetterOfJob(Reads.org(principal.orgId), path.id)
               // a dead job's history, pointing at the dead letter it became
-              if (job !== null) return { ...jobView(job), deadLetterId: dead ? String(dead.id) : null }
-              const dl = dead ? yield* queue.deadLetters.get(String(dead.id)) : null
+              if (job !== null) return { ...jobView(job), deadLetterId: dead }
+              const dl = dead === null ? null : yield* queue.deadLetters.get(dead)
               return dl === null ? null : deadJobView(dl)
             }))
             if (found === null) {

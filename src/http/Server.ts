@@ -32,6 +32,7 @@ import type * as Stage from "../runtime/Stage.js"
 import type * as Worker from "../runtime/Worker.js"
 import { Api } from "./Api.js"
 import * as Queue from "../queue/Queue.js"
+import * as Reads from "../queue/Reads.js"
 import * as Auth from "./Auth.js"
 import * as Calls from "./Calls.js"
 import * as EventLog from "../queue/EventLog.js"
@@ -364,6 +365,8 @@ export const layer = <R = never>(options: ServerOptions) => {
     adminListener
   ).pipe(
     // one limiter for the API's keys and the dashboard's sign-in: one budget per client
-    Layer.provide(AuthLimiter.layer(options.authFailures))
+    Layer.provide(AuthLimiter.layer(options.authFailures)),
+    // what the API and the dashboard read: on DATABASE_READ_URL when it is set (one pool, shared)
+    Layer.provide(Reads.layer)
   )
 }

@@ -52,6 +52,8 @@ export const validSchemaName = (name: string): boolean => /^[a-z_][a-z0-9_]{0,62
 
 export interface DbOptions {
   readonly url: Redacted.Redacted<string>
+  /** The variable `url` came from, named when it cannot connect; default DATABASE_URL. */
+  readonly urlName?: string
   readonly schema: string
   readonly poolMax: number
   readonly applicationName?: string
@@ -167,6 +169,9 @@ export class Db extends Context.Tag("pgfiber/Db")<Db, {
   /** Since when the database has been failing with connection errors (null: it answers). */
   readonly outageSince: Effect.Effect<Date | null>
 }>() {}
+
+/** One `select 1`: the database answers (readiness). */
+export const ping: Effect.Effect<void, DbError, Db> = Effect.flatMap(Db, (db) => Effect.asVoid(db.run((sql) => sql`select 1`)))
 
 export interface ListenHandlers {
   readonly onNotify: (payload: string) => void
@@ -320,7 +325,7 @@ export const make = (options: DbOptions) =>
     // probe on start so a bad DATABASE_URL fails here, not at the first job
     yield* send(() => pool`select 1`).pipe(
       Effect.retry({ times: 20, schedule: Schedule.spaced("250 millis"), while: (e) => e.unavailable }),
-      Effect.mapError((e) => new DbError({ ...e, message: `DATABASE_URL: cannot connect: ${e.message}` }))
+      Effect.mapError((e) => new DbError({ ...e, message: `${options.urlName ?? "DATABASE_URL"}: cannot connect: ${e.message}` }))
     )
     if (session !== pool) {
       yield* send(() => session`select 1`).pipe(

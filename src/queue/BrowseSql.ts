@@ -7,45 +7,13 @@
  */
 import type { Sql } from "../layers/Db.js"
 import { containsPattern } from "./Bulk.js"
-
-export interface BrowseFilter {
-  readonly stage: string | null
-  /** queued (due now), delayed, running, cancelled, completed, dead */
-  readonly status: string | null
-  readonly org: string | null
-  readonly subject: string | null
-  readonly since: Date | null
-  readonly until: Date | null
-  readonly id: string | null
-  /** Jobs with a smaller id than this (the next page). */
-  readonly before: string | null
-  /** JSON text of an object the payload contains (`@>`); null: any. */
-  readonly payload?: string | null
-  /** A substring of the last error (the dead letter's reason), case-insensitive; null: any. */
-  readonly error?: string | null
-}
-
-
-
-export interface BrowseRow {
-  readonly id: string
-  readonly stage: string
-  readonly org_id: string | null
-  readonly subject_id: string | null
-  readonly status: string
-  readonly attempts: number
-  readonly max_attempts: number
-  readonly created_at: Date
-  readonly updated_at: Date
-  readonly available_at: Date | null
-  readonly last_error: string | null
-  readonly dead_letter_id: string | null
-}
+import type { BrowseFilter } from "./Job.js"
 
 export const browseJobs = (sql: Sql, f: BrowseFilter, limit: number) => {
   const payload = f.payload ?? null
   const error = f.error === null || f.error === undefined ? null : containsPattern(f.error)
-  return sql<Array<BrowseRow>>`
+  // rows as they come: Reads decodes them (Job.JobSummaryFromRow)
+  return sql<Array<Record<string, unknown>>>`
     select * from (
       select id::text as id, stage, org_id, subject_id,
              case when status = 'queued' and available_at > now() then 'delayed' else status end as status,

@@ -725,3 +725,127 @@ export const parentProblem = (
   if (finished.status === "completed" || dep.onFailure === "continue") return undefined
   return fail(`job ${dep.id} was ${finished.status === "dead" ? "dead-lettered" : "cancelled"}, and onFailure is ${dep.onFailure}`)
 }
+
+// ---- what the faces read (Reads.ts): a job as a list shows it, the browse filter, the live snapshot ----
+
+/** A job's status as lists show it: a queued job not due yet is `delayed`. */
+export const browseStatuses = ["waiting", "queued", "delayed", "running", "cancelled", "completed", "dead"] as const
+export type BrowseStatus = typeof browseStatuses[number]
+
+const nullableString = Schema.NullOr(Schema.String)
+const fromColumn = <S extends Schema.Schema.Any>(schema: S, column: string) =>
+  Schema.propertySignature(schema).pipe(Schema.fromKey(column))
+
+/** A job as a list shows it: a live job, a finished one from the kept history, or a dead letter whose job is gone. */
+export const JobSummary = Schema.Struct({
+  id: JobIdSchema,
+  stage: Schema.String,
+  orgId: nullableString,
+  subjectId: nullableString,
+  status: Schema.Literal(...browseStatuses),
+  attempts: Schema.Number,
+  maxAttempts: Schema.Number,
+  createdAt: Schema.DateFromSelf,
+  /** When it last changed (a finished job: when it finished; a dead letter: when it died). */
+  updatedAt: Schema.DateFromSelf,
+  /** When a live job runs next; null once finished. */
+  availableAt: Schema.NullOr(Schema.DateFromSelf),
+  lastError: nullableString,
+  /** The dead letter this row is, when its job is no longer in the history. */
+  deadLetterId: nullableString
+})
+export type JobSummary = typeof JobSummary.Type
+
+/** `JobSummary` from a row of BrowseSql's statement (its columns in snake case). */
+export const JobSummaryFromRow = Schema.Struct({
+  id: JobIdSchema,
+  stage: Schema.String,
+  orgId: fromColumn(nullableString, "org_id"),
+  subjectId: fromColumn(nullableString, "subject_id"),
+  status: Schema.Literal(...browseStatuses),
+  attempts: Schema.Number,
+  maxAttempts: fromColumn(Schema.Number, "max_attempts"),
+  createdAt: fromColumn(Schema.DateFromSelf, "created_at"),
+  updatedAt: fromColumn(Schema.DateFromSelf, "updated_at"),
+  availableAt: fromColumn(Schema.NullOr(Schema.DateFromSelf), "available_at"),
+  lastError: fromColumn(nullableString, "last_error"),
+  deadLetterId: fromColumn(nullableString, "dead_letter_id")
+})
+
+/** What a jobs list is narrowed to; every field null means any. */
+export interface BrowseFilter {
+  readonly stage: string | null
+  readonly status: BrowseStatus | null
+  /** An org's jobs only (an operator's filter; an org's viewer sees its own whatever this says). */
+  readonly org: string | null
+  readonly subject: string | null
+  readonly since: Date | null
+  readonly until: Date | null
+  readonly id: JobId | null
+  /** Jobs with a smaller id than this (the next page). */
+  readonly before: JobId | null
+  /** JSON text of an object the payload contains (`@>`); null: any. */
+  readonly payload?: string | null | undefined
+  /** A substring of the last error (the dead letter's reason), case-insensitive; null: any. */
+  readonly error?: string | null | undefined
+}
+
+/** A filter that matches every job: narrow it with a spread. */
+export const browseAll: BrowseFilter = { stage: null, status: null, org: null, subject: null, since: null, until: null, id: null, before: null }
+
+const count = Schema.Number
+/**
+ * Everything the dashboard shows live, across every org (StatsSql.liveSnapshot's one row; its JSON parts keep the
+ * columns' snake case). Instants inside the JSON parts are ISO text.
+ */
+export const LiveSnapshot = Schema.Struct({
+  now: Schema.DateFromSelf,
+  /** Depth per stage and org: ready, delayed, running, cancelling, open dead letters. */
+  depth: Schema.Array(Schema.Struct({
+    stage: Schema.String,
+    org: nullableString,
+    ready: count,
+    delayed: count,
+    running: count,
+    cancelling: count,
+    dead: count,
+    oldest_ready_ms: Schema.NullOr(Schema.Number)
+  })),
+  /** Running jobs per claiming worker, stage and org. */
+  workers: Schema.Array(Schema.Struct({ worker: Schema.String, stage: Schema.String, org: nullableString, running: count })),
+  /** The last minutes of the per-minute counts. */
+  series: Schema.Array(Schema.Struct({
+    minute: Schema.String,
+    stage: Schema.String,
+    org: nullableString,
+    completed: count,
+    retried: count,
+    dead_lettered: count,
+    run_ms_sum: Schema.Number,
+    run_ms_max: Schema.Number,
+    runs: count
+  })),
+  /** The jobs some open job page watches, as they are now (absent: left the jobs table). */
+  watched: Schema.Array(Schema.Struct({
+    id: JobIdSchema,
+    stage: Schema.String,
+    org_id: nullableString,
+    status: Schema.Literal(...liveStatuses),
+    attempts: count,
+    max_attempts: count,
+    polls: count,
+    available_at: nullableString,
+    locked_by: nullableString,
+    locked_until: nullableString,
+    last_error: nullableString,
+    updated_at: Schema.String,
+    started_at: nullableString,
+    progress: Schema.NullOr(Schema.Number),
+    progress_message: nullableString
+  })),
+  /** Stages paused by an operator. */
+  paused: Schema.Array(Schema.String),
+  /** Stages whose rate limit holds back ready jobs right now (a bucket waiting for its next token). */
+  rate_limited: Schema.Array(Schema.String)
+})
+export type LiveSnapshot = typeof LiveSnapshot.Type

@@ -40,48 +40,14 @@ export const upsertMinutes = (sql: Sql, rows: ReadonlyArray<MinuteRow>, keepMs: 
       run_ms_max = greatest(t.run_ms_max, excluded.run_ms_max),
       runs = t.runs + excluded.runs`
 
-export interface SnapshotRow {
-  readonly now: Date
-  /** Depth per stage and org: ready, delayed, running, cancelling, open dead letters. */
-  readonly depth: ReadonlyArray<{
-    readonly stage: string
-    readonly org: string | null
-    readonly ready: number
-    readonly delayed: number
-    readonly running: number
-    readonly cancelling: number
-    readonly dead: number
-    readonly oldest_ready_ms: number | null
-  }>
-  /** Running jobs per claiming worker, stage and org. */
-  readonly workers: ReadonlyArray<{ readonly worker: string; readonly stage: string; readonly org: string | null; readonly running: number }>
-  /** The last `minutes` minutes of the per-minute table. */
-  readonly series: ReadonlyArray<{
-    readonly minute: string
-    readonly stage: string
-    readonly org: string | null
-    readonly completed: number
-    readonly retried: number
-    readonly dead_lettered: number
-    readonly run_ms_sum: number
-    readonly run_ms_max: number
-    readonly runs: number
-  }>
-  /** The jobs some open job page watches, as they are now (absent: left the table). */
-  readonly watched: ReadonlyArray<Record<string, unknown>>
-  /** Stages paused by an operator. */
-  readonly paused: ReadonlyArray<string>
-  /** Stages whose rate limit holds back ready jobs right now (a bucket waiting for its next token). */
-  readonly rate_limited: ReadonlyArray<string>
-}
-
 /**
- * Everything a dashboard shows live, across every org, in one statement (viewers are filtered in memory).
+ * Everything a dashboard shows live, across every org, in one statement (viewers are filtered in memory); one row,
+ * decoded by Reads (Job.LiveSnapshot).
  * Locking: none; counts over the live table (small by design), open dead letters by their partial index, the
  * per-minute table's last hour by its primary key, the watched jobs by id, the paused and rate-limited stages.
  */
 export const liveSnapshot = (sql: Sql, watched: ReadonlyArray<string>, minutes: number) =>
-  sql<Array<SnapshotRow>>`
+  sql<Array<Record<string, unknown>>>`
     select now() as now,
       coalesce((select json_agg(d) from (
         select coalesce(l.stage, x.stage) as stage, coalesce(l.org_id, x.org_id) as org,

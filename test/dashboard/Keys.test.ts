@@ -9,12 +9,13 @@ import * as ApiKeys from "../../src/auth/ApiKeys.js"
 import * as Live from "../../src/dashboard/Live.js"
 import * as Db from "../../src/layers/Db.js"
 import * as PgQueue from "../../src/queue/PgQueue.js"
+import * as Reads from "../../src/queue/Reads.js"
 import * as Events from "../../src/runtime/Events.js"
 import * as MinuteStats from "../../src/runtime/MinuteStats.js"
 import { pgfiber, query } from "../http/support.js"
 import { layerDb } from "../support/pg.js"
 
-const services = Layer.mergeAll(ApiKeys.layer, PgQueue.layer({ knownStages: ["echo"] })).pipe(
+const services = Layer.mergeAll(ApiKeys.layer, Reads.layer, PgQueue.layer({ knownStages: ["echo"] })).pipe(
   Layer.provideMerge(Layer.merge(layerDb(), Events.layer()))
 )
 

@@ -1,0 +1,10 @@
+import { Layer } from "effect"
+import * as MemoryQueue from "../../src/queue/MemoryQueue.js"
+import * as Reads from "../../src/queue/Reads.js"
+import { contract } from "./ReadsContract.js"
+
+contract({
+  name: "memory",
+  layer: Reads.layerMemory.pipe(Layer.provideMerge(MemoryQueue.layer())),
+  live: false
+})
