@@ -61,14 +61,18 @@ select cron.schedule('pgfiber-dead-letter-retention', '17 3 * * *', $purge$
   where resolution_status is not null and dead_at < now() - interval '30 days'
 $purge$);
 
--- Every 10 minutes: finished jobs kept as history (jobs_archive) whose retention has passed are deleted, 5,000
--- at a time, each batch its own short transaction, until none is due (what the `pgfiber.history-retention`
--- schedule does). SKIP LOCKED lets it run beside a worker's pruning.
+-- Every 10 minutes: the history's partitions (migration 0022) that hold nothing still kept are dropped and the
+-- next two days' are created (a day each), then finished jobs kept as history (jobs_archive) whose retention has
+-- passed are deleted, 5,000 at a time, each batch its own short transaction, until none is due (what the
+-- `pgfiber.history-retention` schedule does). SKIP LOCKED lets it run beside a worker's pruning.
 select cron.schedule('pgfiber-history-retention', '*/10 * * * *', $prune$
 do $body$
 declare
   n integer;
 begin
+  perform pgfiber.archive_drop_expired_partitions();
+  perform pgfiber.archive_create_partitions(interval '1 day', interval '2 days');
+  commit;
   loop
     -- each stage's oldest keep_until first, on the (stage, keep_until) index (as JobsSql.pruneArchive)
     with recursive stages as (
