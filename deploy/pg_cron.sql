@@ -80,10 +80,17 @@ begin
       union all
       select (select a.stage from pgfiber.jobs_archive a where a.stage > s.stage order by a.stage limit 1)
       from stages s where s.stage is not null
+    ), part as (
+      -- a row kept at least a partition's width waits for its partition's drop, or a width past its keep_until
+      select coalesce(max(ends_at - starts_at), interval '0') as width from pgfiber.jobs_archive_partitions
     )
     delete from pgfiber.jobs_archive where id = any(array(
-      select due.id from stages s cross join lateral (
-        select a.id from pgfiber.jobs_archive a where a.stage = s.stage and a.keep_until <= now()
+      select due.id from stages s cross join part cross join lateral (
+        select case when (select a.keep_until - a.finished_at from pgfiber.jobs_archive a where a.stage = s.stage
+                          order by a.keep_until desc limit 1) < part.width then now() else now() - part.width end as upto
+      ) kind cross join lateral (
+        select a.id from pgfiber.jobs_archive a where a.stage = s.stage and a.keep_until <= kind.upto
+          and (a.keep_until - a.finished_at < part.width or a.keep_until <= now() - part.width)
         order by a.keep_until limit 5000 for update skip locked) due
       where s.stage is not null
       limit 5000));
