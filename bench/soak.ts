@@ -15,8 +15,8 @@
  * and claims like the first third: the summary gives both ratios. `--ci` (100,000 jobs unless `--jobs`) fails
  * if a job is lost, runs twice, dead-letters, or is missing from the history, if a worker crashes, or if the
  * last third drains below half the first third's rate (a loose bound: the machine is shared; a queue whose claim
- * grows with its history would fall far below it). `--json PATH` writes the summary (default, outside CI:
- * bench/results/soak-latest.json).
+ * grows with its history would fall far below it). `--drop-rows R` also drops a partition of R expired history
+ * rows mid-run (below). `--json PATH` writes the summary (default, outside CI: bench/results/soak-latest.json).
  */
 import { Effect, Layer, ManagedRuntime, Redacted } from "effect"
 import * as Fs from "node:fs"
@@ -42,6 +42,14 @@ const workersN = Number(option("workers") ?? 4)
 const concurrency = Number(option("concurrency") ?? 10)
 const steadyRate = Number(option("steady-rate") ?? 200)
 const orgs = Number(option("orgs") ?? 10)
+/**
+ * `--drop-rows R`: before the run, R expired history rows in a partition of their own (a day 30 days ahead, so
+ * no real row shares it; the workers then keep history 60 days so their rows never expire within the test's
+ * clock), dropped `--drop-at-s` seconds into the run (60 by default) as housekeeping drops an expired
+ * partition: the drain in that interval against the saturated intervals around it.
+ */
+const dropRows = Number(option("drop-rows") ?? 0)
+const dropAtS = Number(option("drop-at-s") ?? 60)
 const bulkBatch = 1_000
 const bulkBacklog = 20_000
 /** An interval counts towards flatness when at least this many jobs waited at its start and at its end. */
@@ -119,6 +127,20 @@ const main = async () => {
   const monitor = connect(url, { max: 1, schema, app: "soak-monitor" })
   cleanups.push(() => monitor.end({ timeout: 5 }))
 
+  if (dropRows > 0) {
+    await monitor`select archive_create_partitions(interval '1 day', interval '1 day', now() + interval '30 days')`
+    for (let done = 0; done < dropRows; done += 100_000) {
+      await monitor`
+        insert into jobs_archive (id, stage, payload, priority, status, attempts, max_attempts, created_at, finished_at, keep_until)
+        select -(${done}::int + g), 'soak_expired', jsonb_build_object('n', g), 50, 'completed', 1, 5, t, t, t + interval '1 hour'
+        from generate_series(1, ${Math.min(100_000, dropRows - done)}::int) g,
+             lateral (select date_trunc('day', now() + interval '30 days') + interval '1 hour' as t) x`
+    }
+    await monitor`vacuum analyze jobs_archive`
+    // the workers' rows must outlive the clock the drop is run at
+    process.env.PGFIBER_RETAIN_COMPLETED = "60 days"
+    log(`${dropRows} expired history rows in their own partition, to be dropped at ${dropAtS} s`)
+  }
   const compiled = await compileWorker("soakWorker.ts")
   const crashes: Array<string> = []
   let stopping = false
@@ -195,6 +217,18 @@ const main = async () => {
   let lastBacklog = 0
   void Promise.all([bulk, steady]).then(() => (producing = false))
   const deadlineMs = Math.max(600_000, totalJobs * 5)
+  let drop: { atS: number; ms: number; dropped: ReadonlyArray<string>; sample: number } | null = null
+  const dropper = connect(url, { max: 1, schema, app: "soak-housekeeping" })
+  cleanups.push(() => dropper.end({ timeout: 5 }))
+  const dropping = dropRows === 0 ? Promise.resolve() : (async () => {
+    await sleep(dropAtS * 1000 - (Date.now() - t0))
+    const atS = (Date.now() - t0) / 1000
+    const d0 = Date.now()
+    const rows = await dropper<Array<{ name: string }>>`
+      select name from archive_drop_expired_partitions(date_trunc('day', now() + interval '30 days') + interval '1 day 2 hours') as name`
+    drop = { atS, ms: Date.now() - d0, dropped: rows.map((r) => r.name), sample: samples.length }
+    log(`dropped ${drop.dropped.join(", ") || "nothing"} in ${drop.ms} ms at ${atS.toFixed(1)} s`)
+  })()
   const header = "    t s  enqueued  done/s  backlog | jobs MB (idx)  dead  av | archive MB (idx)  dead  av | events MB  dead  av | WAL MB/s | claim p50/p99 ms"
   log(header)
   for (;;) {
@@ -234,6 +268,7 @@ const main = async () => {
     if (crashes.length > 0 || now - t0 > deadlineMs) break
   }
   const elapsedS = (Date.now() - t0) / 1000
+  await dropping
 
   // the books: every job ran once, none is left, every one is in the history
   const [books] = await monitor<Array<{ live: number; archived: number; distinct_ids: number; completed: number; dead: number }>>`
@@ -261,6 +296,22 @@ const main = async () => {
     { name: "no worker crashed", ok: crashes.length === 0, detail: crashes.length === 0 ? "0 crashes" : crashes.join("; ") },
     { name: `the drain stays flat: the last third of the run ≥ ${flatShare * 100} % of the first third`, ok: steadyState.length >= 3 && drainShare >= flatShare, detail: `${drainFirst} → ${drainLast} jobs/s (${(drainShare * 100).toFixed(0)} %) over ${steadyState.length} saturated intervals` }
   ]
+  // the interval the drop fell in, against the saturated intervals up to three either side of it
+  const dropDone = drop as { atS: number; ms: number; dropped: ReadonlyArray<string>; sample: number } | null
+  const dropEffect = dropDone === null ? null : (() => {
+    const during = samples[dropDone.sample]
+    const around = samples.slice(Math.max(0, dropDone.sample - 3), dropDone.sample + 4)
+      .filter((s) => s !== during && s.saturated && samples.indexOf(s) > 0)
+    const aroundPerSec = median(around.map((s) => s.drainPerSec))
+    return {
+      ...dropDone,
+      rowsDropped: dropRows,
+      duringPerSec: during?.drainPerSec ?? null,
+      duringSaturated: during?.saturated ?? false,
+      aroundPerSec,
+      share: during ? Math.round(during.drainPerSec / aroundPerSec * 100) / 100 : null
+    }
+  })()
   const passed = checks.filter((c) => c.ok).length
   const last = samples.at(-1)!
   const summary = {
@@ -282,6 +333,7 @@ const main = async () => {
     flatness: { drainFirstThird: drainFirst, drainLastThird: drainLast, drainShare: Math.round(drainShare * 100) / 100, claimP99FirstThirdMs: claimP99First, claimP99LastThirdMs: claimP99Last },
     walTotalMB: mb(samples.reduce((a, s) => a + s.walMBPerSec * intervalMs / 1000 * 1048576, 0)),
     end: { ...last.tables, partitions: last.partitions },
+    partitionDrop: dropEffect,
     checks,
     samples
   }
@@ -290,6 +342,9 @@ const main = async () => {
     `soak ${summary.success ? "PASSED" : "FAILED"}${ci ? " (CI)" : ""}: ${totalJobs} jobs in ${summary.elapsedSeconds} s (${summary.averageDrainPerSec} jobs/s on average)`,
     `  drain, first → last third of the saturated intervals: ${drainFirst} → ${drainLast} jobs/s (${(drainShare * 100).toFixed(0)} %); claim p99 ${claimP99First} → ${claimP99Last} ms`,
     `  at the end: jobs ${last.tables.jobs.heapMB} MB + ${last.tables.jobs.indexMB} MB indexes (${last.tables.jobs.autovacuums} autovacuums); history ${last.tables.archive.heapMB} MB + ${last.tables.archive.indexMB} MB in ${last.partitions} partitions; events ${last.tables.events.heapMB} MB; WAL ${summary.walTotalMB} MB`,
+    ...(dropEffect === null ? [] : [
+      `  partition drop (${dropRows} expired rows) at ${dropEffect.atS.toFixed(0)} s took ${dropEffect.ms} ms: the drain in its interval ${dropEffect.duringPerSec} jobs/s against ${dropEffect.aroundPerSec} around it (${((dropEffect.share ?? 0) * 100).toFixed(0)} %${dropEffect.duringSaturated ? "" : ", not a saturated interval"})`
+    ]),
     ...checks.map((c) => `  ${c.ok ? "✓" : "✗"} ${c.name}: ${c.detail}`),
     ""
   ]
