@@ -12,6 +12,8 @@ import * as ArchivePartitions from "../../src/queue/ArchivePartitions.js"
 import * as Migrations from "../../src/queue/Migrations.js"
 import * as PgQueue from "../../src/queue/PgQueue.js"
 import * as Queue from "../../src/queue/Queue.js"
+import * as Stage from "../../src/runtime/Stage.js"
+import * as Housekeeping from "../../src/stages/housekeeping/Housekeeping.js"
 import { databaseUrl, dropSchema, freshSchemaName, layerDb } from "../support/pg.js"
 
 const day = 86_400_000
@@ -164,6 +166,26 @@ describe("jobs_archive partitioned by finish time", () => {
         }
         const direct = yield* Effect.either(db.withOrg("org-a", db.run((sql) => sql`select * from ${sql(parts["900000203"]!)}`)))
         expect(Either.isLeft(direct) && direct.left.message).toContain("permission denied")
+      }))
+  })
+
+  layer(PgQueue.layer().pipe(Layer.provideMerge(layerDb())), { excludeTestServices: true })((it) => {
+    it.effect("the housekeeping's history-retention task makes the partitions ahead at the width its payload names", () =>
+      Effect.gen(function*() {
+        const today = yield* todayUtc
+        const job: Stage.JobInfo = {
+          id: "1", stage: Housekeeping.stageName, attempt: 1, maxAttempts: 3, polls: 0, orgId: null, subjectId: null,
+          createdAt: new Date(), claimedAt: new Date(), ...Stage.jobInfoDefaults
+        }
+        yield* Housekeeping.housekeeping.handler({ task: "prune-history", partitionHours: 6, aheadHours: 96 }, job)
+        const parts = yield* ArchivePartitions.list
+        // the migration's three daily ones, then six-hour ones from the third day's end to four days from now
+        expect(parts.slice(0, 3).map((p) => p.endsAt.getTime())).toEqual([today + day, today + 2 * day, today + 3 * day])
+        const added = parts.slice(3)
+        expect(added.length).toBeGreaterThan(0)
+        expect(added[0]!.startsAt?.getTime()).toBe(today + 3 * day)
+        for (const p of added) expect(p.endsAt.getTime() - p.startsAt!.getTime()).toBe(6 * 3_600_000)
+        expect(added.at(-1)!.endsAt.getTime()).toBeGreaterThan(Date.now() + 96 * 3_600_000)
       }))
   })
 
