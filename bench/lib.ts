@@ -227,6 +227,8 @@ export type ChildMessage =
   | { readonly t: "drained"; readonly at: number; readonly handled: number }
   | { readonly t: "tick"; readonly at: number }
   | { readonly t: "metrics"; readonly fenced: number; readonly completed: number; readonly claimed: number }
+  /** The soak's worker: how long each claim statement took (ms) since its last report. */
+  | { readonly t: "claims"; readonly ms: ReadonlyArray<number> }
   | { readonly t: "error"; readonly message: string }
 
 export interface WorkerChild {

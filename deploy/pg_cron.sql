@@ -65,14 +65,18 @@ select cron.schedule('pgfiber-dead-letter-retention', '17 3 * * *', $purge$
   where resolution_status is not null and dead_at < now() - interval '30 days'
 $purge$);
 
--- Every 10 minutes: finished jobs kept as history (jobs_archive) whose retention has passed are deleted, 5,000
--- at a time, each batch its own short transaction, until none is due (what the `pgfiber.history-retention`
--- schedule does). SKIP LOCKED lets it run beside a worker's pruning.
+-- Every 10 minutes: the history's partitions (migration 0022) that hold nothing still kept are dropped and the
+-- next two days' are created (a day each), then finished jobs kept as history (jobs_archive) whose retention has
+-- passed are deleted, 5,000 at a time, each batch its own short transaction, until none is due (what the
+-- `pgfiber.history-retention` schedule does). SKIP LOCKED lets it run beside a worker's pruning.
 select cron.schedule('pgfiber-history-retention', '*/10 * * * *', $prune$
 do $body$
 declare
   n integer;
 begin
+  perform pgfiber.archive_drop_expired_partitions();
+  perform pgfiber.archive_create_partitions(interval '1 day', interval '2 days');
+  commit;
   loop
     -- each stage's oldest keep_until first, on the (stage, keep_until) index (as JobsSql.pruneArchive)
     with recursive stages as (
@@ -80,10 +84,17 @@ begin
       union all
       select (select a.stage from pgfiber.jobs_archive a where a.stage > s.stage order by a.stage limit 1)
       from stages s where s.stage is not null
+    ), part as (
+      -- a row kept at least a partition's width waits for its partition's drop, or a width past its keep_until
+      select coalesce(max(ends_at - starts_at), interval '0') as width from pgfiber.jobs_archive_partitions
     )
     delete from pgfiber.jobs_archive where id = any(array(
-      select due.id from stages s cross join lateral (
-        select a.id from pgfiber.jobs_archive a where a.stage = s.stage and a.keep_until <= now()
+      select due.id from stages s cross join part cross join lateral (
+        select case when (select a.keep_until - a.finished_at from pgfiber.jobs_archive a where a.stage = s.stage
+                          order by a.keep_until desc limit 1) < part.width then now() else now() - part.width end as upto
+      ) kind cross join lateral (
+        select a.id from pgfiber.jobs_archive a where a.stage = s.stage and a.keep_until <= kind.upto
+          and (a.keep_until - a.finished_at < part.width or a.keep_until <= now() - part.width)
         order by a.keep_until limit 5000 for update skip locked) due
       where s.stage is not null
       limit 5000));

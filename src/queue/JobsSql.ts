@@ -1077,9 +1077,13 @@ export const listArchivedJobs = (sql: Sql, stage: string | null, status: string 
 /**
  * Deletes up to `limit` history rows whose retention has passed, each stage's oldest `keep_until` first: a
  * loose scan of the `(stage, keep_until)` index finds the stages (one descent each), then each stage's expired
- * rows are a range of it (migration 0015: one index for pruning and stage pages). Locking: SKIP LOCKED on the
- * rows it takes, so two pruners (a worker's housekeeping, pg_cron) share the work; a batch per statement
- * keeps each transaction short, so pruning a large history never holds the settle's inserts.
+ * rows are a range of it (migration 0015: one index for pruning and stage pages). The archive is partitioned by
+ * finish time (0022) and a partition whose rows have all expired is dropped whole (ArchivePartitions), so a row
+ * kept at least a partition's width is left to that drop until it has waited one width past its `keep_until`
+ * (a longer-kept stage holds its partition); a row kept less than a width is deleted here on time. A stage's
+ * newest row tells which kind it is, so a long-kept stage's rows waiting for their drop are not read. Locking:
+ * SKIP LOCKED on the rows it takes, so two pruners (a worker's housekeeping, pg_cron) share the work; a batch
+ * per statement keeps each transaction short, so pruning a large history never holds the settle's inserts.
  */
 export const pruneArchive = (sql: Sql, limit: number) =>
   sql<Array<{ n: number }>>`
@@ -1088,10 +1092,16 @@ export const pruneArchive = (sql: Sql, limit: number) =>
       union all
       select (select a.stage from jobs_archive a where a.stage > s.stage order by a.stage limit 1)
       from stages s where s.stage is not null
+    ), part as (
+      select coalesce(max(ends_at - starts_at), interval '0') as width from jobs_archive_partitions
     ), gone as (
       delete from jobs_archive where id = any(array(
-        select due.id from stages s cross join lateral (
-          select a.id from jobs_archive a where a.stage = s.stage and a.keep_until <= now()
+        select due.id from stages s cross join part cross join lateral (
+          select case when (select a.keep_until - a.finished_at from jobs_archive a where a.stage = s.stage
+                            order by a.keep_until desc limit 1) < part.width then now() else now() - part.width end as upto
+        ) kind cross join lateral (
+          select a.id from jobs_archive a where a.stage = s.stage and a.keep_until <= kind.upto
+            and (a.keep_until - a.finished_at < part.width or a.keep_until <= now() - part.width)
           order by a.keep_until limit ${limit} for update skip locked) due
         where s.stage is not null
         limit ${limit}))

@@ -56,19 +56,27 @@ describe("deploy/pg_cron.sql", () => {
         expect(left.map((d) => d.reason)).toEqual(["old, open"])
       }))
 
-    it.effect("the history retention job deletes finished jobs past their keep_until, in batches, and no others", () =>
+    it.effect("the history retention job creates the partitions ahead, deletes finished jobs past their keep_until, in batches, and no others", () =>
       Effect.gen(function*() {
         const { schema } = yield* Db.Db
+        // the newest partition gone (as if housekeeping had not run for a day): the job makes it again
+        const [newest] = yield* query<{ name: string }>(schema, "select name from jobs_archive_partitions order by ends_at desc limit 1")
+        yield* query(schema, `drop table ${newest!.name}`)
+        yield* query(schema, `delete from jobs_archive_partitions where name = '${newest!.name}'`)
         yield* query(schema, `
           insert into jobs_archive (id, stage, payload, priority, status, attempts, max_attempts, created_at, keep_until)
           select 900000 + g, 'cron_hist', '{}', 50, 'completed', 0, 5, now(), now() - interval '1 minute'
           from generate_series(1, 12000) g`)
         yield* query(schema, `
           insert into jobs_archive (id, stage, payload, priority, status, attempts, max_attempts, created_at, keep_until)
-          values (800001, 'cron_hist', '{}', 50, 'completed', 0, 5, now(), now() + interval '1 day')`)
+          values (800001, 'cron_hist', '{}', 50, 'completed', 0, 5, now(), now() + interval '1 hour')`)
+        // retentions shorter than the archive's daily partitions: deleted row by row (longer ones go with their partition)
         yield* query(schema, jobBody("prune", schema))
         const left = yield* query<{ id: string }>(schema, "select id::text from jobs_archive where stage = 'cron_hist'")
         expect(left.map((r) => r.id)).toEqual(["800001"])
+        const [ahead] = yield* query<{ name: string; covers: boolean }>(schema, `
+          select name, ends_at > now() + interval '2 days' as covers from jobs_archive_partitions order by ends_at desc limit 1`)
+        expect(ahead).toEqual({ name: newest!.name, covers: true })
       }))
 
     it.effect("the events retention job deletes events older than a day from the front of the log, and no others", () =>

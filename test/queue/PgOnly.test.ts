@@ -81,11 +81,12 @@ describe("PgQueue (Postgres only)", () => {
         const q = yield* Queue.Queue
         const db = yield* Db.Db
         // two stages, each with expired rows and kept ones; the kept ones have the smaller ids (a retention
-        // shortened after they finished), so a walk in id order would have to step over them
+        // shortened after they finished), so a walk in id order would have to step over them. Both retentions are
+        // shorter than the archive's daily partitions (0022): rows kept longer go with their partition's drop.
         yield* db.run((sql) => sql`
           insert into jobs_archive (id, stage, payload, priority, status, attempts, max_attempts, created_at, keep_until)
           select -1000 - g, case when g % 2 = 0 then 'prune_a' else 'prune_b' end, '{}', 50, 'completed', 0, 5, now(),
-                 case when g >= 22 then now() + interval '1 day' else now() - interval '1 minute' end
+                 case when g >= 22 then now() + interval '1 hour' else now() - interval '1 minute' end
           from generate_series(1, 25) g`)
         expect(yield* q.history.prune({ batch: 4 })).toBe(21)
         const left = yield* db.run((sql) => sql<Array<{ id: string }>>`

@@ -5,14 +5,17 @@
  *   lease expires (the Waker's timer); this is the backstop, and what keeps `pgfiber tick` deployments tidy.
  * - `pgfiber.dead-letter-retention` (daily at 03:17 UTC): delete dead letters that were handled (retried or
  *   resolved) more than 30 days ago; unresolved ones stay until someone looks at them.
- * - `pgfiber.history-retention` (every 10 minutes): delete finished jobs whose retention has passed (the kept
- *   history, `PGFIBER_RETAIN_COMPLETED` or a stage's `retain`), 5,000 rows per statement so each transaction
- *   stays short and never holds up the workers' settles.
+ * - `pgfiber.history-retention` (every 10 minutes): drop the kept history's partitions (by finish time, a day
+ *   each unless `partitionHours` says otherwise) that hold no row still kept, create the next ones ahead
+ *   (`aheadHours`, 2 days), then delete the finished jobs whose retention has passed before their partition's
+ *   (`PGFIBER_RETAIN_COMPLETED` or a stage's `retain`), 5,000 rows per statement so each transaction stays short
+ *   and never holds up the workers' settles.
  * - `pgfiber.events-retention` (every 10 minutes): delete events older than `PGFIBER_EVENTS_RETAIN` (1 day) from
  *   the event log, 5,000 per statement.
  * All four do what deploy/pg_cron.sql does from inside the database, for deployments that prefer pg_cron.
  */
 import { Duration, Effect, Schema } from "effect"
+import * as ArchivePartitions from "../../queue/ArchivePartitions.js"
 import * as EventLog from "../../queue/EventLog.js"
 import * as Queue from "../../queue/Queue.js"
 import type * as Schedules from "../../queue/Schedules.js"
@@ -24,7 +27,12 @@ export const stageName = "pgfiber.housekeeping"
 export const Task = Schema.Union(
   Schema.Struct({ task: Schema.Literal("reap-expired") }),
   Schema.Struct({ task: Schema.Literal("purge-dead-letters"), olderThanDays: Schema.Int.pipe(Schema.between(0, 3650)) }),
-  Schema.Struct({ task: Schema.Literal("prune-history"), batch: Schema.optional(Schema.Int.pipe(Schema.between(1, 100_000))) }),
+  Schema.Struct({
+    task: Schema.Literal("prune-history"),
+    batch: Schema.optional(Schema.Int.pipe(Schema.between(1, 100_000))),
+    partitionHours: Schema.optional(Schema.Int.pipe(Schema.between(1, 744))),
+    aheadHours: Schema.optional(Schema.Int.pipe(Schema.between(1, 24 * 366)))
+  }),
   Schema.Struct({ task: Schema.Literal("prune-events"), batch: Schema.optional(Schema.Int.pipe(Schema.between(1, 100_000))) })
 )
 
@@ -42,6 +50,13 @@ export const housekeeping = Stage.make({
         return
       }
       if (task.task === "prune-history") {
+        const partitions = yield* ArchivePartitions.maintain({
+          width: Duration.hours(task.partitionHours ?? 24),
+          ahead: Duration.hours(task.aheadHours ?? 48)
+        })
+        if (partitions.dropped.length + partitions.created.length > 0) {
+          yield* Effect.logInfo("housekeeping: history partitions", partitions)
+        }
         const pruned = yield* queue.history.prune({ batch: task.batch ?? 5000 })
         if (pruned > 0) yield* Effect.logInfo("housekeeping: finished jobs past their retention pruned", { pruned })
         return

@@ -1,0 +1,98 @@
+/**
+ * A soak worker process: the real pgfiber worker (`Worker.layer` under `NodeRuntime.runMain`) with one stage whose
+ * handler is an async no-op, fairness on (the stage's default) and the history kept (the default retention). Every
+ * second it tells the harness its counters and how long each claim took since the last report, timed by a tracer
+ * that keeps only the `Queue.claim` spans (the claim statement's round trip, as the pool waits for it).
+ */
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
+import { Context, Duration, Effect, Layer, Metric, Option, Redacted, Schedule, Schema, Tracer } from "effect"
+import * as Db from "../src/layers/Db.js"
+import * as PgQueue from "../src/queue/PgQueue.js"
+import * as Metrics from "../src/runtime/Metrics.js"
+import * as Stage from "../src/runtime/Stage.js"
+import * as Worker from "../src/runtime/Worker.js"
+import { nowNs, tell } from "./lib.js"
+
+export interface SoakWorkerConfig {
+  readonly url: string
+  readonly schema: string
+  readonly workerId: string
+  readonly stage: string
+  readonly concurrency: number
+}
+
+const config = JSON.parse(process.argv[2] ?? "{}") as SoakWorkerConfig
+
+const soak = Stage.make({
+  name: config.stage,
+  payload: Schema.Struct({ n: Schema.Number }),
+  concurrency: config.concurrency,
+  handler: () => Effect.promise(() => Promise.resolve())
+})
+
+/** Claim round trips (ms) since the last report. */
+let claimMs: Array<number> = []
+
+/** A tracer that records the length of every `Queue.claim` span and nothing else. */
+const claimTimer = Tracer.make({
+  span: (name, parent, context, links, startTime, kind) => {
+    let status: Tracer.SpanStatus = { _tag: "Started", startTime }
+    const attributes = new Map<string, unknown>()
+    const spanLinks = [...links]
+    const span: Tracer.Span = {
+      _tag: "Span",
+      name,
+      spanId: Math.random().toString(16).slice(2),
+      traceId: Option.match(parent, { onNone: () => Math.random().toString(16).slice(2), onSome: (p) => p.traceId }),
+      parent,
+      context: context ?? Context.empty(),
+      get status() {
+        return status
+      },
+      attributes,
+      links: spanLinks,
+      sampled: true,
+      kind,
+      end: (endTime, exit) => {
+        status = { _tag: "Ended", startTime, endTime, exit }
+        if (name === "Queue.claim") claimMs.push(Number(endTime - startTime) / 1e6)
+      },
+      attribute: (key, value) => void attributes.set(key, value),
+      event: () => undefined,
+      addLinks: (more) => void spanLinks.push(...more)
+    }
+    return span
+  },
+  context: (f) => f()
+})
+
+const counter = (m: Metric.Metric.Counter<number>) =>
+  Effect.map(Metric.value(Metrics.forStage(m, config.stage)), (s) => s.count)
+
+const report = Effect.gen(function*() {
+  const [claimed, completed, fenced] = [yield* counter(Metrics.claimed), yield* counter(Metrics.completed), yield* counter(Metrics.fenced)]
+  const ms = claimMs
+  claimMs = []
+  tell({ t: "claims", ms })
+  tell({ t: "metrics", claimed, completed, fenced })
+})
+
+const reportCounters = Layer.scopedDiscard(
+  Effect.zipRight(
+    Effect.sync(() => tell({ t: "ready", at: nowNs() })),
+    Effect.forkScoped(Effect.repeat(report, Schedule.spaced("1 second")))
+  )
+)
+
+tell({ t: "starting", at: nowNs() })
+Layer.launch(
+  reportCounters.pipe(
+    Layer.provideMerge(Worker.layer([soak], { ...Worker.defaults(), workerId: config.workerId, shutdownGrace: Duration.seconds(5) })),
+    Layer.provide(PgQueue.layer({ knownStages: [config.stage] })),
+    Layer.provideMerge(Db.layerWith({ url: Redacted.make(config.url), schema: config.schema, poolMax: 10, applicationName: config.workerId }))
+  )
+).pipe(
+  Effect.ensuring(report),
+  Effect.withTracer(claimTimer),
+  NodeRuntime.runMain
+)
