@@ -207,7 +207,7 @@ describe("jobs_archive partitioned by finish time", () => {
       // the index the migration needs, built beforehand without blocking the settles (docs/operations.md)
       yield* db.run((sql) => sql`create unique index concurrently jobs_archive_legacy_id on jobs_archive (id, finished_at)`)
       const applied = yield* Migrations.migrate().pipe(Effect.provideService(Db.Db, db))
-      expect(applied.applied).toEqual(["0022_archive_partitions"])
+      expect(applied.applied[0]).toBe("0022_archive_partitions")
       const [counts] = yield* db.run((sql) => sql<Array<{ n: number; legacy: number; indexes: number }>>`
         select (select count(*)::int from jobs_archive) as n,
                (select count(*)::int from only jobs_archive_legacy) as legacy,
