@@ -48,27 +48,57 @@ export type LoggedEvent = typeof LoggedEvent.Type
 const isKind = Schema.is(Kind)
 
 /**
- * An event from `readEvents`' JSON: its fields by position (`EventsSql.eventFields`), its time as epoch ms. Not
- * Schema-decoded objects: a follower reads every event of every job, and parsing and decoding 1,000 objects
- * with a Schema cost 4-8 ms in the follower's process (often the worker's), 13-24 % of a 20,000-job drain's
- * time on a 2-core machine; by position, 0.5-1 ms with the parse. Only the kind is checked (the table's CHECK
- * holds it too; the other fields' types are the columns'). The model is still `LoggedEvent`.
+ * The events of one row of `readEvents`' JSON (its fields by position, `EventsSql.rowFields`; its time as epoch
+ * ms), in order, each with its transaction: a row holds one statement's events of one org, stage and kind, job
+ * by job. Not Schema-decoded objects: a follower reads every event of every job, and parsing and decoding 1,000
+ * objects with a Schema cost 4-8 ms in the follower's process (often the worker's), 13-24 % of a 20,000-job
+ * drain's time on a 2-core machine. Only the kind is checked (the table's CHECK holds it too; the other fields'
+ * types are the columns'). The model is still `LoggedEvent`. `skip`: how many of the row's first events the
+ * reader has already had.
  */
-const fromArray = (a: ReadonlyArray<unknown>): LoggedEvent & { readonly tx: string } => {
+const unnestRow = (
+  a: ReadonlyArray<unknown>,
+  skip: number,
+  keep: (jobId: string, subjectId: string | null) => boolean,
+  out: Array<LoggedEvent & { readonly tx: string }>,
+  max: number
+): number => {
   const kind = a[2]
-  if (!isKind(kind)) throw new Error(`event ${String(a[0])} has an unknown kind ${String(kind)}`)
-  return {
-    id: a[0] as string,
-    tx: a[1] as string,
-    kind,
-    jobId: a[3] as string,
-    stage: a[4] as string,
-    orgId: a[5] as string | null,
-    subjectId: a[6] as string | null,
-    attempt: a[7] as number,
-    data: a[8] as Record<string, unknown> | null,
-    at: new Date(a[9] as number)
+  if (!isKind(kind)) throw new Error(`event row ${String(a[0])} has an unknown kind ${String(kind)}`)
+  const rowId = a[0] as string, tx = a[1] as string, stage = a[3] as string, orgId = a[4] as string | null
+  const at = a[5] as number
+  const jobIds = a[6] as ReadonlyArray<string>
+  const subjectIds = a[7] as ReadonlyArray<string | null> | null
+  const attempts = a[8] as ReadonlyArray<number>
+  const data = a[9] as ReadonlyArray<Record<string, unknown> | null> | null
+  const id = eventIds(rowId)
+  let n = skip
+  for (; n < jobIds.length && out.length < max; n++) {
+    const subjectId = subjectIds?.[n] ?? null
+    if (!keep(jobIds[n]!, subjectId)) continue
+    out.push({
+      id: id(n), tx, kind, jobId: jobIds[n]!, stage, orgId, subjectId, attempt: attempts[n] ?? 0,
+      data: data?.[n] ?? null, at: new Date(at)
+    })
   }
+  return n
+}
+
+/** The ids of a row's events: the row's id × `EventsSql.idScale` + the place (as Numbers while exact). */
+const eventIds = (rowId: string): (place: number) => string => {
+  const row = Number(rowId)
+  if (row * EventsSql.idScale + EventsSql.idScale <= Number.MAX_SAFE_INTEGER) {
+    const base = row * EventsSql.idScale
+    return (place) => String(base + place)
+  }
+  const base = BigInt(rowId) * BigInt(EventsSql.idScale)
+  return (place) => String(base + BigInt(place))
+}
+
+/** Where event `id` sits: its row and its place there. */
+const placeOf = (id: string) => {
+  const n = BigInt(id)
+  return { row: String(n / BigInt(EventsSql.idScale)), place: Number(n % BigInt(EventsSql.idScale)) }
 }
 
 /** A reader's place: the last (tx, id) it has, in the log's read order. */
@@ -150,17 +180,34 @@ export const make = Effect.gen(function*() {
 
   const read = (cursor: Cursor, filter: Filter, limit = 500) =>
     Effect.gen(function*() {
-      const [row] = yield* run((sql) => EventsSql.readEvents(sql, cursor, sqlFilter(filter), limit))
-      const rows = yield* Effect.try({
-        try: () => row!.events.map(fromArray),
+      const f = sqlFilter(filter)
+      const [row] = yield* run((sql) => EventsSql.readEvents(sql, cursor, f, limit))
+      const keep = (jobId: string, subjectId: string | null) =>
+        (f.jobId === null || jobId === f.jobId) && (f.subjectId === null || subjectId === f.subjectId)
+      const at = placeOf(cursor.id)
+      const out: Array<LoggedEvent & { readonly tx: string }> = []
+      // the cursor's own row (the first, when it is still there) was read up to the cursor's place
+      let last: Cursor | undefined
+      const unnested = yield* Effect.try({
+        try: () => {
+          for (const r of row!.rows) {
+            const skip = r[1] === cursor.tx && r[0] === at.row ? at.place + 1 : 0
+            const upTo = unnestRow(r, skip, keep, out, limit)
+            const length = (r[6] as ReadonlyArray<unknown>).length
+            if (upTo < length) return false // the page is full inside this row
+            last = { tx: r[1] as string, id: eventIds(r[0] as string)(length - 1) }
+          }
+          return true
+        },
         catch: (e) => new EventLogError({ message: e instanceof Error ? e.message : String(e) })
       })
-      const full = rows.length >= limit
-      const last = rows.length > 0 ? { tx: rows[rows.length - 1]!.tx, id: rows[rows.length - 1]!.id } : cursor
-      // a short page read every row below the horizon: the next read starts there (rows the filter left out
-      // are not read again)
-      const next = full ? last : later(last, { tx: row!.horizon, id: "0" })
-      const events = rows.map(({ tx: _tx, ...event }): LoggedEvent => event)
+      const full = !unnested || out.length >= limit || row!.truncated
+      const next = !unnested || out.length >= limit
+        ? { tx: out[out.length - 1]!.tx, id: out[out.length - 1]!.id }
+        // every row read to its end: after the last, or (nothing more below it) the horizon, which rows the
+        // filter left out are behind
+        : row!.truncated ? last ?? cursor : later(last ?? cursor, { tx: row!.horizon, id: "0" })
+      const events = out.map(({ tx: _tx, ...event }): LoggedEvent => event)
       return { events, next, full, held: row!.held }
     })
 

@@ -27,42 +27,46 @@ export interface EventFilter {
   readonly subjectId: string | null
 }
 
-/** The order of an event's fields in `readEvents`' arrays. */
-export const eventFields = ["id", "tx", "kind", "jobId", "stage", "orgId", "subjectId", "attempt", "data", "at"] as const
+/** The order of a row's fields in `readEvents`' arrays. */
+export const rowFields = ["id", "tx", "kind", "stage", "orgId", "at", "jobIds", "subjectIds", "attempts", "data"] as const
 
 /**
- * The next page after the cursor (tx, id), in (tx, id) order, of rows whose transaction is older than every
- * running one; the horizon (that oldest running xid) it read up to; and whether rows at or past the horizon
- * are waiting for an older transaction to end (`held`: the caller looks again soon, since that transaction may
- * write no event and so NOTIFY nothing). Locking: none; the (tx, id) index from the cursor.
+ * The next rows after the cursor (tx, id: an event id), in (tx, id) order, of transactions older than every
+ * running one, holding at least `limit` events past the cursor when there are so many (the caller unnests them
+ * and keeps `limit`; a row costs the server one array of each field, not an object per event, and a follower
+ * reads every event of a busy queue); whether rows were left for the next read (`truncated`); the horizon (that
+ * oldest running xid) it read up to; and whether rows at or past the horizon are waiting for an older
+ * transaction to end (`held`: the caller looks again soon, since that transaction may write no event and so
+ * NOTIFY nothing). Rows of other jobs or subjects than the filter's are left out here; the caller drops their
+ * other events. Locking: none; the (tx, id) index from the cursor.
  */
 export const readEvents = (sql: Sql, cursor: { readonly tx: string; readonly id: string }, f: EventFilter, limit: number) =>
-  sql<Array<{ events: ReadonlyArray<ReadonlyArray<unknown>>; horizon: string; held: boolean }>>`
+  sql<Array<{ rows: ReadonlyArray<ReadonlyArray<unknown>>; truncated: boolean; horizon: string; held: boolean }>>`
     with horizon as (
       select pg_snapshot_xmin(pg_current_snapshot()) as xmin
-    ), page as (
-      select e.id * ${idScale} + u.n - 1 as id, e.tx, e.kind, u.job_id, e.stage, e.org_id, u.subject_id, u.attempt,
-             u.data, e.at
+    ), scanned as (
+      -- the events before each row (its first row's, of which some may be behind the cursor, too)
+      select e.*, sum(cardinality(e.job_ids)) over (order by e.tx, e.id) - cardinality(e.job_ids) as before
       from job_events e
-      cross join lateral unnest(e.job_ids, e.subject_ids, e.attempts, e.data)
-        with ordinality as u(job_id, subject_id, attempt, data, n)
       where (e.tx, e.id) >= (${cursor.tx}::xid8, ${cursor.id}::bigint / ${idScale})
-        and (e.tx, e.id * ${idScale} + u.n - 1) > (${cursor.tx}::xid8, ${cursor.id}::bigint)
         and e.tx < (select xmin from horizon)
         and (${f.org}::text is null or e.org_id = ${f.org}::text)
         and (${f.stages}::text[] is null or e.stage = any(${f.stages}::text[]))
         and (${f.kinds}::text[] is null or e.kind = any(${f.kinds}::text[]))
-        and (${f.jobId}::bigint is null or u.job_id = ${f.jobId}::bigint)
-        and (${f.subjectId}::text is null or u.subject_id = ${f.subjectId}::text)
-      order by e.tx, e.id, u.n
+        and (${f.jobId}::bigint is null or ${f.jobId}::bigint = any(e.job_ids))
+        and (${f.subjectId}::text is null or ${f.subjectId}::text = any(e.subject_ids))
+      order by e.tx, e.id
       limit ${limit}
+    ), page as (
+      select * from scanned where before < ${limit + idScale}::bigint
     )
-    -- each event an array of its fields in \`eventFields\` order, its time as epoch ms (see EventLog.fromArray)
+    -- each row an array of its fields in \`rowFields\` order, its time as epoch ms (see EventLog.unnestRow)
     select coalesce((
       select json_agg(json_build_array(
-        p.id::text, p.tx::text, p.kind, p.job_id::text, p.stage, p.org_id, p.subject_id, p.attempt, p.data,
-        floor(date_part('epoch', p.at) * 1000 + 0.0005)) order by p.tx, p.id)
-      from page p), '[]'::json) as events,
+        p.id::text, p.tx::text, p.kind, p.stage, p.org_id, floor(date_part('epoch', p.at) * 1000 + 0.0005),
+        p.job_ids::text[], p.subject_ids, p.attempts, p.data) order by p.tx, p.id)
+      from page p), '[]'::json) as rows,
+      (select count(*) from scanned) >= ${limit} or exists (select 1 from scanned where before >= ${limit + idScale}::bigint) as truncated,
       (select xmin::text from horizon) as horizon,
       exists (select 1 from job_events e where e.tx >= (select xmin from horizon)) as held`
 
