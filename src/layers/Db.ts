@@ -163,10 +163,15 @@ export class Db extends Context.Tag("pgfiber/Db")<Db, {
    * it drops: `onDown` the moment the connection is lost (or cannot be made), `onListening` each time LISTEN is
    * back (notifications may have been missed in between).
    */
-  readonly listen: (channel: string, handlers: ListenHandlers) => Effect.Effect<void, never, Scope.Scope>
+  readonly listen: (channel: string, handlers: ListenHandlers) => Effect.Effect<ListenConnection, never, Scope.Scope>
   /** Since when the database has been failing with connection errors (null: it answers). */
   readonly outageSince: Effect.Effect<Date | null>
 }>() {}
+
+/** Statements on the LISTEN connection itself (a session: its advisory locks last until it drops). */
+export interface ListenConnection {
+  readonly run: <A>(query: (sql: Sql) => PromiseLike<A>) => Effect.Effect<A, DbError>
+}
 
 export interface ListenHandlers {
   readonly onNotify: (payload: string) => void
@@ -621,6 +626,7 @@ export const make = (options: DbOptions) =>
         }).pipe(Effect.forever)
         yield* Effect.forkScoped(session)
         yield* Deferred.await(firstAttempt)
+        return { run: <A>(query: (sql: Sql) => PromiseLike<A>) => send(() => query(listener)) } satisfies ListenConnection
       })
 
     return Db.of({
