@@ -2,12 +2,15 @@
  * No thundering herd: 8 worker processes (test/fixtures/fleetWorker.ts) listen on one stage, and a trickle of
  * single jobs (each enqueued once the one before has run) costs at most 2 claim statements per job in all, not
  * one per process: only the stage's wake leader claims on a NOTIFY (src/runtime/Waker.ts). Claims are counted by
- * each process's `pgfiber_claims_total`, from once every process is up and quiet to the last job.
+ * each process's `pgfiber_claims_total`, from once every process is up and quiet to the last job. Then a backlog
+ * enqueued in one statement (one NOTIFY) is still run by several processes: the leader, whose claim comes back
+ * full, asks the others to claim (`pgfiber:more:<stage>`).
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Layer, Redacted, Schema } from "effect"
 import * as Db from "../../src/layers/Db.js"
 import * as PgQueue from "../../src/queue/PgQueue.js"
+import * as Queue from "../../src/queue/Queue.js"
 import * as Stage from "../../src/runtime/Stage.js"
 import { claimsOf, errorsOf } from "../support/fleet.js"
 import { databaseUrl } from "../support/pg.js"
@@ -50,10 +53,26 @@ describe("wake-ups with many processes listening", () => {
       const claims = total() - before
       console.log(`herd: ${processes} processes, ${jobs} jobs one at a time: ${claims} claims (${(claims / jobs).toFixed(2)} per job)`)
 
-      const [runs] = yield* Effect.promise(() => sql`select count(*)::int as runs, count(distinct job_id)::int as jobs from executions`)
-      expect(runs).toEqual({ runs: jobs, jobs })
+      const [runs] = yield* Effect.promise(() =>
+        sql`select count(*)::int as runs, count(distinct job_id)::int as jobs, count(distinct worker_id)::int as workers from executions`
+      )
+      expect({ runs: runs!.runs, jobs: runs!.jobs }).toEqual({ runs: jobs, jobs })
       expect(claims).toBeGreaterThanOrEqual(jobs)
       expect(claims).toBeLessThanOrEqual(2 * jobs)
+
+      // a backlog in one statement: one NOTIFY, more than one process can hold (8 × 10 slots, jobs of 50 ms)
+      const backlog = 400
+      yield* Effect.gen(function*() {
+        const queue = yield* Queue.Queue
+        yield* queue.enqueue(yield* Effect.forEach(Array.from({ length: backlog }, () => 0), () => Stage.job(fleet, { sleepMs: 50 })))
+      }).pipe(Effect.provide(producer), Effect.orDie)
+      yield* waitFor(
+        "the backlog to run",
+        Effect.promise(() => sql`select count(*)::int as n from executions`).pipe(Effect.map((rows) => rows[0]!.n >= jobs + backlog))
+      )
+      // processes that had run nothing of the trickle (the leader ran it) ran some of the backlog
+      const [shared] = yield* Effect.promise(() => sql`select count(distinct worker_id)::int as workers from executions`)
+      expect(shared!.workers).toBeGreaterThan(runs!.workers)
       for (const w of workers) expect(errorsOf(w), w.output()).toEqual([])
     }).pipe(Effect.scoped), { timeout: 300_000 })
 })
