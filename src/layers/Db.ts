@@ -165,13 +165,18 @@ export class Db extends Context.Tag("pgfiber/Db")<Db, {
    * it drops: `onDown` the moment the connection is lost (or cannot be made), `onListening` each time LISTEN is
    * back (notifications may have been missed in between).
    */
-  readonly listen: (channel: string, handlers: ListenHandlers) => Effect.Effect<void, never, Scope.Scope>
+  readonly listen: (channel: string, handlers: ListenHandlers) => Effect.Effect<ListenConnection, never, Scope.Scope>
   /** Since when the database has been failing with connection errors (null: it answers). */
   readonly outageSince: Effect.Effect<Date | null>
 }>() {}
 
 /** One `select 1`: the database answers (readiness). */
 export const ping: Effect.Effect<void, DbError, Db> = Effect.flatMap(Db, (db) => Effect.asVoid(db.run((sql) => sql`select 1`)))
+
+/** Statements on the LISTEN connection itself (a session: its advisory locks last until it drops). */
+export interface ListenConnection {
+  readonly run: <A>(query: (sql: Sql) => PromiseLike<A>) => Effect.Effect<A, DbError>
+}
 
 export interface ListenHandlers {
   readonly onNotify: (payload: string) => void
@@ -626,6 +631,7 @@ export const make = (options: DbOptions) =>
         }).pipe(Effect.forever)
         yield* Effect.forkScoped(session)
         yield* Deferred.await(firstAttempt)
+        return { run: <A>(query: (sql: Sql) => PromiseLike<A>) => send(() => query(listener)) } satisfies ListenConnection
       })
 
     return Db.of({

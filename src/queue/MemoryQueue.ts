@@ -13,7 +13,7 @@ import * as Limits from "./Limits.js"
 import type * as Registry from "./Registry.js"
 import * as Outcome from "./Outcome.js"
 import type { Settled } from "./Outcome.js"
-import { type ClaimOptions, type OnDead, Queue, type QueueOptions, laterTopic, resolveRetention, stageControlsTopic, type Wakeups } from "./Queue.js"
+import { type ClaimOptions, type OnDead, Queue, type QueueOptions, laterTopic, type Listening, resolveRetention, stageControlsTopic, type Wakeups } from "./Queue.js"
 
 type MutableJob = { -readonly [K in keyof Job]: Job[K] }
 
@@ -991,6 +991,12 @@ export const make = (options: QueueOptions = {}) =>
         Effect.sync(() => [...actionLog].reverse().slice(0, Math.max(1, Math.min(o.limit ?? 100, 10_000))))
     }
 
+    // one process: each subscription leads every stage it asks for
+    const listening: Listening = {
+      tryLead: (stages) => Effect.succeed(stages),
+      unlead: () => Effect.void,
+      notify: (topic) => Effect.sync(() => wake(topic))
+    }
     const listen = (wakeups: Wakeups) =>
       Effect.acquireRelease(
         Effect.sync(() => {
@@ -998,7 +1004,7 @@ export const make = (options: QueueOptions = {}) =>
           wakeups.onListening()
         }),
         () => Effect.sync(() => listeners.delete(wakeups))
-      )
+      ).pipe(Effect.as(listening))
 
     return Queue.of({
       enqueue,

@@ -2,6 +2,7 @@
  * The Postgres Queue: jobs live in `<schema>.jobs`; the insert trigger NOTIFYs per stage; one LISTEN
  * connection per process carries wake-ups. Statements are in JobsSql.ts.
  */
+import { createHash } from "node:crypto"
 import { Duration, Effect, Either, Exit, Layer, Schema } from "effect"
 import * as Db from "../layers/Db.js"
 import * as Spans from "../layers/Spans.js"
@@ -23,6 +24,11 @@ const spanOptions = { captureStackTrace: false } as const
 
 const str = (v: unknown): string | null => (v === null || v === undefined ? null : String(v))
 const date = (v: unknown): Date => (v instanceof Date ? v : new Date(String(v)))
+
+
+/** A stage's wake-lead lock (Waker.ts): a 64-bit advisory lock key from the schema and the stage's name. */
+export const wakeLockKey = (schema: string, stage: string): string =>
+  createHash("sha256").update(`${schema}:wake:${stage}`).digest().readBigInt64BE(0).toString()
 
 export const rowToJob = (r: Record<string, unknown>): Job => ({
   id: String(r.id),
@@ -964,7 +970,24 @@ export const make = (options: QueueOptions = {}) =>
         onNotify: (stage) => wakeups.onWake(stage),
         onListening: () => wakeups.onListening(),
         onDown: (reason) => wakeups.onDown?.(reason)
-      })
+      }).pipe(Effect.map((connection): Queue.Listening => {
+        const channel = JobsSql.channel(db.schema)
+        // each statement on the LISTEN connection starts with its LISTEN again (a no-op), so that connection still
+        // shows as the schema's LISTEN in pg_stat_activity; the lock keys are numbers made here (no input in the text)
+        const onListener = (statement: string) =>
+          connection.run((sql) => sql.unsafe(`listen "${channel}"; ${statement}`)).pipe(
+            Effect.map((results) => (results as unknown as Array<Array<Record<string, boolean>>>)[1]?.[0] ?? {})
+          )
+        return {
+          // session-level locks on the LISTEN connection: lost with it, so a process that dies gives its leads up
+          tryLead: (stages) =>
+            stages.length === 0 ? Effect.succeed([]) : onListener(`select ${stages.map((s, i) => `pg_try_advisory_lock(${wakeLockKey(db.schema, s)}) as l${i}`).join(", ")}`).pipe(
+              Effect.map((row) => stages.filter((_, i) => row[`l${i}`] === true))
+            ),
+          unlead: (stage) => Effect.asVoid(onListener(`select pg_advisory_unlock(${wakeLockKey(db.schema, stage)}) as u`)),
+          notify: (topic) => db.run((sql) => sql`select pg_notify(${channel}, ${topic})`).pipe(Effect.asVoid)
+        }
+      }))
 
     return Queue.Queue.of({
       enqueue,

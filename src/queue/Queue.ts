@@ -61,6 +61,20 @@ export interface Wakeups {
   readonly onDown?: (reason: string) => void
 }
 
+/**
+ * What a subscription can do on its own LISTEN connection (a session, direct to the database also behind a
+ * pooler): hold each stage's wake lead (a session-level advisory lock, released when the connection drops) and
+ * send a notification to every listener.
+ */
+export interface Listening {
+  /** Tries to take the wake lead of each stage; answers the stages this subscription now leads. */
+  readonly tryLead: (stages: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<string>, QueueError>
+  /** Gives a stage's lead up. */
+  readonly unlead: (stage: string) => Effect.Effect<void, QueueError>
+  /** NOTIFYs every listener with this topic. */
+  readonly notify: (topic: string) => Effect.Effect<void, QueueError>
+}
+
 export interface NextWake {
   /** A queued job of one of the stages falls due. */
   readonly jobDueInMs: number | null
@@ -219,7 +233,7 @@ export class Queue extends Context.Tag("pgfiber/Queue")<Queue, {
     readonly actions: (options?: { readonly limit?: number | undefined }) => Effect.Effect<ReadonlyArray<Bulk.ActionRecord>, QueueError>
   }
   /** Subscribes to wake-ups for the life of the scope (one LISTEN connection for Postgres). */
-  readonly listen: (wakeups: Wakeups) => Effect.Effect<void, never, Scope.Scope>
+  readonly listen: (wakeups: Wakeups) => Effect.Effect<Listening, never, Scope.Scope>
 }>() {}
 
 export interface QueueOptions {
@@ -238,6 +252,12 @@ export const stageControlsTopic = "pgfiber:stages"
  * its next-due timer (the insert trigger of 0017, a replacing enqueue). Workers do not ask after each claim.
  */
 export const laterTopic = "pgfiber:later"
+
+/**
+ * A stage's wake leader asks the other processes to claim too (its claim came back full, or a job came while it
+ * had no free slot): the topic `pgfiber:more:<stage>`.
+ */
+export const moreTopicPrefix = "pgfiber:more:"
 
 /** A retention from text: "0" (delete at once), or a duration such as "7 days", "12 hours", "30 minutes". */
 export const parseRetention = (text: string): Either.Either<Duration.Duration, string> => {

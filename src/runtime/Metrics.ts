@@ -10,6 +10,8 @@ const counter = (name: string, description: string) => Metric.counter(name, { de
 /** Counted by the queue itself, so follow-ups and every producer are included. */
 export const enqueued = enqueuedTotal
 export const claimed = counter("pgfiber_jobs_claimed_total", "Jobs leased by this process")
+/** Claim statements, whatever they found: with `claimed`, what a wake-up costs (many processes woken for one job claim for nothing). */
+export const claims = counter("pgfiber_claims_total", "Claim statements sent by this process")
 export const completed = counter("pgfiber_jobs_completed_total", "Jobs completed")
 export const retried = counter("pgfiber_jobs_retried_total", "Failed runs put back with a backoff")
 export const rescheduled = counter("pgfiber_jobs_rescheduled_total", "Polls rescheduled (NotReady)")

@@ -15,8 +15,15 @@
  * - a pool held back by its stage's limits says so (`Blocked`): a rate-limited stage is left out of the
  *   due-job question and woken by the same timer at its next token; a capped one waits for a NOTIFY (a slot
  *   freed in any process) or its own slot freeing, so neither polls.
+ * - no thundering herd: of the processes running a stage, one is its wake leader (a session-level advisory lock
+ *   on its LISTEN connection, `Queue.Listening.tryLead`) and claims on the stage's NOTIFY; the others ignore it
+ *   unless their pool waits for a slot (a capped stage). The leader asks them to claim too (`pgfiber:more:<stage>`,
+ *   at most every `helpSpacing`) when its claim comes back full or a job comes while it has no free slot. A
+ *   follower that ignored a NOTIFY tries to take the lead within `leadRetry` (the leader may have died: its lock
+ *   went with its connection), and a leader that stops hands the lead back and asks for help. Until a process
+ *   knows whether it leads (at start, after a reconnect), it claims on every NOTIFY, as one process does.
  */
-import { Clock, Context, Duration, Effect, Layer, Queue as Q } from "effect"
+import { Clock, Context, Duration, Effect, FiberSet, Layer, Queue as Q } from "effect"
 import * as Metrics from "./Metrics.js"
 import * as Queue from "../queue/Queue.js"
 
@@ -46,13 +53,22 @@ export interface WakerOptions {
    * (no statement of its own): at most once per sweep interval, also while polling.
    */
   readonly presence?: string | undefined
+  /** A follower that ignored a NOTIFY tries to take the stage's wake lead at most this often. */
+  readonly leadRetry: Duration.Duration
+  /** A wake leader asks the other processes to claim at most this often. */
+  readonly helpSpacing: Duration.Duration
 }
 
 export const defaultOptions: WakerOptions = {
   sweepInterval: Duration.seconds(60),
   pollInterval: Duration.seconds(2),
-  minTimerSpacing: Duration.millis(25)
+  minTimerSpacing: Duration.millis(25),
+  leadRetry: Duration.seconds(1),
+  helpSpacing: Duration.millis(50)
 }
+
+/** Whether this process leads a stage's wake-ups: unknown until it has tried (and then it claims on every NOTIFY). */
+type Lead = "unknown" | "leader" | "follower"
 
 /** Something besides jobs that falls due (the Scheduler's next tick), known without asking the database. */
 export interface DueSource {
@@ -88,8 +104,11 @@ export class Waker extends Context.Tag("pgfiber/Waker")<Waker, {
     stage: string,
     wake: (reason: WakeReason) => void,
     paused?: () => boolean,
-    blocked?: () => Blocked
+    blocked?: () => Blocked,
+    busy?: () => boolean
   ) => Effect.Effect<void, never, import("effect").Scope.Scope>
+  /** A pool's claim came back full: if this process leads the stage, the others are asked to claim too. */
+  readonly more: (stage: string) => void
   /** Something may fall due sooner than the timer knows (a pool woken by it claimed, a limit blocks): re-arm the next-due timer. */
   readonly rearm: Effect.Effect<void>
   /** Adds a due time to the timer for the life of the scope. */
@@ -131,15 +150,79 @@ export const make = (options: Partial<WakerOptions> = {}) =>
     }
     const rearm = Effect.asVoid(Q.offer(rearmRequests, undefined))
 
+    // ---- the wake lead of each stage (no thundering herd) ----
+    const runFork = yield* FiberSet.runtime(yield* FiberSet.make<void, never>())<never>()
+    let listening: Queue.Listening | undefined
+    const lead = new Map<string, Lead>()
+    const lastTry = new Map<string, number>()
+    const retrying = new Set<string>()
+    const busyChecks = new Map<string, () => boolean>()
+    const lastHelp = new Map<string, number>()
+    const tryLead = (stages: ReadonlyArray<string>): Effect.Effect<void> =>
+      Effect.suspend(() => {
+        const l = listening
+        if (l === undefined || listener !== "listening" || stages.length === 0) return Effect.void
+        const now = Date.now()
+        stages.forEach((s) => lastTry.set(s, now))
+        return l.tryLead(stages).pipe(
+          Effect.map((led) => {
+            // the connection dropped meanwhile: its locks went with it, the next LISTEN tries again
+            if (listener !== "listening") return
+            for (const s of stages) {
+              if (!pools.has(s)) {
+                if (led.includes(s)) runFork(Effect.ignore(l.unlead(s)))
+              } else if (led.includes(s)) {
+                const was = lead.get(s)
+                lead.set(s, "leader")
+                // NOTIFYs were ignored while another process led: look now
+                if (was === "follower") pools.get(s)!("catchUp")
+              } else lead.set(s, "follower")
+            }
+          }),
+          Effect.catchAll(() => Effect.void)
+        )
+      })
+    const retryLead = (stage: string) => {
+      if (retrying.has(stage)) return
+      retrying.add(stage)
+      const wait = Math.max(0, (lastTry.get(stage) ?? 0) + Duration.toMillis(opts.leadRetry) - Date.now())
+      runFork(Effect.sleep(Duration.millis(wait)).pipe(
+        Effect.zipRight(Effect.suspend(() => (lead.get(stage) === "follower" ? tryLead([stage]) : Effect.void))),
+        Effect.ensuring(Effect.sync(() => retrying.delete(stage)))
+      ))
+    }
+    const help = (stage: string) => {
+      const l = listening
+      const now = Date.now()
+      if (l === undefined || now - (lastHelp.get(stage) ?? 0) < Duration.toMillis(opts.helpSpacing)) return
+      lastHelp.set(stage, now)
+      runFork(Effect.ignore(l.notify(Queue.moreTopicPrefix + stage)))
+    }
+    const notified = (stage: string) => {
+      const state = lead.get(stage) ?? "unknown"
+      // a follower leaves the job to the leader, unless its pool waits for a freed slot (a capped stage)
+      if (state === "follower" && (blockedBy.get(stage)?.() ?? null) === null) return retryLead(stage)
+      pools.get(stage)!("notify")
+      if (state === "leader" && busyChecks.get(stage)?.() === true) help(stage)
+    }
+    const helpAsked = (stage: string) => {
+      const wake = pools.get(stage)
+      if (wake === undefined || lead.get(stage) === "leader") return
+      wake("notify")
+      if (lead.get(stage) === "follower") retryLead(stage)
+    }
+
     // LISTEN on a connection Db watches: `onDown` the moment it drops, `onListening` each time it is back
-    yield* queue.listen({
+    listening = yield* queue.listen({
       onWake: (stage) => {
         if (stage === Queue.laterTopic) Effect.runSync(rearm)
-        else if (pools.has(stage)) pools.get(stage)!("notify")
+        else if (stage.startsWith(Queue.moreTopicPrefix)) helpAsked(stage.slice(Queue.moreTopicPrefix.length))
+        else if (pools.has(stage)) notified(stage)
         else sources.get(stage)?.refresh()
         observers.forEach((o) => o(stage))
       },
       onDown: (reason) => {
+        lead.clear()
         if (listener !== "down") {
           if (listener === "listening") downSince = new Date()
           listener = "down"
@@ -163,6 +246,9 @@ export const make = (options: Partial<WakerOptions> = {}) =>
           ))
         }
         Q.unsafeOffer(listenerChanged, undefined)
+        // a new connection holds no lead: every pool claims on NOTIFY until it knows whether it leads
+        lead.clear()
+        runFork(tryLead([...pools.keys()]))
         // catch-up: notifications may have been missed while down
         wakeAll()
         sources.forEach((s) => s.refresh())
@@ -268,20 +354,35 @@ export const make = (options: Partial<WakerOptions> = {}) =>
     }).pipe(Effect.forever)
     yield* Effect.forkScoped(sweep)
 
-    const register = (stage: string, wake: (reason: WakeReason) => void, paused?: () => boolean, blocked?: () => Blocked) =>
+    const register = (stage: string, wake: (reason: WakeReason) => void, paused?: () => boolean, blocked?: () => Blocked, busy?: () => boolean) =>
       Effect.acquireRelease(
         Effect.sync(() => {
           pools.set(stage, wake)
           if (paused) pausedChecks.set(stage, paused)
           if (blocked) blockedBy.set(stage, blocked)
+          if (busy) busyChecks.set(stage, busy)
           wake("catchUp")
+          runFork(tryLead([stage]))
         }),
-        () => Effect.sync(() => {
-          pools.delete(stage)
-          pausedChecks.delete(stage)
-          blockedBy.delete(stage)
-        })
+        () =>
+          Effect.suspend(() => {
+            const led = lead.get(stage) === "leader"
+            pools.delete(stage)
+            pausedChecks.delete(stage)
+            blockedBy.delete(stage)
+            busyChecks.delete(stage)
+            lead.delete(stage)
+            const l = listening
+            // hand the lead back and ask the others to look (one of them takes the lead on that NOTIFY)
+            return led && l !== undefined
+              ? l.unlead(stage).pipe(Effect.zipRight(l.notify(Queue.moreTopicPrefix + stage)), Effect.timeout("2 seconds"), Effect.ignore)
+              : Effect.void
+          })
       ).pipe(Effect.zipRight(rearm))
+
+    const more = (stage: string) => {
+      if (lead.get(stage) === "leader") help(stage)
+    }
 
     const registerDue = (source: DueSource) =>
       Effect.acquireRelease(
@@ -305,7 +406,7 @@ export const make = (options: Partial<WakerOptions> = {}) =>
     const observe = (listener: (topic: string) => void) =>
       Effect.acquireRelease(Effect.sync(() => observers.add(listener)), () => Effect.sync(() => observers.delete(listener))).pipe(Effect.asVoid)
 
-    return Waker.of({ register, rearm, registerDue, observe, health })
+    return Waker.of({ register, more, rearm, registerDue, observe, health })
   })
 
 export const layer = (options: Partial<WakerOptions> = {}) => Layer.scoped(Waker, make(options))

@@ -4,134 +4,23 @@
  * (`listenUrl`, DATABASE_LISTEN_URL), and jobs enqueued through PgBouncer wake the worker by NOTIFY and complete,
  * with the safety sweep and the polling fallback set to an hour so that nothing else could have woken it.
  *
- * PgBouncer 1.18 (Debian 12) does not pass `search_path` on, so it is told to ignore it, and the role pgfiber
- * logs in as carries the schema in its own settings (`alter role … set search_path`), as docs/operations.md says.
- * `.ci/run` installs pgbouncer; elsewhere the test is skipped when it is missing, unless PGFIBER_REQUIRE_PGBOUNCER=1.
+ * The PgBouncer and its login role: test/support/pgbouncer.ts.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Context, Duration, Effect, Layer, Redacted, Ref, Schema } from "effect"
-import { spawn } from "node:child_process"
-import * as Fs from "node:fs"
-import * as Net from "node:net"
-import * as Os from "node:os"
-import * as Path from "node:path"
 import * as Db from "../../src/layers/Db.js"
 import * as Migrations from "../../src/queue/Migrations.js"
 import * as PgQueue from "../../src/queue/PgQueue.js"
 import * as Stage from "../../src/runtime/Stage.js"
 import * as Waker from "../../src/runtime/Waker.js"
 import * as Worker from "../../src/runtime/Worker.js"
-import { databaseUrl, dropSchema, freshSchemaName, rawSql } from "../support/pg.js"
-
-const pgbouncerBin = ["/usr/sbin/pgbouncer", "/usr/bin/pgbouncer", "/usr/local/bin/pgbouncer", "/opt/homebrew/bin/pgbouncer"].find((p) =>
-  Fs.existsSync(p)
-)
-const required = process.env.PGFIBER_REQUIRE_PGBOUNCER === "1"
-
-const freePort = () =>
-  new Promise<number>((resolve) => {
-    const server = Net.createServer().listen(0, "127.0.0.1", () => {
-      const port = (server.address() as Net.AddressInfo).port
-      server.close(() => resolve(port))
-    })
-  })
-
-const canConnect = (port: number) =>
-  new Promise<boolean>((resolve) => {
-    const socket = Net.connect(port, "127.0.0.1")
-    socket.once("connect", () => {
-      socket.destroy()
-      resolve(true)
-    })
-    socket.once("error", () => resolve(false))
-  })
-
-const waitFor = <A>(what: string, probe: Effect.Effect<A | undefined | false>, timeout = Duration.seconds(60)) =>
-  Effect.gen(function*() {
-    const deadline = Date.now() + Duration.toMillis(timeout)
-    while (Date.now() < deadline) {
-      const value = yield* probe
-      if (value !== undefined && value !== false) return value as A
-      yield* Effect.sleep("50 millis")
-    }
-    return yield* Effect.dieMessage(`timed out waiting for ${what}`)
-  })
-
-/** A login role whose own settings carry the schema (PgBouncer 1.18 cannot pass search_path on); dropped at the end. */
-const roleFor = (schema: string) =>
-  Effect.gen(function*() {
-    const role = `${schema}_r`
-    const password = `pw_${Math.random().toString(36).slice(2)}`
-    const admin = rawSql()
-    yield* Effect.addFinalizer(() =>
-      Effect.promise(async () => {
-        await admin`select pg_terminate_backend(pid) from pg_stat_activity where usename = ${role}`
-        await admin.unsafe(`drop role if exists ${role}`)
-        await admin.end({ timeout: 5 })
-      }).pipe(Effect.ignore)
-    )
-    yield* Effect.promise(async () => {
-      await admin.unsafe(`create role ${role} login superuser password '${password}'`)
-      await admin.unsafe(`alter role ${role} set search_path = ${schema}`)
-    })
-    return { role, password, admin }
-  })
-
-/** PgBouncer in transaction mode in front of the test database, stopped at the end. */
-const startPgBouncer = (target: URL, role: string, password: string) =>
-  Effect.gen(function*() {
-    const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "pgfiber-bouncer-"))
-    // as root, pgbouncer runs as the postgres user (-u), which must read the config and write the log
-    Fs.chmodSync(dir, 0o777)
-    const port = yield* Effect.promise(freePort)
-    const ini = Path.join(dir, "pgbouncer.ini")
-    const logFile = Path.join(dir, "pgbouncer.log")
-    Fs.writeFileSync(
-      ini,
-      [
-        "[databases]",
-        `pgfiber = host=${target.hostname} port=${target.port || 5432} dbname=${target.pathname.slice(1) || "postgres"} user=${role} password=${password}`,
-        "[pgbouncer]",
-        "listen_addr = 127.0.0.1",
-        `listen_port = ${port}`,
-        "unix_socket_dir =",
-        "auth_type = any",
-        "pool_mode = transaction",
-        "default_pool_size = 4",
-        "max_client_conn = 200",
-        "ignore_startup_parameters = search_path, extra_float_digits",
-        `logfile = ${logFile}`
-      ].join("\n") + "\n",
-      { mode: 0o644 }
-    )
-    const asRoot = typeof process.getuid === "function" && process.getuid() === 0
-    const child = spawn(pgbouncerBin!, [...(asRoot ? ["-u", "postgres"] : []), ini], { stdio: ["ignore", "pipe", "pipe"] })
-    let output = ""
-    child.stdout.on("data", (d) => (output += d))
-    child.stderr.on("data", (d) => (output += d))
-    const exited = new Promise<void>((resolve) => child.on("exit", () => resolve()))
-    yield* Effect.addFinalizer(() =>
-      Effect.promise(async () => {
-        child.kill("SIGTERM") // immediate shutdown (SIGINT would wait for clients)
-        const timer = setTimeout(() => child.kill("SIGKILL"), 10_000)
-        await exited
-        clearTimeout(timer)
-        Fs.rmSync(dir, { recursive: true, force: true })
-      })
-    )
-    yield* waitFor(
-      "pgbouncer to listen",
-      Effect.promise(async () => {
-        if (child.exitCode !== null) throw new Error(`pgbouncer exited: ${output}\n${Fs.existsSync(logFile) ? Fs.readFileSync(logFile, "utf8") : ""}`)
-        return canConnect(port)
-      })
-    )
-    return { port, log: () => (Fs.existsSync(logFile) ? Fs.readFileSync(logFile, "utf8") : "") }
-  })
+import { databaseUrl, dropSchema, freshSchemaName } from "../support/pg.js"
+import { pgbouncerBin, pgbouncerRequired, roleFor, startPgBouncer } from "../support/pgbouncer.js"
+import { waitFor } from "../support/waitFor.js"
 
 const Payload = Schema.Struct({ n: Schema.Number })
 
-describe.skipIf(pgbouncerBin === undefined && !required)("behind PgBouncer in transaction mode", () => {
+describe.skipIf(pgbouncerBin === undefined && !pgbouncerRequired)("behind PgBouncer in transaction mode", () => {
   it.live("jobs enqueued through PgBouncer wake the worker by NOTIFY (LISTEN on DATABASE_LISTEN_URL) and complete", () =>
     Effect.gen(function*() {
       if (pgbouncerBin === undefined) return yield* Effect.dieMessage("pgbouncer is not installed (apt-get install pgbouncer)")
@@ -200,7 +89,7 @@ describe.skipIf(pgbouncerBin === undefined && !required)("behind PgBouncer in tr
       // the pool really went through PgBouncer, and the one LISTEN went to the database directly
       expect(bouncer.log()).toMatch(/login attempt: db=pgfiber/)
       const listeners = yield* Effect.promise(() =>
-        admin`select count(*)::int as n from pg_stat_activity where usename = ${role} and query ilike 'listen%'`
+        admin`select count(*)::int as n from pg_stat_activity where usename = ${role} and (query ilike 'listen%' or query like '%pg_try_advisory_lock%')`
       )
       expect(listeners[0]!.n).toBe(1)
       expect((yield* waker.health).listener).toBe("listening")

@@ -106,6 +106,7 @@ export const start = (stage: Stage.Any, core: Core, options: ClaimerOptions) =>
     const { concurrency, shares, control } = options
     const claimOptions = { workerId: options.workerId, leaseFor: stage.leaseFor, shares }
     const claimedMetric = Metrics.forStage(Metrics.claimed, stage.name)
+    const claimsMetric = Metrics.forStage(Metrics.claims, stage.name)
     const held = core.held
     const c: Claiming = {
       concurrency,
@@ -146,6 +147,7 @@ export const start = (stage: Stage.Any, core: Core, options: ClaimerOptions) =>
         if (control.isPaused(stage.name)) break
         c.moreWork = false
         const sentAt = clock.unsafeCurrentTimeMillis()
+        yield* Metric.increment(claimsMetric)
         const claim = queue.claimBatch(stage.name, want, claimOptions)
         // retried only once it has failed: a wake-up's claim builds no retry (0.25 ms of a cold process's time)
         const result = yield* Effect.catchAll(claim, (e) =>
@@ -161,6 +163,8 @@ export const start = (stage: Stage.Any, core: Core, options: ClaimerOptions) =>
           break
         }
         core.accept(result.jobs)
+        // a full claim: there is more than this pool can hold, so the stage's wake leader asks the others
+        if (c.backlog) waker.more(stage.name)
         if (mustRearm(c, result.jobs.length)) yield* waker.rearm
       }
     }).pipe(
@@ -181,7 +185,9 @@ export const start = (stage: Stage.Any, core: Core, options: ClaimerOptions) =>
     }
     // resumed: the timer left this stage's delayed jobs out while it was paused
     control.onResume(stage.name, () => wake("timer"))
-    yield* waker.register(stage.name, wake, () => control.isPaused(stage.name), () => c.blocked)
+    // no free slot, or a backlog: a job that comes now is better claimed by another process
+    const busy = () => c.backlog || held.running + held.waiting >= c.concurrency
+    yield* waker.register(stage.name, wake, () => control.isPaused(stage.name), () => c.blocked, busy)
 
     const state: ClaimerState = c
     return {
