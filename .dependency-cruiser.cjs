@@ -24,6 +24,21 @@ const tops = "^src/(App|main|index)\\.ts$"
  */
 const serverMount = { from: "^src/http/Server\\.ts$", to: "^src/dashboard/Dashboard\\.ts$" }
 
+/**
+ * The packages (#31): `pgfiber` (the core: queue, runtime, the shared layers, JobError, the in-memory testing twin),
+ * the media pipelines (calls, documents and their outside-world clients), and the service (App, main, the faces,
+ * the echo and webhook stages, tracing). The core imports neither of the others; the media pipelines never import
+ * the service. What is not named as media or service is core: scripts/split-packages.mjs moves files the same way.
+ */
+const media = [
+  "^src/layers/(Analyzer|Media|SpeechKit|Storage|Transcription)\\.ts$",
+  "^src/layers/storage/",
+  "^src/stages/(calls|documents)/",
+  "^src/testing/(SpeechKitSimulator|MemoryStorage|media)\\.ts$"
+]
+const service = ["^src/(App|main)\\.ts$", "^src/(auth|cli|dashboard|http)/", "^src/stages/(echo|webhooks)/", "^src/layers/Tracing\\.ts$"]
+const core = "^src/((JobError|index)\\.ts$|(queue|runtime|layers|testing|stages/housekeeping)/)"
+
 /** @type {import('dependency-cruiser').IConfiguration} */
 module.exports = {
   forbidden: [
@@ -40,6 +55,20 @@ module.exports = {
       comment: "Nothing in src/ imports from test/ or bench/: they are not shipped.",
       from: { path: "^src/" },
       to: { path: "^(test|bench)/" }
+    },
+    {
+      name: "core-package-alone",
+      severity: "error",
+      comment: "The core package (pgfiber) imports neither the media pipelines nor the service: a queue installs as a queue.",
+      from: { path: core, pathNot: [...media, ...service] },
+      to: { path: [...media, ...service] }
+    },
+    {
+      name: "media-package-not-the-service",
+      severity: "error",
+      comment: "The media pipelines depend on the core only: the service composes them, not the other way.",
+      from: { path: media },
+      to: { path: service }
     },
     {
       name: "queue-only-down",

@@ -2,10 +2,13 @@
  * `npm run bench:startup`: what a start costs, compiled (`node dist/cli.js`, what `npm start` and the installed
  * `pgfiber` run) against tsx (`node --import tsx src/main.ts`, the development path), same machine, same run,
  * interleaved, medians of --runs (default 5):
- * - `pgfiber --help`: wall time and CPU (user + system) of the whole process;
+ * - `pgfiber --help`, `pgfiber stats` and `pgfiber keys create`: wall time and CPU (user + system) of the whole
+ *   process (the two commands on a migrated schema of DATABASE_URL); the CLI loads only the named command's module
+ *   (src/main.ts), and the pipelines only when a command runs: each should answer in well under a second;
  * - `pgfiber start`: from spawn to the first `/healthz` 200, on DATABASE_URL (default: the local PostgreSQL) so
  *   the number is pgfiber's own start, not an embedded server's;
  * - RSS when idle (5 s after /healthz) and the peak RSS (VmHWM) after draining --jobs echo jobs.
+ * `--cli-only` skips the service's start and drain (the CLI's numbers in a few seconds).
  * Build first (`npm run build`). Prints a Markdown table.
  */
 import * as Child from "node:child_process"
@@ -38,19 +41,30 @@ const freePort = () =>
     })
   })
 
-const timeHelp = (variant: Variant) =>
+const cliOnly = process.argv.includes("--cli-only")
+
+/** The CLI commands timed, each as a whole process. */
+const commands = {
+  help: ["--help"],
+  stats: ["stats"],
+  keys: ["keys", "create", "--org", "bench"]
+} as const
+type Timed = keyof typeof commands
+
+const timeCommand = (variant: Variant, args: ReadonlyArray<string>, schema?: string) =>
   new Promise<{ wallMs: number; cpuMs: number }>((resolve, reject) => {
     const start = process.hrtime.bigint()
     const useTime = Fs.existsSync("/usr/bin/time")
     const command = useTime ? "/usr/bin/time" : process.execPath
-    const args = useTime ? ["-f", "%U %S", process.execPath, ...variants[variant], "--help"] : [...variants[variant], "--help"]
-    const child = Child.spawn(command, args, { cwd: repoDir, stdio: ["ignore", "ignore", "pipe"] })
+    const argv = useTime ? ["-f", "%U %S", process.execPath, ...variants[variant], ...args] : [...variants[variant], ...args]
+    const env = { ...process.env, DATABASE_URL: databaseUrl, LOG_LEVEL: "warning", ...(schema === undefined ? {} : { PGFIBER_SCHEMA: schema }) }
+    const child = Child.spawn(command, argv, { cwd: repoDir, env, stdio: ["ignore", "ignore", "pipe"] })
     let stderr = ""
     child.stderr.on("data", (d) => (stderr += d))
     child.on("error", reject)
     child.on("close", (code) => {
       const wallMs = Number(process.hrtime.bigint() - start) / 1e6
-      if (code !== 0) return reject(new Error(`--help exited ${code}: ${stderr}`))
+      if (code !== 0) return reject(new Error(`${args.join(" ")} exited ${code}: ${stderr}`))
       const [user, sys] = stderr.trim().split("\n").at(-1)!.split(" ").map(Number)
       resolve({ wallMs, cpuMs: useTime ? (user! + sys!) * 1000 : Number.NaN })
     })
@@ -92,17 +106,24 @@ const service = async (variant: Variant, sql: postgres.Sql, schema: string) => {
 
 const main = async () => {
   const sql = postgres(databaseUrl, { max: 2, onnotice: () => undefined })
-  const help: Record<Variant, Array<{ wallMs: number; cpuMs: number }>> = { compiled: [], tsx: [] }
+  const timed: Record<Timed, Record<Variant, Array<{ wallMs: number; cpuMs: number }>>> = {
+    help: { compiled: [], tsx: [] },
+    stats: { compiled: [], tsx: [] },
+    keys: { compiled: [], tsx: [] }
+  }
   const serve: Record<Variant, Array<Awaited<ReturnType<typeof service>>>> = { compiled: [], tsx: [] }
   const load: Array<number> = []
   try {
     for (let i = 0; i < runs; i++) {
       for (const variant of ["compiled", "tsx"] as const) {
         load.push(Number(Fs.readFileSync("/proc/loadavg", "utf8").split(" ")[0]))
-        help[variant].push(await timeHelp(variant))
+        timed.help[variant].push(await timeCommand(variant, commands.help))
         const schema = `startup_${variant}_${process.pid}_${i}`
         try {
-          serve[variant].push(await service(variant, sql, schema))
+          await timeCommand(variant, ["migrate"], schema)
+          timed.stats[variant].push(await timeCommand(variant, commands.stats, schema))
+          timed.keys[variant].push(await timeCommand(variant, commands.keys, schema))
+          if (!cliOnly) serve[variant].push(await service(variant, sql, schema))
         } finally {
           await sql.unsafe(`drop schema if exists ${schema} cascade`)
         }
@@ -112,7 +133,8 @@ const main = async () => {
     await sql.end()
   }
   const m = (v: Variant, f: (s: Awaited<ReturnType<typeof service>>) => number) => median(serve[v].map(f))
-  const h = (v: Variant, f: (s: { wallMs: number; cpuMs: number }) => number) => median(help[v].map(f))
+  const t = (what: Timed) => (v: Variant) =>
+    `${median(timed[what][v].map((x) => x.wallMs)).toFixed(0)} / ${median(timed[what][v].map((x) => x.cpuMs)).toFixed(0)}`
   const row = (label: string, f: (v: Variant) => string) => `| ${label} | ${f("compiled")} | ${f("tsx")} |`
   console.log(
     [
@@ -120,11 +142,15 @@ const main = async () => {
       "",
       "| | compiled (`node dist/cli.js`) | tsx (`node --import tsx src/main.ts`) |",
       "| --- | ---: | ---: |",
-      row("`pgfiber --help`, wall / CPU, ms", (v) => `${h(v, (x) => x.wallMs).toFixed(0)} / ${h(v, (x) => x.cpuMs).toFixed(0)}`),
-      row("`pgfiber start` to `/healthz` 200, ms", (v) => m(v, (s) => s.readyMs).toFixed(0)),
-      row("RSS idle, MiB", (v) => m(v, (s) => s.idleMiB).toFixed(0)),
-      row(`peak RSS draining ${jobs.toLocaleString("en")} echo jobs, MiB`, (v) => m(v, (s) => s.peakMiB).toFixed(0)),
-      row("drain time, s", (v) => m(v, (s) => s.drainS).toFixed(1))
+      row("`pgfiber --help`, wall / CPU, ms", t("help")),
+      row("`pgfiber stats`, wall / CPU, ms", t("stats")),
+      row("`pgfiber keys create`, wall / CPU, ms", t("keys")),
+      ...(cliOnly ? [] : [
+        row("`pgfiber start` to `/healthz` 200, ms", (v) => m(v, (s) => s.readyMs).toFixed(0)),
+        row("RSS idle, MiB", (v) => m(v, (s) => s.idleMiB).toFixed(0)),
+        row(`peak RSS draining ${jobs.toLocaleString("en")} echo jobs, MiB`, (v) => m(v, (s) => s.peakMiB).toFixed(0)),
+        row("drain time, s", (v) => m(v, (s) => s.drainS).toFixed(1))
+      ])
     ].join("\n")
   )
 }

@@ -1,11 +1,15 @@
-/** `calls add FILE --org ORG` (upload a recording and start the pipeline) and `calls show ID`. */
+/**
+ * `calls add FILE --org ORG` (upload a recording and start the pipeline) and `calls show ID`. The call pipeline
+ * (storage, its SQL) is imported when one of them runs, not when the CLI loads.
+ */
 import { Args, Command, Options } from "@effect/cli"
 import { Effect, Option } from "effect"
-import * as Storage from "../layers/Storage.js"
-import { Calls } from "../stages/calls/index.js"
 import { NotFound } from "./Failure.js"
 import { operator } from "./Jobs.js"
 import * as Output from "./Output.js"
+
+const loadCalls = Effect.promise(() => import("../stages/calls/index.js"))
+const loadStorage = Effect.promise(() => import("../layers/Storage.js"))
 
 const add = Command.make(
   "add",
@@ -16,10 +20,12 @@ const add = Command.make(
   ({ file, org }) =>
     operator(() =>
       Effect.gen(function*() {
-        const id = yield* Calls.create({ orgId: org, file })
+        const { Calls } = yield* loadCalls
+        const Storage = yield* loadStorage
+        const id = yield* Calls.create({ orgId: org, file }).pipe(Effect.provide(Storage.layerFromConfig))
         yield* Effect.logInfo("call created").pipe(Effect.annotateLogs({ callId: id, org }))
         yield* Output.line(id)
-      }).pipe(Effect.provide(Storage.layerFromConfig))
+      })
     )
 ).pipe(Command.withDescription("Upload a recording to storage and start its pipeline; prints the call id"))
 
@@ -31,7 +37,7 @@ const show = Command.make(
   },
   ({ id, org }) =>
     operator(() =>
-      Calls.get(id, { orgId: Option.getOrUndefined(org) }).pipe(
+      Effect.flatMap(loadCalls, ({ Calls }) => Calls.get(id, { orgId: Option.getOrUndefined(org) })).pipe(
         Effect.catchTag("CallNotFound", (e) => Effect.fail(new NotFound({ message: e.message }))),
         Effect.flatMap(Output.json)
       )

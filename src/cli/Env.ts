@@ -1,9 +1,11 @@
 /**
  * What the commands run on: the stages this build knows (App.stages, plus `pgfiber.echo` when enabled), the
  * Postgres layers (migrating first only where that is wanted), and the service layers built from them.
+ * App (every pipeline's stages and outside-world clients) is imported when a command runs, not when the CLI
+ * loads: `pgfiber --help` and a mistyped command never load the pipelines (`npm run bench:startup`).
  */
 import { Config, Effect, Layer } from "effect"
-import * as App from "../App.js"
+import type * as App from "../App.js"
 import * as Db from "../layers/Db.js"
 import * as Migrations from "../queue/Migrations.js"
 import * as PgQueue from "../queue/PgQueue.js"
@@ -16,9 +18,17 @@ import * as Submit from "../runtime/Submit.js"
 
 export type KnownStage = Stage.Stage<any, any, App.StageRequirements>
 
+/** App, loaded once, on first use. */
+export const loadApp = Effect.promise(() => import("../App.js"))
+
 /** Every stage this process knows; enqueueing elsewhere is refused. */
 export const knownStages: Effect.Effect<ReadonlyArray<KnownStage>, import("effect/ConfigError").ConfigError> =
-  EchoStage.withEcho(App.stages)
+  Effect.flatMap(loadApp, (app) => EchoStage.withEcho(app.stages))
+
+/** The stages' own retention (`retain`) for the queue, as App.retentionOf (which loads with App). */
+export const retentionOf = (list: ReadonlyArray<Stage.Any>) => ({
+  stages: Object.fromEntries(list.flatMap((s) => (s.retain === undefined ? [] : [[s.name, s.retain] as const])))
+})
 
 export const parseList = (text: string) => text.split(",").map((s) => s.trim()).filter(Boolean)
 
@@ -33,7 +43,7 @@ export const select = (known: ReadonlyArray<KnownStage>, stageList: string) =>
     const appNames = names.filter((n) => !(echoKnown && n === EchoStage.name))
     const selection: App.Selection = names.length > 0 && appNames.length === 0
       ? { stages: [], pipelines: [] }
-      : yield* App.selectStages(appNames)
+      : yield* Effect.flatMap(loadApp, (app) => app.selectStages(appNames))
     const withEcho = echoKnown && (names.length === 0 || names.includes(EchoStage.name))
     return withEcho ? { ...selection, stages: [...selection.stages, EchoStage.stage] } : selection
   })
@@ -58,7 +68,7 @@ export const layerDbChecked = Layer.effectDiscard(Migrations.requireCurrent()).p
  */
 export const layerOps = (stages: ReadonlyArray<KnownStage>) =>
   Layer.mergeAll(ApiKeys.layer, Reads.layer, Layer.succeed(Submit.KnownStages, stages)).pipe(
-    Layer.provideMerge(PgQueue.layer({ knownStages: stages.map((s) => s.name), retention: App.retentionOf(stages) })),
+    Layer.provideMerge(PgQueue.layer({ knownStages: stages.map((s) => s.name), retention: retentionOf(stages) })),
     Layer.provideMerge(layerDbChecked)
   )
 
@@ -68,9 +78,11 @@ export const layerOps = (stages: ReadonlyArray<KnownStage>) =>
  * and the HTTP API share.
  */
 export const layerService = (stages: ReadonlyArray<KnownStage>, migrate: boolean) => {
-  const db: Layer.Layer<Db.Db, Layer.Layer.Error<typeof App.layerDb> | Migrations.NotMigrated> = migrate ? App.layerDb : layerDbChecked
+  const db: Layer.Layer<Db.Db, Layer.Layer.Error<typeof App.layerDb> | Migrations.NotMigrated> = migrate
+    ? Layer.unwrapEffect(Effect.map(loadApp, (app) => app.layerDb))
+    : layerDbChecked
   return Layer.mergeAll(ApiKeys.layer, Layer.succeed(Submit.KnownStages, stages)).pipe(
-    Layer.provideMerge(PgQueue.layer({ knownStages: stages.map((s) => s.name), retention: App.retentionOf(stages) })),
+    Layer.provideMerge(PgQueue.layer({ knownStages: stages.map((s) => s.name), retention: retentionOf(stages) })),
     Layer.provideMerge(Layer.merge(db, Events.layer()))
   )
 }

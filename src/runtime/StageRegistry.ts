@@ -91,7 +91,11 @@ type Validate = ((data: unknown) => boolean) & {
   errors?: Array<{ instancePath: string; keyword: string; message?: string; params: Record<string, unknown> }> | null
 }
 
-// compiled validators by schema text; ajv is loaded on the first payload checked this way, not with the package
+// compiled validators by schema text; ajv is loaded on the first payload checked this way, not with the package.
+// Only the operator surfaces (the service's HTTP API, dashboard and CLI) submit jobs to stages they know from the
+// registry alone, so ajv is a dependency of the service and an optional one of the core library: a program on the
+// core that calls `Submit.prepareAny` installs it itself, and is told so.
+const ajvPackage = "ajv"
 const validators = new Map<string, Validate>()
 let ajv: Promise<{ compile: (schema: object) => Validate }> | undefined
 const loadAjv = () =>
@@ -123,7 +127,11 @@ export const checkPayload = (stage: Queue.Registry.RegisteredStage, payload: unk
     const text = JSON.stringify(schema)
     let validate = validators.get(text)
     if (validate === undefined) {
-      const compiler = yield* Effect.promise(loadAjv)
+      const compiler = yield* Effect.tryPromise(loadAjv).pipe(
+        Effect.orDieWith((cause) =>
+          new Error(`checking a payload against a registered JSON Schema needs the ${ajvPackage} package: npm install ${ajvPackage}`, { cause })
+        )
+      )
       const compiled = yield* Effect.try(() => compiler.compile(schema as object)).pipe(Effect.option)
       if (compiled._tag === "None") {
         yield* Effect.logWarning(`the registered JSON Schema of ${stage.name} does not compile; its payloads are taken unchecked`)

@@ -1,8 +1,6 @@
 /**
- * `pgfiber/testing`: doubles for your own tests. The SpeechKit simulator (a local HTTP server that speaks
- * SpeechKit's REST API and checks requests as SpeechKit would), in-memory storage and the in-memory queue
- * (with `TestClock`, delays and leases run in virtual time).
+ * `pgfiber/testing`: doubles for your own tests. The in-memory queue (with `TestClock`, delays and leases run in
+ * virtual time). The media pipelines' doubles (the SpeechKit simulator, in-memory storage) are the media
+ * package's (`testing/media.ts`), so testing a queue loads no HTTP server.
  */
-export * as SpeechKitSimulator from "./SpeechKitSimulator.js"
 export * as MemoryQueue from "../queue/MemoryQueue.js"
-export { layerMemory as layerMemoryStorage, makeMemory as makeMemoryStorage } from "./MemoryStorage.js"
