@@ -13,7 +13,7 @@
  *   node --import tsx bench/archiveCost.ts --drains --rounds 5 [--checkpoint]
  */
 import * as Os from "node:os"
-import * as JobsSql from "../src/queue/JobsSql.js"
+import * as JobsSql from "../packages/pgfiber/src/queue/JobsSql.js"
 import { claimedAt, connect, log, median, msSince, nowNs, type Sql, startCluster } from "./lib.js"
 import { queueName } from "./subjects/types.js"
 

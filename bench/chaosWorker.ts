@@ -7,11 +7,11 @@
  */
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Duration, Effect, Layer, Metric, Random, Redacted, Schedule, Schema } from "effect"
-import * as Db from "../src/layers/Db.js"
-import * as PgQueue from "../src/queue/PgQueue.js"
-import * as Metrics from "../src/runtime/Metrics.js"
-import * as Stage from "../src/runtime/Stage.js"
-import * as Worker from "../src/runtime/Worker.js"
+import * as Db from "../packages/pgfiber/src/layers/Db.js"
+import * as PgQueue from "../packages/pgfiber/src/queue/PgQueue.js"
+import * as Metrics from "../packages/pgfiber/src/runtime/Metrics.js"
+import * as Stage from "../packages/pgfiber/src/runtime/Stage.js"
+import * as Worker from "../packages/pgfiber/src/runtime/Worker.js"
 import { nowNs, tell } from "./lib.js"
 
 export interface ChaosWorkerConfig {

@@ -7,13 +7,13 @@
  *   node --import tsx bench/eventsFollow.ts [--rounds 4] [--jobs 20000]
  */
 import { Context, Duration, Effect, Exit, Fiber, Layer, Redacted, Schema, Scope, Stream } from "effect"
-import * as Db from "../src/layers/Db.js"
-import * as EventLog from "../src/queue/EventLog.js"
-import * as PgQueue from "../src/queue/PgQueue.js"
-import * as Queue from "../src/queue/Queue.js"
-import * as EventFeed from "../src/runtime/EventFeed.js"
-import * as Stage from "../src/runtime/Stage.js"
-import * as Worker from "../src/runtime/Worker.js"
+import * as Db from "../packages/pgfiber/src/layers/Db.js"
+import * as EventLog from "../packages/pgfiber/src/queue/EventLog.js"
+import * as PgQueue from "../packages/pgfiber/src/queue/PgQueue.js"
+import * as Queue from "../packages/pgfiber/src/queue/Queue.js"
+import * as EventFeed from "../packages/pgfiber/src/runtime/EventFeed.js"
+import * as Stage from "../packages/pgfiber/src/runtime/Stage.js"
+import * as Worker from "../packages/pgfiber/src/runtime/Worker.js"
 import { connect, log, median, msSince, nowNs, serverCpuMsOf, sleep, startCluster } from "./lib.js"
 
 const args = process.argv.slice(2)

@@ -8,11 +8,11 @@
  *   node --import tsx bench/fanIn.ts [--runs 5] [--children 10000]
  */
 import { Duration, Effect, Exit, Layer, Redacted, Schema, Scope } from "effect"
-import * as Db from "../src/layers/Db.js"
-import * as PgQueue from "../src/queue/PgQueue.js"
-import * as Queue from "../src/queue/Queue.js"
-import * as Stage from "../src/runtime/Stage.js"
-import * as Worker from "../src/runtime/Worker.js"
+import * as Db from "../packages/pgfiber/src/layers/Db.js"
+import * as PgQueue from "../packages/pgfiber/src/queue/PgQueue.js"
+import * as Queue from "../packages/pgfiber/src/queue/Queue.js"
+import * as Stage from "../packages/pgfiber/src/runtime/Stage.js"
+import * as Worker from "../packages/pgfiber/src/runtime/Worker.js"
 import { connect, log, median, sleep, startCluster } from "./lib.js"
 
 const args = process.argv.slice(2)

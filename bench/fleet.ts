@@ -11,10 +11,10 @@
 import { Effect, Layer, ManagedRuntime, Redacted, Schema } from "effect"
 import { spawn } from "node:child_process"
 import * as Path from "node:path"
-import * as Db from "../src/layers/Db.js"
-import * as Migrations from "../src/queue/Migrations.js"
-import * as PgQueue from "../src/queue/PgQueue.js"
-import * as Stage from "../src/runtime/Stage.js"
+import * as Db from "../packages/pgfiber/src/layers/Db.js"
+import * as Migrations from "../packages/pgfiber/src/queue/Migrations.js"
+import * as PgQueue from "../packages/pgfiber/src/queue/PgQueue.js"
+import * as Stage from "../packages/pgfiber/src/runtime/Stage.js"
 import { connect, log, repoDir, sleep, startCluster } from "./lib.js"
 
 const args = process.argv.slice(2)

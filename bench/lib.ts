@@ -10,8 +10,8 @@ import * as Os from "node:os"
 import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
 import postgres from "postgres"
-import * as EmbeddedPg from "../src/layers/EmbeddedPg.js"
-import * as JobsSql from "../src/queue/JobsSql.js"
+import * as EmbeddedPg from "../packages/pgfiber/src/layers/EmbeddedPg.js"
+import * as JobsSql from "../packages/pgfiber/src/queue/JobsSql.js"
 
 export const benchDir = Path.dirname(fileURLToPath(import.meta.url))
 export const repoDir = Path.resolve(benchDir, "..")

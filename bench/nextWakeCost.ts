@@ -10,9 +10,9 @@
  *
  * Without DATABASE_URL it boots an embedded PostgreSQL of its own.
  */
-import * as Migrations from "../src/queue/Migrations.js"
-import * as JobsSql from "../src/queue/JobsSql.js"
-import * as Registry from "../src/queue/Registry.js"
+import * as Migrations from "../packages/pgfiber/src/queue/Migrations.js"
+import * as JobsSql from "../packages/pgfiber/src/queue/JobsSql.js"
+import * as Registry from "../packages/pgfiber/src/queue/Registry.js"
 import { connect, cpuMsOf, log, median, type Sql, startCluster } from "./lib.js"
 
 const args = process.argv.slice(2)

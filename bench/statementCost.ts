@@ -16,9 +16,9 @@
  * Without DATABASE_URL it boots an embedded PostgreSQL of its own.
  */
 import postgres from "postgres"
-import * as Migrations from "../src/queue/Migrations.js"
-import * as JobsSql from "../src/queue/JobsSql.js"
-import { claimedToJob } from "../src/queue/PgQueue.js"
+import * as Migrations from "../packages/pgfiber/src/queue/Migrations.js"
+import * as JobsSql from "../packages/pgfiber/src/queue/JobsSql.js"
+import { claimedToJob } from "../packages/pgfiber/src/queue/PgQueue.js"
 import { connect, cpuMsOf, log, median, type Sql, startCluster } from "./lib.js"
 
 const args = process.argv.slice(2)

@@ -6,13 +6,13 @@
  * otherwise. `run.ts` interleaves the calls and takes medians.
  */
 import { Effect, Redacted } from "effect"
-import * as Db from "../src/layers/Db.js"
-import * as Migrations from "../src/queue/Migrations.js"
-import * as JobsSql from "../src/queue/JobsSql.js"
-import * as BrowseSql from "../src/queue/BrowseSql.js"
-import * as BulkSql from "../src/queue/BulkSql.js"
-import * as PgQueue from "../src/queue/PgQueue.js"
-import type * as Queue from "../src/queue/Queue.js"
+import * as Db from "../packages/pgfiber/src/layers/Db.js"
+import * as Migrations from "../packages/pgfiber/src/queue/Migrations.js"
+import * as JobsSql from "../packages/pgfiber/src/queue/JobsSql.js"
+import * as BrowseSql from "../packages/pgfiber/src/queue/BrowseSql.js"
+import * as BulkSql from "../packages/pgfiber/src/queue/BulkSql.js"
+import * as PgQueue from "../packages/pgfiber/src/queue/PgQueue.js"
+import type * as Queue from "../packages/pgfiber/src/queue/Queue.js"
 import {
   type Cluster, connect, cpuMsOf, log, median, msSince, nowNs, openConnections, percentile, resetStatements, rssOf, serverCpuMsOf, sleep,
   claimedAt, compileWorker, spawnWorker, statementCount, statementsByQuery, tallyStatements, type WorkerChild

@@ -3,10 +3,10 @@
  * `pgfiberWorker.ts`: `Worker.layer` with one stage at the workload's concurrency, launched under `NodeRuntime.runMain`.
  */
 import { Effect, Layer, ManagedRuntime, Redacted } from "effect"
-import * as Db from "../../src/layers/Db.js"
-import * as Migrations from "../../src/queue/Migrations.js"
-import * as PgQueue from "../../src/queue/PgQueue.js"
-import * as Queue from "../../src/queue/Queue.js"
+import * as Db from "../../packages/pgfiber/src/layers/Db.js"
+import * as Migrations from "../../packages/pgfiber/src/queue/Migrations.js"
+import * as PgQueue from "../../packages/pgfiber/src/queue/PgQueue.js"
+import * as Queue from "../../packages/pgfiber/src/queue/Queue.js"
 import { connect } from "../lib.js"
 import { type Producer, queueName, type Subject } from "./types.js"
 

@@ -16,7 +16,7 @@ import * as Net from "node:net"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import postgres from "postgres"
-import { isAlive } from "../../src/layers/EmbeddedPg.js"
+import { isAlive } from "../../packages/pgfiber/src/layers/EmbeddedPg.js"
 
 const root = Path.resolve(import.meta.dirname, "../..")
 const cli = Path.join(root, "dist", "cli.js")

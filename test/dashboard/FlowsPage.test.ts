@@ -3,7 +3,7 @@
  * children with their status and policy, its batch; a job with no edges shows no flows section.
  */
 import { describe, expect, it } from "@effect/vitest"
-import * as Pages from "../../src/dashboard/Pages.js"
+import * as Pages from "../../packages/service/src/dashboard/Pages.js"
 
 const page: Pages.JobPage = {
   id: "7", stage: "zip", orgId: "acme", subjectId: null, payload: {}, status: "waiting", priority: 50, attempts: 0,

@@ -5,8 +5,8 @@
  */
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Redacted } from "effect"
-import * as ApiKeys from "../../src/auth/ApiKeys.js"
-import * as Db from "../../src/layers/Db.js"
+import * as ApiKeys from "../../packages/service/src/auth/ApiKeys.js"
+import * as Db from "../../packages/pgfiber/src/layers/Db.js"
 import { layerDb } from "../support/pg.js"
 import { baseUrl, call, layerService, query } from "./support.js"
 

@@ -6,7 +6,7 @@
  */
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import * as Db from "../../src/layers/Db.js"
+import * as Db from "../../packages/pgfiber/src/layers/Db.js"
 import { dropSchema, freshSchemaName, layerDb } from "../support/pg.js"
 import { logLines, pgfiber, query } from "./support.js"
 

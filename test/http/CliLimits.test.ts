@@ -5,7 +5,7 @@
  */
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import * as Db from "../../src/layers/Db.js"
+import * as Db from "../../packages/pgfiber/src/layers/Db.js"
 import { layerDb } from "../support/pg.js"
 import { pgfiber, query } from "./support.js"
 

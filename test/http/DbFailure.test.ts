@@ -5,8 +5,8 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Cause, Effect, Exit } from "effect"
-import * as Db from "../../src/layers/Db.js"
-import { dbFailure } from "../../src/http/Jobs.js"
+import * as Db from "../../packages/pgfiber/src/layers/Db.js"
+import { dbFailure } from "../../packages/service/src/http/Jobs.js"
 
 const failure = (code: string | undefined, unavailable = false) =>
   new Db.DbError({ message: `failed with ${code}`, code, unavailable, cause: undefined })

@@ -5,8 +5,8 @@
  */
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Redacted } from "effect"
-import * as ApiKeys from "../../src/auth/ApiKeys.js"
-import * as Queue from "../../src/queue/Queue.js"
+import * as ApiKeys from "../../packages/service/src/auth/ApiKeys.js"
+import * as Queue from "../../packages/pgfiber/src/queue/Queue.js"
 import { layerDb } from "../support/pg.js"
 import { baseUrl, call, eventually, layerService } from "./support.js"
 

@@ -9,7 +9,7 @@ import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
-import * as Db from "../../src/layers/Db.js"
+import * as Db from "../../packages/pgfiber/src/layers/Db.js"
 import { layerDb } from "../support/pg.js"
 import { query } from "./support.js"
 

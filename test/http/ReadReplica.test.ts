@@ -5,11 +5,11 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Effect, Exit, Layer, Redacted } from "effect"
-import * as ApiKeys from "../../src/auth/ApiKeys.js"
-import * as Db from "../../src/layers/Db.js"
-import * as Migrations from "../../src/queue/Migrations.js"
-import * as PgQueue from "../../src/queue/PgQueue.js"
-import * as Reads from "../../src/queue/Reads.js"
+import * as ApiKeys from "../../packages/service/src/auth/ApiKeys.js"
+import * as Db from "../../packages/pgfiber/src/layers/Db.js"
+import * as Migrations from "../../packages/pgfiber/src/queue/Migrations.js"
+import * as PgQueue from "../../packages/pgfiber/src/queue/PgQueue.js"
+import * as Reads from "../../packages/pgfiber/src/queue/Reads.js"
 import { databaseUrl, freshSchemaName, layerDb, rawSql } from "../support/pg.js"
 import { adminUrl, baseUrl, call, layerService } from "./support.js"
 

@@ -5,11 +5,11 @@
  */
 import { describe, expect, layer } from "@effect/vitest"
 import { Duration, Effect, Redacted } from "effect"
-import * as ApiKeys from "../../src/auth/ApiKeys.js"
-import * as PgSchedules from "../../src/queue/PgSchedules.js"
-import * as Schedules from "../../src/queue/Schedules.js"
+import * as ApiKeys from "../../packages/service/src/auth/ApiKeys.js"
+import * as PgSchedules from "../../packages/pgfiber/src/queue/PgSchedules.js"
+import * as Schedules from "../../packages/pgfiber/src/queue/Schedules.js"
 import { layerDb, rawSql } from "../support/pg.js"
-import * as Db from "../../src/layers/Db.js"
+import * as Db from "../../packages/pgfiber/src/layers/Db.js"
 import { baseUrl, call, eventually, layerService } from "./support.js"
 
 describe("HTTP schedules", () => {

@@ -5,7 +5,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Effect, Layer } from "effect"
 import * as Http from "node:http"
-import * as Tracing from "../../src/layers/Tracing.js"
+import * as Tracing from "../../packages/service/src/layers/Tracing.js"
 
 const collector = Effect.acquireRelease(
   Effect.async<{ url: string; bodies: Array<{ path: string; body: string }>; close: () => void }>((resume) => {

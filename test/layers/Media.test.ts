@@ -5,8 +5,8 @@ import { ConfigProvider, Effect, Fiber, Layer } from "effect"
 import * as NodeFs from "node:fs/promises"
 import * as NodeOs from "node:os"
 import * as NodePath from "node:path"
-import * as JobError from "../../src/JobError.js"
-import * as Media from "../../src/layers/Media.js"
+import * as JobError from "../../packages/pgfiber/src/JobError.js"
+import * as Media from "../../packages/media/src/layers/Media.js"
 import { noise } from "../support/bytes.js"
 
 // Fixtures are made at test time with the same ffmpeg, so nothing binary is committed.

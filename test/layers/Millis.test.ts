@@ -1,6 +1,6 @@
 import { ConfigProvider, Duration, Effect, Either } from "effect"
 import { describe, expect, it } from "vitest"
-import * as Millis from "../../src/layers/Millis.js"
+import * as Millis from "../../packages/pgfiber/src/layers/Millis.js"
 
 const read = <A>(config: import("effect").Config.Config<A>, env: Record<string, string>) =>
   Effect.runSync(Effect.either(Effect.withConfigProvider(config, ConfigProvider.fromMap(new Map(Object.entries(env))))))

@@ -1,6 +1,6 @@
 import { Duration, Option } from "effect"
 import { describe, expect, it } from "vitest"
-import * as RetryAfter from "../../src/layers/RetryAfter.js"
+import * as RetryAfter from "../../packages/pgfiber/src/layers/RetryAfter.js"
 
 const now = Date.parse("2026-03-01T12:00:00Z")
 const millis = (value: string | undefined) =>

@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Option, Tracer } from "effect"
-import * as Spans from "../../src/layers/Spans.js"
+import * as Spans from "../../packages/pgfiber/src/layers/Spans.js"
 
 const spanName = Effect.map(Effect.option(Effect.currentSpan), Option.map((s) => s.name))
 

@@ -11,9 +11,9 @@ import { assert, describe, it } from "@effect/vitest"
 import { ConfigProvider, Duration, Effect, Either, Exit, Fiber, Option, Redacted, Schema, Scope, TestClock } from "effect"
 import { execFileSync } from "node:child_process"
 import * as Http from "node:http"
-import * as JobError from "../../src/JobError.js"
-import * as SpeechKit from "../../src/layers/SpeechKit.js"
-import * as SpeechKitSimulator from "../../src/testing/SpeechKitSimulator.js"
+import * as JobError from "../../packages/pgfiber/src/JobError.js"
+import * as SpeechKit from "../../packages/media/src/layers/SpeechKit.js"
+import * as SpeechKitSimulator from "../../packages/media/src/testing/SpeechKitSimulator.js"
 
 // ---------------------------------------------------------------------------------------------
 // Fixtures

@@ -17,7 +17,7 @@ import * as Http from "node:http"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import * as Url from "node:url"
-import * as SpeechKitSimulator from "../../src/testing/SpeechKitSimulator.js"
+import * as SpeechKitSimulator from "../../packages/media/src/testing/SpeechKitSimulator.js"
 
 // ---------------------------------------------------------------------------------------------
 // Fixtures

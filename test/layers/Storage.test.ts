@@ -6,8 +6,8 @@ import { createRequire } from "node:module"
 import * as NodeOs from "node:os"
 import * as NodePath from "node:path"
 import * as NodeUrl from "node:url"
-import * as Storage from "../../src/layers/Storage.js"
-import * as MemoryStorage from "../../src/testing/MemoryStorage.js"
+import * as Storage from "../../packages/media/src/layers/Storage.js"
+import * as MemoryStorage from "../../packages/media/src/testing/MemoryStorage.js"
 import { pseudoRandomBytes } from "../support/bytes.js"
 
 // ---------------------------------------------------------------------------------------------

@@ -5,9 +5,9 @@ import { assert, describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Duration, Effect, Exit, Fiber, Layer, Option, Redacted, TestClock } from "effect"
 import * as Http from "node:http"
 import type { AddressInfo } from "node:net"
-import { Permanent, RateLimited, Transient } from "../../src/JobError.js"
+import { Permanent, RateLimited, Transient } from "../../packages/pgfiber/src/JobError.js"
 import * as FakeTranscriptionServer from "../support/FakeTranscriptionServer.js"
-import * as Transcription from "../../src/layers/Transcription.js"
+import * as Transcription from "../../packages/media/src/layers/Transcription.js"
 
 const media = "https://media.example.com/uploads/lecture-01.mp4"
 

@@ -7,13 +7,13 @@
  */
 import { describe, expect, it, layer } from "@effect/vitest"
 import { Duration, Effect, Either, Layer, Redacted } from "effect"
-import * as Db from "../../src/layers/Db.js"
-import * as ArchivePartitions from "../../src/queue/ArchivePartitions.js"
-import * as Migrations from "../../src/queue/Migrations.js"
-import * as PgQueue from "../../src/queue/PgQueue.js"
-import * as Queue from "../../src/queue/Queue.js"
-import * as Stage from "../../src/runtime/Stage.js"
-import * as Housekeeping from "../../src/stages/housekeeping/Housekeeping.js"
+import * as Db from "../../packages/pgfiber/src/layers/Db.js"
+import * as ArchivePartitions from "../../packages/pgfiber/src/queue/ArchivePartitions.js"
+import * as Migrations from "../../packages/pgfiber/src/queue/Migrations.js"
+import * as PgQueue from "../../packages/pgfiber/src/queue/PgQueue.js"
+import * as Queue from "../../packages/pgfiber/src/queue/Queue.js"
+import * as Stage from "../../packages/pgfiber/src/runtime/Stage.js"
+import * as Housekeeping from "../../packages/pgfiber/src/stages/housekeeping/Housekeeping.js"
 import { databaseUrl, dropSchema, freshSchemaName, layerDb } from "../support/pg.js"
 
 const day = 86_400_000

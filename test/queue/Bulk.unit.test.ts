@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Duration, Either } from "effect"
-import * as Bulk from "../../src/queue/Bulk.js"
+import * as Bulk from "../../packages/pgfiber/src/queue/Bulk.js"
 
 const right = <A, E>(e: Either.Either<A, E>): A => {
   if (Either.isLeft(e)) throw new Error(`expected Right, got ${JSON.stringify(e.left)}`)

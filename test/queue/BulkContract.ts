@@ -4,7 +4,7 @@
  */
 import { describe, expect, layer } from "@effect/vitest"
 import { Duration, Effect } from "effect"
-import * as Queue from "../../src/queue/Queue.js"
+import * as Queue from "../../packages/pgfiber/src/queue/Queue.js"
 import type { ContractTarget } from "./contract.js"
 
 let stageCounter = 0

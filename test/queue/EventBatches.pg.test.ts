@@ -5,11 +5,11 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Duration, Effect, Layer, Redacted } from "effect"
-import * as Db from "../../src/layers/Db.js"
-import * as EventLog from "../../src/queue/EventLog.js"
-import * as Migrations from "../../src/queue/Migrations.js"
-import * as PgQueue from "../../src/queue/PgQueue.js"
-import * as Queue from "../../src/queue/Queue.js"
+import * as Db from "../../packages/pgfiber/src/layers/Db.js"
+import * as EventLog from "../../packages/pgfiber/src/queue/EventLog.js"
+import * as Migrations from "../../packages/pgfiber/src/queue/Migrations.js"
+import * as PgQueue from "../../packages/pgfiber/src/queue/PgQueue.js"
+import * as Queue from "../../packages/pgfiber/src/queue/Queue.js"
 import { databaseUrl, dropSchema, freshSchemaName, layerDb, rawSql } from "../support/pg.js"
 import { waitFor } from "../support/waitFor.js"
 

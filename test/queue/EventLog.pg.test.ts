@@ -5,9 +5,9 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Context, Duration, Effect, Fiber, Layer } from "effect"
-import * as EventLog from "../../src/queue/EventLog.js"
-import * as PgQueue from "../../src/queue/PgQueue.js"
-import * as Queue from "../../src/queue/Queue.js"
+import * as EventLog from "../../packages/pgfiber/src/queue/EventLog.js"
+import * as PgQueue from "../../packages/pgfiber/src/queue/PgQueue.js"
+import * as Queue from "../../packages/pgfiber/src/queue/Queue.js"
 import { freshSchemaName, layerDb, rawSql } from "../support/pg.js"
 import { waitFor } from "../support/waitFor.js"
 

@@ -1,6 +1,6 @@
 import { Either } from "effect"
 import { describe, expect, it } from "vitest"
-import * as Limits from "../../src/queue/Limits.js"
+import * as Limits from "../../packages/pgfiber/src/queue/Limits.js"
 
 describe("Limits.parseRate", () => {
   it("reads the rates the configuration and the CLI accept", () => {

@@ -8,9 +8,9 @@
  */
 import { describe, expect, layer } from "@effect/vitest"
 import { Duration, Effect, Exit, Layer } from "effect"
-import * as Outcome from "../../src/queue/Outcome.js"
-import * as PgQueue from "../../src/queue/PgQueue.js"
-import * as Queue from "../../src/queue/Queue.js"
+import * as Outcome from "../../packages/pgfiber/src/queue/Outcome.js"
+import * as PgQueue from "../../packages/pgfiber/src/queue/PgQueue.js"
+import * as Queue from "../../packages/pgfiber/src/queue/Queue.js"
 import { layerDb } from "../support/pg.js"
 
 const worker = { workerId: "w-locks", leaseFor: Duration.seconds(30) }

@@ -1,5 +1,5 @@
 import { TestClock } from "effect"
-import * as MemoryQueue from "../../src/queue/MemoryQueue.js"
+import * as MemoryQueue from "../../packages/pgfiber/src/queue/MemoryQueue.js"
 import { contract } from "./contract.js"
 
 contract({

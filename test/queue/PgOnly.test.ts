@@ -5,11 +5,11 @@
 import { describe, expect, it, layer } from "@effect/vitest"
 import { Duration, Effect, Either, Layer, Redacted } from "effect"
 import postgres from "postgres"
-import * as Db from "../../src/layers/Db.js"
-import * as JobsSql from "../../src/queue/JobsSql.js"
-import * as Migrations from "../../src/queue/Migrations.js"
-import * as PgQueue from "../../src/queue/PgQueue.js"
-import * as Queue from "../../src/queue/Queue.js"
+import * as Db from "../../packages/pgfiber/src/layers/Db.js"
+import * as JobsSql from "../../packages/pgfiber/src/queue/JobsSql.js"
+import * as Migrations from "../../packages/pgfiber/src/queue/Migrations.js"
+import * as PgQueue from "../../packages/pgfiber/src/queue/PgQueue.js"
+import * as Queue from "../../packages/pgfiber/src/queue/Queue.js"
 import { databaseUrl, dropSchema, freshSchemaName, layerDb, rawSql } from "../support/pg.js"
 
 const worker = { workerId: "w", leaseFor: Duration.seconds(30) }

@@ -1,5 +1,5 @@
 import { Effect, Layer } from "effect"
-import * as PgQueue from "../../src/queue/PgQueue.js"
+import * as PgQueue from "../../packages/pgfiber/src/queue/PgQueue.js"
 import { layerDb } from "../support/pg.js"
 import { contract } from "./contract.js"
 

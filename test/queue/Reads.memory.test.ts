@@ -1,6 +1,6 @@
 import { Layer } from "effect"
-import * as MemoryQueue from "../../src/queue/MemoryQueue.js"
-import * as Reads from "../../src/queue/Reads.js"
+import * as MemoryQueue from "../../packages/pgfiber/src/queue/MemoryQueue.js"
+import * as Reads from "../../packages/pgfiber/src/queue/Reads.js"
 import { contract } from "./ReadsContract.js"
 
 contract({

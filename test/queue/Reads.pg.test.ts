@@ -1,6 +1,6 @@
 import { Layer } from "effect"
-import * as PgQueue from "../../src/queue/PgQueue.js"
-import * as Reads from "../../src/queue/Reads.js"
+import * as PgQueue from "../../packages/pgfiber/src/queue/PgQueue.js"
+import * as Reads from "../../packages/pgfiber/src/queue/Reads.js"
 import { layerDb } from "../support/pg.js"
 import { contract } from "./ReadsContract.js"
 

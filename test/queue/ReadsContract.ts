@@ -5,8 +5,8 @@
  */
 import { describe, expect, layer } from "@effect/vitest"
 import { Duration, Effect, type Layer } from "effect"
-import * as Queue from "../../src/queue/Queue.js"
-import * as Reads from "../../src/queue/Reads.js"
+import * as Queue from "../../packages/pgfiber/src/queue/Queue.js"
+import * as Reads from "../../packages/pgfiber/src/queue/Reads.js"
 
 export interface ReadsTarget {
   readonly name: string

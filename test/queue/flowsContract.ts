@@ -5,8 +5,8 @@
  */
 import { describe, expect, layer } from "@effect/vitest"
 import { Duration, Effect, Either, Schema } from "effect"
-import * as Queue from "../../src/queue/Queue.js"
-import * as Stage from "../../src/runtime/Stage.js"
+import * as Queue from "../../packages/pgfiber/src/queue/Queue.js"
+import * as Stage from "../../packages/pgfiber/src/runtime/Stage.js"
 import type { ContractTarget } from "./contract.js"
 
 let stageCounter = 0

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest"
-import * as ErrorText from "../../src/runtime/ErrorText.js"
+import * as ErrorText from "../../packages/pgfiber/src/runtime/ErrorText.js"
 
 describe("ErrorText.scrubPaths", () => {
   it("shortens absolute paths and file URIs to their last segment", () => {

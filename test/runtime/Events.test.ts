@@ -4,13 +4,13 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Chunk, Context, Effect, Exit, Fiber, Layer, Queue as Q, Schema, Scope, Stream, TestClock } from "effect"
-import { Permanent, Transient } from "../../src/JobError.js"
-import * as MemoryQueue from "../../src/queue/MemoryQueue.js"
-import * as Queue from "../../src/queue/Queue.js"
-import * as Events from "../../src/runtime/Events.js"
-import * as RetryPolicy from "../../src/runtime/RetryPolicy.js"
-import * as Stage from "../../src/runtime/Stage.js"
-import * as Worker from "../../src/runtime/Worker.js"
+import { Permanent, Transient } from "../../packages/pgfiber/src/JobError.js"
+import * as MemoryQueue from "../../packages/pgfiber/src/queue/MemoryQueue.js"
+import * as Queue from "../../packages/pgfiber/src/queue/Queue.js"
+import * as Events from "../../packages/pgfiber/src/runtime/Events.js"
+import * as RetryPolicy from "../../packages/pgfiber/src/runtime/RetryPolicy.js"
+import * as Stage from "../../packages/pgfiber/src/runtime/Stage.js"
+import * as Worker from "../../packages/pgfiber/src/runtime/Worker.js"
 import { settle, workerOptions } from "../support/memoryRuntime.js"
 
 const options = workerOptions("events-worker")

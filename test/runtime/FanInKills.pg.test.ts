@@ -5,9 +5,9 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Duration, Effect, Layer, Redacted } from "effect"
-import * as Db from "../../src/layers/Db.js"
-import * as PgQueue from "../../src/queue/PgQueue.js"
-import * as Queue from "../../src/queue/Queue.js"
+import * as Db from "../../packages/pgfiber/src/layers/Db.js"
+import * as PgQueue from "../../packages/pgfiber/src/queue/PgQueue.js"
+import * as Queue from "../../packages/pgfiber/src/queue/Queue.js"
 import { databaseUrl } from "../support/pg.js"
 import { waitFor } from "../support/waitFor.js"
 import { fixture, freshSchema, spawnWorkerProcess } from "../support/workerProcess.js"

@@ -5,11 +5,11 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Chunk, Context, Deferred, Duration, Effect, Exit, Layer, Queue as Q, Schema, Scope, TestClock } from "effect"
-import * as MemoryQueue from "../../src/queue/MemoryQueue.js"
-import * as Queue from "../../src/queue/Queue.js"
-import * as Events from "../../src/runtime/Events.js"
-import * as Stage from "../../src/runtime/Stage.js"
-import * as Worker from "../../src/runtime/Worker.js"
+import * as MemoryQueue from "../../packages/pgfiber/src/queue/MemoryQueue.js"
+import * as Queue from "../../packages/pgfiber/src/queue/Queue.js"
+import * as Events from "../../packages/pgfiber/src/runtime/Events.js"
+import * as Stage from "../../packages/pgfiber/src/runtime/Stage.js"
+import * as Worker from "../../packages/pgfiber/src/runtime/Worker.js"
 import { settle, workerOptions } from "../support/memoryRuntime.js"
 
 const options = workerOptions("history-worker")

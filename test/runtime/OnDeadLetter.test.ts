@@ -5,12 +5,12 @@
  */
 import { describe, expect, layer } from "@effect/vitest"
 import { Duration, Effect, Layer, Schedule, Schema } from "effect"
-import { Permanent } from "../../src/JobError.js"
-import * as Db from "../../src/layers/Db.js"
-import * as PgQueue from "../../src/queue/PgQueue.js"
-import * as Queue from "../../src/queue/Queue.js"
-import * as Stage from "../../src/runtime/Stage.js"
-import * as Tick from "../../src/runtime/Tick.js"
+import { Permanent } from "../../packages/pgfiber/src/JobError.js"
+import * as Db from "../../packages/pgfiber/src/layers/Db.js"
+import * as PgQueue from "../../packages/pgfiber/src/queue/PgQueue.js"
+import * as Queue from "../../packages/pgfiber/src/queue/Queue.js"
+import * as Stage from "../../packages/pgfiber/src/runtime/Stage.js"
+import * as Tick from "../../packages/pgfiber/src/runtime/Tick.js"
 import { layerDb } from "../support/pg.js"
 
 const Payload = Schema.Struct({ subject: Schema.String })

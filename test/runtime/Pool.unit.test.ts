@@ -4,10 +4,10 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import * as fc from "fast-check"
-import type { Job } from "../../src/queue/Job.js"
-import * as ClaimSizing from "../../src/runtime/pool/ClaimSizing.js"
-import { maxAheadFor } from "../../src/runtime/pool/Core.js"
-import * as Held from "../../src/runtime/pool/Held.js"
+import type { Job } from "../../packages/pgfiber/src/queue/Job.js"
+import * as ClaimSizing from "../../packages/pgfiber/src/runtime/pool/ClaimSizing.js"
+import { maxAheadFor } from "../../packages/pgfiber/src/runtime/pool/Core.js"
+import * as Held from "../../packages/pgfiber/src/runtime/pool/Held.js"
 
 const sizing = (concurrency: number, runMs: ReadonlyArray<number>, claimMs: ReadonlyArray<number>) => {
   let s = ClaimSizing.initial(concurrency, maxAheadFor(concurrency))

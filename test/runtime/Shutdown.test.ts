@@ -6,10 +6,10 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Deferred, Duration, Effect, Exit, Fiber, Layer, Schema, Scope, TestClock } from "effect"
-import * as MemoryQueue from "../../src/queue/MemoryQueue.js"
-import * as Queue from "../../src/queue/Queue.js"
-import * as Stage from "../../src/runtime/Stage.js"
-import * as Worker from "../../src/runtime/Worker.js"
+import * as MemoryQueue from "../../packages/pgfiber/src/queue/MemoryQueue.js"
+import * as Queue from "../../packages/pgfiber/src/queue/Queue.js"
+import * as Stage from "../../packages/pgfiber/src/runtime/Stage.js"
+import * as Worker from "../../packages/pgfiber/src/runtime/Worker.js"
 
 const options: Worker.WorkerOptions = {
   workerId: "shutdown-worker",

@@ -4,11 +4,11 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Context, Effect, Exit, Layer, Schema, Scope } from "effect"
-import * as MemoryQueue from "../../src/queue/MemoryQueue.js"
-import * as Queue from "../../src/queue/Queue.js"
-import * as Stage from "../../src/runtime/Stage.js"
-import * as Waker from "../../src/runtime/Waker.js"
-import * as Worker from "../../src/runtime/Worker.js"
+import * as MemoryQueue from "../../packages/pgfiber/src/queue/MemoryQueue.js"
+import * as Queue from "../../packages/pgfiber/src/queue/Queue.js"
+import * as Stage from "../../packages/pgfiber/src/runtime/Stage.js"
+import * as Waker from "../../packages/pgfiber/src/runtime/Waker.js"
+import * as Worker from "../../packages/pgfiber/src/runtime/Worker.js"
 import { workerOptions } from "../support/memoryRuntime.js"
 
 const options = workerOptions("layers", { concurrency: { shout: 3 } })

@@ -4,12 +4,12 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Duration, Effect, Exit, Fiber, Layer, Schema, Scope, TestClock } from "effect"
-import { NotReady, Permanent, RateLimited, Transient } from "../../src/JobError.js"
-import * as MemoryQueue from "../../src/queue/MemoryQueue.js"
-import * as Queue from "../../src/queue/Queue.js"
-import * as RetryPolicy from "../../src/runtime/RetryPolicy.js"
-import * as Stage from "../../src/runtime/Stage.js"
-import * as Worker from "../../src/runtime/Worker.js"
+import { NotReady, Permanent, RateLimited, Transient } from "../../packages/pgfiber/src/JobError.js"
+import * as MemoryQueue from "../../packages/pgfiber/src/queue/MemoryQueue.js"
+import * as Queue from "../../packages/pgfiber/src/queue/Queue.js"
+import * as RetryPolicy from "../../packages/pgfiber/src/runtime/RetryPolicy.js"
+import * as Stage from "../../packages/pgfiber/src/runtime/Stage.js"
+import * as Worker from "../../packages/pgfiber/src/runtime/Worker.js"
 import { settle, workerOptions } from "../support/memoryRuntime.js"
 
 const options = workerOptions("test-worker")

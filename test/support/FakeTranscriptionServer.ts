@@ -10,7 +10,7 @@
 import * as Http from "node:http"
 import type { AddressInfo } from "node:net"
 import { Context, Duration, Effect, Layer, Predicate, type Scope } from "effect"
-import type { TranscriptionResult } from "../../src/layers/Transcription.js"
+import type { TranscriptionResult } from "../../packages/media/src/layers/Transcription.js"
 
 /** One scripted answer. Defaults: status 200; body `fakeTranscript(url)` on 2xx, `{ error }` otherwise. */
 export interface Reply {

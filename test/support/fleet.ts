@@ -5,8 +5,8 @@
  * role, so pg_stat_activity tells the two apart by user name.
  */
 import { Effect, Layer, Redacted } from "effect"
-import * as Db from "../../src/layers/Db.js"
-import * as PgQueue from "../../src/queue/PgQueue.js"
+import * as Db from "../../packages/pgfiber/src/layers/Db.js"
+import * as PgQueue from "../../packages/pgfiber/src/queue/PgQueue.js"
 import { databaseUrl } from "./pg.js"
 import { roleFor, startPgBouncer } from "./pgbouncer.js"
 import { waitFor } from "./waitFor.js"

@@ -6,7 +6,7 @@
  */
 import { Effect, Exit, Redacted, Scope } from "effect"
 import type { TestProject } from "vitest/node"
-import * as EmbeddedPg from "../../src/layers/EmbeddedPg.js"
+import * as EmbeddedPg from "../../packages/pgfiber/src/layers/EmbeddedPg.js"
 
 declare module "vitest" {
   export interface ProvidedContext {

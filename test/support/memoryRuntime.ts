@@ -3,7 +3,7 @@
  * without moving the TestClock.
  */
 import { Duration, Effect } from "effect"
-import type * as Worker from "../../src/runtime/Worker.js"
+import type * as Worker from "../../packages/pgfiber/src/runtime/Worker.js"
 
 /** A 10 s grace, a sweep an hour apart (it never runs in a test), a poll a second apart. */
 export const workerOptions = (workerId: string, overrides: Partial<Worker.WorkerOptions> = {}): Worker.WorkerOptions => ({

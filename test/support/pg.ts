@@ -5,8 +5,8 @@
 import { Effect, Layer, Redacted } from "effect"
 import postgres from "postgres"
 import { inject } from "vitest"
-import * as Db from "../../src/layers/Db.js"
-import * as Migrations from "../../src/queue/Migrations.js"
+import * as Db from "../../packages/pgfiber/src/layers/Db.js"
+import * as Migrations from "../../packages/pgfiber/src/queue/Migrations.js"
 
 export const databaseUrl = (): string => inject("databaseUrl")
 

@@ -6,8 +6,8 @@
 import { Effect, Layer, Redacted } from "effect"
 import { type ChildProcess, spawn } from "node:child_process"
 import * as Path from "node:path"
-import * as Db from "../../src/layers/Db.js"
-import * as Migrations from "../../src/queue/Migrations.js"
+import * as Db from "../../packages/pgfiber/src/layers/Db.js"
+import * as Migrations from "../../packages/pgfiber/src/queue/Migrations.js"
 import { databaseUrl, dropSchema, freshSchemaName, rawSql } from "./pg.js"
 
 export interface WorkerProcess {

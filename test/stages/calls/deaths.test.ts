@@ -6,14 +6,14 @@
  */
 import { describe, expect, layer } from "@effect/vitest"
 import { Duration, Effect, Layer } from "effect"
-import * as Analyzer from "../../../src/layers/Analyzer.js"
-import * as Db from "../../../src/layers/Db.js"
-import * as Queue from "../../../src/queue/Queue.js"
-import * as RetryPolicy from "../../../src/runtime/RetryPolicy.js"
-import type * as Stage from "../../../src/runtime/Stage.js"
-import * as Worker from "../../../src/runtime/Worker.js"
-import * as SpeechKitSimulator from "../../../src/testing/SpeechKitSimulator.js"
-import { Calls, makeCallStages } from "../../../src/stages/calls/index.js"
+import * as Analyzer from "../../../packages/media/src/layers/Analyzer.js"
+import * as Db from "../../../packages/pgfiber/src/layers/Db.js"
+import * as Queue from "../../../packages/pgfiber/src/queue/Queue.js"
+import * as RetryPolicy from "../../../packages/pgfiber/src/runtime/RetryPolicy.js"
+import type * as Stage from "../../../packages/pgfiber/src/runtime/Stage.js"
+import * as Worker from "../../../packages/pgfiber/src/runtime/Worker.js"
+import * as SpeechKitSimulator from "../../../packages/media/src/testing/SpeechKitSimulator.js"
+import { Calls, makeCallStages } from "../../../packages/media/src/stages/calls/index.js"
 import { spawnPipelineWorker } from "../../support/pipelineWorker.js"
 import {
   apiKey,

@@ -7,13 +7,13 @@
 import * as FetchHttpClient from "@effect/platform/FetchHttpClient"
 import { describe, expect, layer } from "@effect/vitest"
 import { Duration, Effect, Layer, Redacted, Schema } from "effect"
-import * as SpeechKit from "../../../src/layers/SpeechKit.js"
-import * as SpeechKitSimulator from "../../../src/testing/SpeechKitSimulator.js"
-import * as Storage from "../../../src/layers/Storage.js"
-import type * as Queue from "../../../src/queue/Queue.js"
-import * as RetryPolicy from "../../../src/runtime/RetryPolicy.js"
-import * as Stage from "../../../src/runtime/Stage.js"
-import { Calls, makeCallStages } from "../../../src/stages/calls/index.js"
+import * as SpeechKit from "../../../packages/media/src/layers/SpeechKit.js"
+import * as SpeechKitSimulator from "../../../packages/media/src/testing/SpeechKitSimulator.js"
+import * as Storage from "../../../packages/media/src/layers/Storage.js"
+import type * as Queue from "../../../packages/pgfiber/src/queue/Queue.js"
+import * as RetryPolicy from "../../../packages/pgfiber/src/runtime/RetryPolicy.js"
+import * as Stage from "../../../packages/pgfiber/src/runtime/Stage.js"
+import { Calls, makeCallStages } from "../../../packages/media/src/stages/calls/index.js"
 import {
   apiKey,
   awaitCall,

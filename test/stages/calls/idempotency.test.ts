@@ -6,10 +6,10 @@
  */
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Schema } from "effect"
-import * as SpeechKitSimulator from "../../../src/testing/SpeechKitSimulator.js"
-import * as Queue from "../../../src/queue/Queue.js"
-import * as Stage from "../../../src/runtime/Stage.js"
-import { Calls, makeCallStages } from "../../../src/stages/calls/index.js"
+import * as SpeechKitSimulator from "../../../packages/media/src/testing/SpeechKitSimulator.js"
+import * as Queue from "../../../packages/pgfiber/src/queue/Queue.js"
+import * as Stage from "../../../packages/pgfiber/src/runtime/Stage.js"
+import { Calls, makeCallStages } from "../../../packages/media/src/stages/calls/index.js"
 import {
   awaitCall,
   expectNoneLeft,

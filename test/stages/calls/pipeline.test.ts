@@ -8,9 +8,9 @@ import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import * as NodeFs from "node:fs/promises"
 import * as NodePath from "node:path"
-import * as SpeechKitSimulator from "../../../src/testing/SpeechKitSimulator.js"
-import * as Storage from "../../../src/layers/Storage.js"
-import { Calls, makeCallStages } from "../../../src/stages/calls/index.js"
+import * as SpeechKitSimulator from "../../../packages/media/src/testing/SpeechKitSimulator.js"
+import * as Storage from "../../../packages/media/src/layers/Storage.js"
+import { Calls, makeCallStages } from "../../../packages/media/src/stages/calls/index.js"
 import {
   awaitCall,
   bucket,

@@ -5,8 +5,8 @@
  */
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import * as Stage from "../../../src/runtime/Stage.js"
-import { Calls, makeCallStages } from "../../../src/stages/calls/index.js"
+import * as Stage from "../../../packages/pgfiber/src/runtime/Stage.js"
+import { Calls, makeCallStages } from "../../../packages/media/src/stages/calls/index.js"
 import { awaitCall, deadLettersOf, generatedCall, jobsOf, listObjects, startWorker, tempDirectory, waitFor, worldLayer } from "./support.js"
 
 const orgId = "org-retention"

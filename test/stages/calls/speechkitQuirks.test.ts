@@ -5,9 +5,9 @@
  */
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import * as RetryPolicy from "../../../src/runtime/RetryPolicy.js"
-import * as SpeechKitSimulator from "../../../src/testing/SpeechKitSimulator.js"
-import { Calls, makeCallStages } from "../../../src/stages/calls/index.js"
+import * as RetryPolicy from "../../../packages/pgfiber/src/runtime/RetryPolicy.js"
+import * as SpeechKitSimulator from "../../../packages/media/src/testing/SpeechKitSimulator.js"
+import { Calls, makeCallStages } from "../../../packages/media/src/stages/calls/index.js"
 import { awaitCall, deadLettersOf, generatedCall, startWorker, tempDirectory, worldLayer } from "./support.js"
 
 const orgId = "org-quirks"

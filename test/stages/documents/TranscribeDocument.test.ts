@@ -8,22 +8,22 @@ import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import { describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Context, Duration, Effect, Layer } from "effect"
 import type postgres from "postgres"
-import * as Db from "../../../src/layers/Db.js"
+import * as Db from "../../../packages/pgfiber/src/layers/Db.js"
 import * as FakeTranscriptionServer from "../../support/FakeTranscriptionServer.js"
-import * as Transcription from "../../../src/layers/Transcription.js"
-import * as PgQueue from "../../../src/queue/PgQueue.js"
-import * as PgSchedules from "../../../src/queue/PgSchedules.js"
-import * as Queue from "../../../src/queue/Queue.js"
-import * as RetryPolicy from "../../../src/runtime/RetryPolicy.js"
-import * as Scheduler from "../../../src/runtime/Scheduler.js"
-import * as Stage from "../../../src/runtime/Stage.js"
-import * as Worker from "../../../src/runtime/Worker.js"
+import * as Transcription from "../../../packages/media/src/layers/Transcription.js"
+import * as PgQueue from "../../../packages/pgfiber/src/queue/PgQueue.js"
+import * as PgSchedules from "../../../packages/pgfiber/src/queue/PgSchedules.js"
+import * as Queue from "../../../packages/pgfiber/src/queue/Queue.js"
+import * as RetryPolicy from "../../../packages/pgfiber/src/runtime/RetryPolicy.js"
+import * as Scheduler from "../../../packages/pgfiber/src/runtime/Scheduler.js"
+import * as Stage from "../../../packages/pgfiber/src/runtime/Stage.js"
+import * as Worker from "../../../packages/pgfiber/src/runtime/Worker.js"
 import {
   documentLayers,
   documentStages,
   DocumentsSweep,
   TranscribeDocument
-} from "../../../src/stages/documents/index.js"
+} from "../../../packages/media/src/stages/documents/index.js"
 import { layerDb, rawSql } from "../../support/pg.js"
 
 /** Production stages, except for retry delays short enough to watch five attempts in under a second. */
