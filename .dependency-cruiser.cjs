@@ -1,6 +1,6 @@
 /**
  * The folder table of DESIGN.md ("Packages and folders") as rules: imports point down the table only.
- * `npm run lint:deps` checks `src/`; CI runs it right after the typecheck.
+ * `npm run lint:deps` checks each package's `src/` (packages/NAME/src); CI runs it right after the typecheck.
  *
  *   App, main, index (the tops)       may import everything
  *   http, dashboard, cli (the faces)  everything below, never another face
@@ -15,29 +15,27 @@
  * dependency a reader has to follow.
  */
 const faces = ["http", "dashboard", "cli"]
-const folder = (names) => `^src/(${names.join("|")})/`
-const tops = "^src/(App|main|index)\\.ts$"
+/** Any package's src/: the folder table holds inside each package, and across them. */
+const src = "^packages/[^/]+/src/"
+const folder = (names) => `${src}(${names.join("|")})/`
+const tops = `${src}(App|main|index)\\.ts$`
 /**
  * The one face-to-face import left: `Server.layer` mounts the dashboard on the API listener and, by default,
  * makes one from DASHBOARD_* (its `dashboard` option). Moving that mount up to App changes what
  * `pgfiber/http`'s `Server.layer` serves by default, a change of the public API left to its own commit (#26).
  */
-const serverMount = { from: "^src/http/Server\\.ts$", to: "^src/dashboard/Dashboard\\.ts$" }
+const serverMount = { from: `${src}http/Server\\.ts$`, to: `${src}dashboard/Dashboard\\.ts$` }
 
 /**
- * The packages (#31): `pgfiber` (the core: queue, runtime, the shared layers, JobError, the in-memory testing twin),
- * the media pipelines (calls, documents and their outside-world clients), and the service (App, main, the faces,
- * the echo and webhook stages, tracing). The core imports neither of the others; the media pipelines never import
- * the service. What is not named as media or service is core: scripts/split-packages.mjs moves files the same way.
+ * The packages (#31), by folder: `packages/pgfiber` (the core: queue, runtime, the shared layers, JobError, the
+ * in-memory testing twin), `packages/media` (the media pipelines and their outside-world clients) and
+ * `packages/service` (App, main, the faces, the echo and webhook stages, tracing). The core imports neither of the
+ * others; the media pipelines never import the service; a package imports another by its name (`pgfiber/internal/…`),
+ * never by a relative path, which would not exist once each is installed on its own.
  */
-const media = [
-  "^src/layers/(Analyzer|Media|SpeechKit|Storage|Transcription)\\.ts$",
-  "^src/layers/storage/",
-  "^src/stages/(calls|documents)/",
-  "^src/testing/(SpeechKitSimulator|MemoryStorage|media)\\.ts$"
-]
-const service = ["^src/(App|main)\\.ts$", "^src/(auth|cli|dashboard|http)/", "^src/stages/(echo|webhooks)/", "^src/layers/Tracing\\.ts$"]
-const core = "^src/((JobError|index)\\.ts$|(queue|runtime|layers|testing|stages/housekeeping)/)"
+const media = ["^packages/media/"]
+const service = ["^packages/service/"]
+const core = "^packages/pgfiber/"
 
 /** @type {import('dependency-cruiser').IConfiguration} */
 module.exports = {
@@ -46,21 +44,21 @@ module.exports = {
       name: "no-circular",
       severity: "error",
       comment: "A circle of imports has no bottom: which module is the base of the other is left to load order.",
-      from: { path: "^src/" },
+      from: { path: src },
       to: { circular: true }
     },
     {
       name: "src-not-from-tests",
       severity: "error",
-      comment: "Nothing in src/ imports from test/ or bench/: they are not shipped.",
-      from: { path: "^src/" },
+      comment: "Nothing in a package's src/ imports from test/ or bench/: they are not shipped.",
+      from: { path: src },
       to: { path: "^(test|bench)/" }
     },
     {
       name: "core-package-alone",
       severity: "error",
       comment: "The core package (pgfiber) imports neither the media pipelines nor the service: a queue installs as a queue.",
-      from: { path: core, pathNot: [...media, ...service] },
+      from: { path: core },
       to: { path: [...media, ...service] }
     },
     {
@@ -71,52 +69,59 @@ module.exports = {
       to: { path: service }
     },
     {
+      name: "packages-by-name",
+      severity: "error",
+      comment: "A package reaches another by its name (pgfiber/internal/…): a relative path across packages/ breaks once installed.",
+      from: { path: "^packages/([^/]+)/" },
+      to: { path: "^packages/[^/]+/src/", pathNot: "^packages/$1/" }
+    },
+    {
       name: "queue-only-down",
       severity: "error",
       comment: "The queue knows about layers only: never the runtime, a stage, auth, a face or a top.",
-      from: { path: "^src/queue/" },
+      from: { path: `${src}queue/` },
       to: { path: [folder(["runtime", "stages", "auth", "testing", ...faces]), tops] }
     },
     {
       name: "layers-nothing-above",
       severity: "error",
       comment: "layers/ is the outside world every part shares: it imports nothing above it.",
-      from: { path: "^src/layers/" },
+      from: { path: `${src}layers/` },
       to: { path: [folder(["queue", "runtime", "stages", "auth", "testing", ...faces]), tops] }
     },
     {
       name: "job-error-is-a-leaf",
       severity: "error",
       comment: "JobError.ts sits beside layers/ (its clients fail with it): it imports nothing of ours.",
-      from: { path: "^src/JobError\\.ts$" },
-      to: { path: "^src/" }
+      from: { path: `${src}JobError\\.ts$` },
+      to: { path: src }
     },
     {
       name: "runtime-not-above",
       severity: "error",
       comment: "The runtime knows about the queue and layers: never a stage, auth, a face or a top.",
-      from: { path: "^src/runtime/" },
+      from: { path: `${src}runtime/` },
       to: { path: [folder(["stages", "auth", "testing", ...faces]), tops] }
     },
     {
       name: "stages-not-above",
       severity: "error",
       comment: "A pipeline knows the runtime, the queue and layers: never auth, a face or a top.",
-      from: { path: "^src/stages/" },
+      from: { path: `${src}stages/` },
       to: { path: [folder(["auth", ...faces]), tops] }
     },
     {
       name: "auth-only-layers",
       severity: "error",
       comment: "auth/ (keys, scopes, tenancy) knows about layers only: the faces use it, not the other way.",
-      from: { path: "^src/auth/" },
+      from: { path: `${src}auth/` },
       to: { path: [folder(["queue", "runtime", "stages", "testing", ...faces]), tops] }
     },
     ...faces.map((face) => ({
       name: `face-${face}-not-another-face`,
       severity: "error",
       comment: "A face never imports another face; a top (App, main, a package's index) composes them.",
-      from: { path: `^src/${face}/`, pathNot: [`^src/${face}/index\\.ts$`, ...(face === "http" ? [serverMount.from] : [])] },
+      from: { path: `${src}${face}/`, pathNot: [`${src}${face}/index\\.ts$`, ...(face === "http" ? [serverMount.from] : [])] },
       to: { path: folder(faces.filter((f) => f !== face)) }
     })),
     {
@@ -137,8 +142,9 @@ module.exports = {
     }
   ],
   options: {
-    doNotFollow: { path: "node_modules" },
-    includeOnly: "^(src|test|bench)/",
+    doNotFollow: { path: ["node_modules", "^packages/[^/]+/dist/"] },
+    // a package reached by name resolves to its build (node_modules/pgfiber → packages/pgfiber/dist/): counted, not followed
+    includeOnly: "^(packages/[^/]+/(src|dist)|test|bench)/",
     tsPreCompilationDeps: true,
     tsConfig: { fileName: "tsconfig.json" },
     enhancedResolveOptions: {

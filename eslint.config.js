@@ -1,5 +1,5 @@
-// ESLint (flat config), `npm run lint`, run in CI: ESLint's and typescript-eslint's recommended rules on src/,
-// plus the house rule that no function in src/ runs past 100 lines (a longer one is a module waiting to be named).
+// ESLint (flat config), `npm run lint`, run in CI: ESLint's and typescript-eslint's recommended rules on each package's src/,
+// plus the house rule that no function in a package's src/ runs past 100 lines (a longer one is a module waiting to be named).
 import js from "@eslint/js"
 import tseslint from "typescript-eslint"
 
@@ -8,20 +8,20 @@ import tseslint from "typescript-eslint"
  * list when its functions are split, and nothing is added to it.
  */
 const longFunctionsYetToSplit = [
-  "src/dashboard/Dashboard.ts",
-  "src/http/Health.ts",
-  "src/http/Jobs.ts",
-  "src/layers/Db.ts",
-  "src/queue/JobsSql.ts",
-  "src/queue/MemoryQueue.ts",
-  "src/queue/PgQueue.ts",
-  "src/runtime/Waker.ts"
+  "packages/service/src/dashboard/Dashboard.ts",
+  "packages/service/src/http/Health.ts",
+  "packages/service/src/http/Jobs.ts",
+  "packages/pgfiber/src/layers/Db.ts",
+  "packages/pgfiber/src/queue/JobsSql.ts",
+  "packages/pgfiber/src/queue/MemoryQueue.ts",
+  "packages/pgfiber/src/queue/PgQueue.ts",
+  "packages/pgfiber/src/runtime/Waker.ts"
 ]
 
 export default tseslint.config(
   { ignores: ["dist/**", "node_modules/**", ".data/**", "bench/results/**"] },
   {
-    files: ["src/**/*.ts"],
+    files: ["packages/*/src/**/*.ts"],
     extends: [js.configs.recommended, tseslint.configs.recommended],
     linterOptions: { reportUnusedDisableDirectives: "error" },
     rules: {

@@ -1,6 +1,22 @@
+import * as Path from "node:path"
 import { defineConfig } from "vitest/config"
 
+const packages = Path.resolve(import.meta.dirname, "packages")
+
 export default defineConfig({
+  // the workspaces' bare specifiers to their sources, as tsconfig.json's `paths` (the packages' `exports` name dist/)
+  resolve: {
+    alias: [
+      { find: /^pgfiber$/, replacement: `${packages}/pgfiber/src/index.ts` },
+      { find: /^pgfiber\/testing$/, replacement: `${packages}/pgfiber/src/testing/index.ts` },
+      { find: /^pgfiber\/internal\/(.*)\.js$/, replacement: `${packages}/pgfiber/src/$1.ts` },
+      { find: /^@pgfiber\/media\/(calls|documents)$/, replacement: `${packages}/media/src/stages/$1/index.ts` },
+      { find: /^@pgfiber\/media\/testing$/, replacement: `${packages}/media/src/testing/index.ts` },
+      { find: /^@pgfiber\/media\/internal\/(.*)\.js$/, replacement: `${packages}/media/src/$1.ts` },
+      { find: /^@pgfiber\/service\/http$/, replacement: `${packages}/service/src/http/index.ts` },
+      { find: /^@pgfiber\/service\/internal\/(.*)\.js$/, replacement: `${packages}/service/src/$1.ts` }
+    ]
+  },
   test: {
     include: ["test/**/*.test.ts"],
     globalSetup: ["test/support/globalSetup.ts"],

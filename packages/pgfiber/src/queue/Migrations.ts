@@ -5,6 +5,7 @@
  */
 import { Data, Effect } from "effect"
 import * as Fs from "node:fs"
+import { createRequire } from "node:module"
 import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
 import * as Db from "../layers/Db.js"
@@ -27,13 +28,20 @@ export interface Migration {
 }
 
 /**
- * The package's `migrations/` folder, found from this module's own location (not the working directory), so
- * an installed package finds its SQL: two levels up from `src/queue/` (tsx) or `dist/queue/` (compiled), one
- * level up from the bundled CLI in `dist/`.
+ * The core package's `migrations/` folder, found from this module's own location (not the working directory), so
+ * an installed package finds its SQL: two levels up from `src/queue/` (tsx) or `dist/queue/` (compiled); from the
+ * service's bundled CLI (`@pgfiber/service/dist/`), the folder of the `pgfiber` package it depends on.
  */
 export const migrationsDir = ((): string => {
   const here = Path.dirname(fileURLToPath(import.meta.url))
-  const candidates = [Path.resolve(here, "../../migrations"), Path.resolve(here, "../migrations")]
+  const ofPackage = (): Array<string> => {
+    try {
+      return [Path.join(Path.dirname(createRequire(import.meta.url).resolve("pgfiber/package.json")), "migrations")]
+    } catch {
+      return []
+    }
+  }
+  const candidates = [Path.resolve(here, "../../migrations"), ...ofPackage()]
   return candidates.find((dir) => Fs.existsSync(Path.join(dir, "0001_queue.sql"))) ?? candidates[0]!
 })()
 
