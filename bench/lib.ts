@@ -261,8 +261,8 @@ const compiledDir = Path.join(repoDir, ".data", "bench-build")
 export const compileWorker = async (script: string): Promise<string> => {
   const out = Path.join(compiledDir, script.replace(/\.ts$/, ".mjs"))
   if (compiled.has(out)) return out
-  if (!Fs.existsSync(Path.join(repoDir, "dist", "index.js"))) {
-    throw new Error("dist/ is missing: run `npm run build` first (npm ci does)")
+  if (!Fs.existsSync(Path.join(repoDir, "packages", "pgfiber", "dist", "index.js"))) {
+    throw new Error("packages/pgfiber/dist/ is missing: run `npm run build` first (npm ci does)")
   }
   const esbuild = await import("esbuild")
   await esbuild.build({

@@ -1,10 +1,10 @@
 /**
- * `npm run bench:startup`: what a start costs, compiled (`node dist/cli.js`, what `npm start` and the installed
- * `pgfiber` run) against tsx (`node --import tsx src/main.ts`, the development path), same machine, same run,
+ * `npm run bench:startup`: what a start costs, compiled (`node packages/service/dist/cli.js`, what `npm start` and the installed
+ * `pgfiber` run) against tsx (`node --import tsx packages/service/src/main.ts`, the development path), same machine, same run,
  * interleaved, medians of --runs (default 5):
  * - `pgfiber --help`, `pgfiber stats` and `pgfiber keys create`: wall time and CPU (user + system) of the whole
  *   process (the two commands on a migrated schema of DATABASE_URL); the CLI loads only the named command's module
- *   (src/main.ts), and the pipelines only when a command runs: each should answer in well under a second;
+ *   (packages/service/src/main.ts), and the pipelines only when a command runs: each should answer in well under a second;
  * - `pgfiber start`: from spawn to the first `/healthz` 200, on DATABASE_URL (default: the local PostgreSQL) so
  *   the number is pgfiber's own start, not an embedded server's;
  * - RSS when idle (5 s after /healthz) and the peak RSS (VmHWM) after draining --jobs echo jobs.
@@ -28,8 +28,8 @@ const databaseUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5
 
 const variants = {
   // as bin/pgfiber.js (its shebang) and `npm start` run it
-  compiled: ["--max-semi-space-size=4", Path.join(repoDir, "dist", "cli.js")],
-  tsx: ["--import", "tsx", Path.join(repoDir, "src", "main.ts")]
+  compiled: ["--max-semi-space-size=4", Path.join(repoDir, "packages", "service", "dist", "cli.js")],
+  tsx: ["--import", "tsx", Path.join(repoDir, "packages", "service", "src", "main.ts")]
 } as const
 type Variant = keyof typeof variants
 
@@ -140,7 +140,7 @@ const main = async () => {
     [
       `Node ${process.version}, ${(await import("node:os")).cpus().length} cores, median 1-minute load ${median(load).toFixed(1)}; medians of ${runs} interleaved runs.`,
       "",
-      "| | compiled (`node dist/cli.js`) | tsx (`node --import tsx src/main.ts`) |",
+      "| | compiled (`node packages/service/dist/cli.js`) | tsx (`node --import tsx packages/service/src/main.ts`) |",
       "| --- | ---: | ---: |",
       row("`pgfiber --help`, wall / CPU, ms", t("help")),
       row("`pgfiber stats`, wall / CPU, ms", t("stats")),
