@@ -45,7 +45,7 @@ const main = () => {
       rows.push([`\`${name}\` ${info.version}`, info.size, installInto(work, name, [spec])])
     }
     console.log(`Node ${process.version}, npm ${npm(["--version"], root).trim()}; installed = \`du -sk node_modules\` of an empty project after \`npm install\`.\n`)
-    console.log("| package | packed | installed | top-level packages |")
+    console.log("| package | packed | installed | entries in node_modules |")
     console.log("| --- | ---: | ---: | ---: |")
     for (const [label, size, { installed, top }] of rows) console.log(`| ${label} | ${mib(size / 1024)} | ${mib(installed)} | ${top} |`)
   } finally {
