@@ -131,7 +131,8 @@ module.exports = {
         "A face runs no SQL: the statements modules (src/queue/*Sql.ts) are the queue's own; a face reads through " +
         "Reads and changes through Queue. (Db.ts stays importable for composition and org scoping: withOrg, forOrg.)",
       from: { path: folder(faces) },
-      to: { path: "^src/(queue|runtime|stages|auth)/.*Sql\\.ts$" }
+      // a face reaches the core by name, which resolves to its build (options below): both count
+      to: { path: "^packages/[^/]+/(src|dist)/(queue|runtime|stages|auth)/[^/]*Sql\\.(ts|js)$" }
     },
     {
       name: "face-http-server-only-the-dashboard-mount",
