@@ -67,17 +67,9 @@ describe("pgfiber events", () => {
         child.stdout.on("data", (d) => (stdout += d))
         child.stderr.on("data", (d) => (stderr += d))
         const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)))
-        // it is following once its LISTEN connection is up
-        yield* waitFor("the follower to LISTEN", Effect.promise(async () => {
-          const { rawSql } = await import("../support/pg.js")
-          const sql = rawSql()
-          try {
-            const [row] = await sql<Array<{ n: number }>>`select count(*)::int as n from pg_stat_activity where query ilike 'listen%' and query ilike ${"%" + schema + "%"}`
-            return row!.n >= 1
-          } finally {
-            await sql.end()
-          }
-        })).pipe(Effect.tapDefect(() => Effect.sync(() => console.log(stderr))))
+        // it is following once it says so on stderr (its cursor taken: every event after it is printed)
+        yield* waitFor("the follower to follow", Effect.sync(() => stderr.includes("following the event log")))
+          .pipe(Effect.tapDefect(() => Effect.sync(() => console.log(stderr))))
         const ids = [yield* runOne("cli_follow", "acme"), yield* runOne("cli_follow", "beta")]
         yield* waitFor("both jobs' events on stdout", Effect.sync(() =>
           ids.every((id) => stdout.includes(`"jobId":"${id}","stage":"cli_follow","orgId"`) && stdout.split("\n").some((l) => l.includes(`"jobId":"${id}"`) && l.includes(`"kind":"completed"`)))

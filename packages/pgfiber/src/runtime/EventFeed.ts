@@ -22,6 +22,11 @@ export interface FollowOptions {
   readonly from?: "now" | "beginning" | { readonly after: string } | undefined
   /** Events per read. */
   readonly pageSize?: number | undefined
+  /**
+   * Runs once the follower has its cursor (and hears wake-ups): from here on, every event logged is delivered.
+   * A caller that starts work of its own only once following (a CLI's readiness line) waits for this.
+   */
+  readonly onFollowing?: Effect.Effect<void> | undefined
 }
 
 export class EventFeed extends Context.Tag("pgfiber/EventFeed")<EventFeed, {
@@ -65,6 +70,7 @@ export const make = Effect.gen(function*() {
           : from === "beginning"
           ? EventLog.beginning
           : yield* log.after(from.after, filter)
+        if (options.onFollowing) yield* options.onFollowing
         let caughtUp = false
         let held = false
         let heldWaitMs = 20

@@ -61,7 +61,9 @@ export const events = Command.make(
         const from = Option.getOrElse(o.from, () => (o.follow ? "now" : "beginning"))
         const start = after !== undefined ? { after } : from
         if (o.follow) {
-          return yield* EventFeed.follow(filter, { from: start }).pipe(
+          // on stderr, once the cursor is taken: every event logged after this line is printed
+          const onFollowing = Output.note("following the event log (Ctrl-C to stop)")
+          return yield* EventFeed.follow(filter, { from: start, onFollowing }).pipe(
             Stream.runForEach(print),
             Effect.provide(EventFeed.layer.pipe(Layer.provideMerge(EventLog.layer)))
           )
