@@ -11,25 +11,7 @@ import * as Migrations from "../../packages/pgfiber/src/queue/Migrations.js"
 import * as PgQueue from "../../packages/pgfiber/src/queue/PgQueue.js"
 import * as Queue from "../../packages/pgfiber/src/queue/Queue.js"
 import { databaseUrl, dropSchema, freshSchemaName, layerDb, rawSql } from "../support/pg.js"
-import { waitFor } from "../support/waitFor.js"
-
-/** Every event from `cursor` on, in pages of `limit`, until nothing is held back (another transaction may hold some). */
-const readToEnd = (log: EventLog.EventLog["Type"], cursor: EventLog.Cursor, limit: number) =>
-  Effect.gen(function*() {
-    const events: Array<EventLog.LoggedEvent> = []
-    let next = cursor
-    yield* waitFor("the event log read to its end", Effect.gen(function*() {
-      let page = yield* log.read(next, {}, limit)
-      events.push(...page.events)
-      while (page.full) {
-        page = yield* log.read(page.next, {}, limit)
-        events.push(...page.events)
-      }
-      next = page.next
-      return !page.held
-    }), Duration.minutes(1), Duration.millis(20))
-    return events
-  })
+import { readAll } from "../support/eventLog.js"
 
 const rowsOf = (schema: string, kind: string) =>
   Effect.acquireUseRelease(
@@ -58,7 +40,7 @@ describe("the event log in batches", () => {
         expect(yield* rowsOf(schema, "completed")).toEqual([300])
 
         // the reader: one event per job and kind, ids unique and rising, in pages that end inside rows
-        const events = yield* readToEnd(log, start, 7)
+        const events = yield* readAll(log, start, {}, 7).pipe(Effect.map((r) => r.events))
         expect(events.length).toBe(2500 + 300 + 300)
         const ids = events.map((e) => BigInt(e.id))
         expect(ids.every((id, i) => i === 0 || id > ids[i - 1]!)).toBe(true)
@@ -75,7 +57,7 @@ describe("the event log in batches", () => {
         // resuming after an event inside a row (Last-Event-ID) gives exactly the events after it
         for (const at of [0, 999, 1000, 1234, 2600]) {
           const cursor = yield* log.after(events[at]!.id, {})
-          const rest = yield* readToEnd(log, cursor, 500)
+          const rest = yield* readAll(log, cursor, {}, 500).pipe(Effect.map((r) => r.events))
           expect(rest.map((e) => e.id)).toEqual(events.slice(at + 1).map((e) => e.id))
         }
       }))
@@ -99,13 +81,13 @@ describe("the event log in batches", () => {
 
       yield* Migrations.migrate().pipe(Effect.provideService(Db.Db, db))
       const log = yield* EventLog.make.pipe(Effect.provideService(Db.Db, db))
-      const kept = yield* readToEnd(log, EventLog.beginning, 2)
+      const kept = yield* readAll(log, EventLog.beginning, {}, 2).pipe(Effect.map((r) => r.events))
       expect(kept.map((e) => [e.id, e.jobId, e.kind, e.subjectId, e.attempt])).toEqual(
         oldRows.map((r, i) => [String(BigInt(r.id) * 1024n), old[i]!.id, "enqueued", ["a", null, "c"][i], 0])
       )
       // a job enqueued after the upgrade is logged after them; resuming after an upgraded event finds it
       const [fresh] = yield* Effect.promise(() => sql<Array<{ id: string }>>`insert into jobs (stage) values ('up') returning id::text`)
-      const after = yield* readToEnd(log, yield* log.after(kept[2]!.id, {}), 10)
+      const after = yield* readAll(log, yield* log.after(kept[2]!.id, {}), {}, 10).pipe(Effect.map((r) => r.events))
       expect(after.map((e) => [e.jobId, e.kind])).toEqual([[fresh!.id, "enqueued"]])
       expect(BigInt(after[0]!.id)).toBeGreaterThan(BigInt(kept[2]!.id))
     }))

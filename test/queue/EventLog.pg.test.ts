@@ -4,42 +4,16 @@
  * their org, and pruning removes only what is past the retention.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Context, Duration, Effect, Fiber, Layer } from "effect"
+import { Duration, Effect, Fiber, Layer } from "effect"
 import * as EventLog from "../../packages/pgfiber/src/queue/EventLog.js"
 import * as PgQueue from "../../packages/pgfiber/src/queue/PgQueue.js"
 import * as Queue from "../../packages/pgfiber/src/queue/Queue.js"
 import { freshSchemaName, layerDb, rawSql } from "../support/pg.js"
+import { readAll, readPages } from "../support/eventLog.js"
 import { waitFor } from "../support/waitFor.js"
 
 const schema = freshSchemaName("eventlog")
 const services = EventLog.layer.pipe(Layer.provideMerge(PgQueue.layer()), Layer.provideMerge(layerDb({ schema, poolMax: 4 })))
-
-/** Everything readable now from `cursor`, page by page, in one pass; the cursor after it and whether events are held back. */
-const readPages = (log: Context.Tag.Service<EventLog.EventLog>, cursor: EventLog.Cursor, filter: EventLog.Filter = {}) =>
-  Effect.gen(function*() {
-    const events: Array<EventLog.LoggedEvent> = []
-    let page = yield* log.read(cursor, filter, 3)
-    events.push(...page.events)
-    while (page.full) {
-      page = yield* log.read(page.next, filter, 3)
-      events.push(...page.events)
-    }
-    return { events, next: page.next, held: page.held }
-  })
-
-/** Reads on from `cursor` until the reader holds nothing back (another transaction in the cluster may for a while). */
-const readAll = (log: Context.Tag.Service<EventLog.EventLog>, cursor: EventLog.Cursor, filter: EventLog.Filter = {}) =>
-  Effect.gen(function*() {
-    const events: Array<EventLog.LoggedEvent> = []
-    let next = cursor
-    yield* waitFor("the event log's horizon to pass every committed event", Effect.gen(function*() {
-      const r = yield* readPages(log, next, filter)
-      events.push(...r.events)
-      next = r.next
-      return !r.held
-    }), Duration.minutes(1), Duration.millis(20))
-    return { events, next }
-  })
 
 describe("the event log", () => {
   it.layer(services, { timeout: 60_000 })((it) => {
