@@ -74,6 +74,47 @@ describe("JobEvents", () => {
       expect(bus.active()).toBe(false)
     }))
 
+  it.effect("while an enqueue is in flight, a job's Started waits for its Enqueued; Enqueued never waits", () =>
+    Effect.gen(function*() {
+      const bus = yield* Events.make()
+      const job = { stage: "s", orgId: null, subjectId: null }
+      const started = (jobId: string): Events.JobEvent => ({
+        _tag: "Started", jobId, stage: "s", orgId: null, attempt: 1, at: new Date(0), workerId: "w"
+      })
+      yield* Effect.scoped(Effect.gen(function*() {
+        const inbox = yield* bus.subscribeScoped({ capacity: 20_000 })
+        const tags = Effect.map(Q.takeAll(inbox), (c) => Chunk.toReadonlyArray(c).map((e) => `${e._tag}:${e.jobId}`))
+        // the pool claims job 1 after its insert committed and before the enqueue published
+        yield* bus.holding(Effect.gen(function*() {
+          bus.publish([started("1")])
+          expect(yield* tags).toEqual([])
+          bus.publish(Events.enqueued([job], [{ id: "1", deduped: false }]))
+          expect(yield* tags).toEqual(["Enqueued:1"])
+        }))
+        expect(yield* tags).toEqual(["Started:1"])
+        // two enqueues in flight: what waits goes on when the last ends, in publish order
+        const second = yield* Effect.fork(bus.holding(Effect.never))
+        yield* Effect.yieldNow()
+        yield* bus.holding(Effect.sync(() => bus.publish([started("2"), started("3")])))
+        expect(yield* tags).toEqual([])
+        yield* Fiber.interrupt(second)
+        expect(yield* tags).toEqual(["Started:2", "Started:3"])
+        // a failed enqueue lets go too
+        yield* Effect.exit(bus.holding(Effect.zipRight(Effect.sync(() => bus.publish([started("4")])), Effect.fail("boom"))))
+        expect(yield* tags).toEqual(["Started:4"])
+        // past maxHeld the waiting events go on at once, still in order
+        yield* bus.holding(Effect.gen(function*() {
+          const many = Array.from({ length: Events.maxHeld + 1 }, (_, i) => started(String(100 + i)))
+          bus.publish(many.slice(0, Events.maxHeld))
+          bus.publish(many.slice(Events.maxHeld))
+          const got = yield* tags
+          expect(got.length).toBe(Events.maxHeld + 1)
+          expect(got[0]).toBe("Started:100")
+          expect(got[Events.maxHeld]).toBe(`Started:${100 + Events.maxHeld}`)
+        }))
+      }))
+    }))
+
   it.effect("subscribe is a Stream of what is published while it runs", () =>
     Effect.gen(function*() {
       const bus = yield* Events.make()

@@ -11,6 +11,12 @@
  * Events are facts this process saw: `Enqueued` when this process's enqueue returned (inside a transaction,
  * before it commits), the others when the worker started, reported or settled the run (after the settle
  * committed). Another process's jobs are not seen here: each process has its own bus.
+ *
+ * A job's events arrive in order: `Enqueued` before `Started`. An enqueue commits before it publishes, and in
+ * between this process's own pool can hear the NOTIFY and claim the job (more likely when the enqueue has more to
+ * write after its insert: a flow's edges, a batch's totals). So an enqueue runs `holding`: while one is in flight,
+ * every event but `Enqueued` waits in order in the bus and is handed on when the last enqueue in flight has
+ * published (at most `maxHeld` events wait; past that the waiting ones go on at once, still in order).
  */
 import { Context, Effect, Layer, Metric, Queue as Q, Scope, Stream } from "effect"
 
@@ -58,14 +64,24 @@ export class JobEvents extends Context.Tag("pgfiber/JobEvents")<JobEvents, {
   readonly subscribeScoped: (options?: { readonly capacity?: number }) => Effect.Effect<Q.Dequeue<JobEvent>, never, Scope.Scope>
   /** Events dropped so far in this bus (all subscribers). */
   readonly droppedCount: () => number
+  /**
+   * Runs an enqueue that publishes its `Enqueued` events: until it ends, other events wait in the bus, so no
+   * subscriber sees a job's `Started` before its `Enqueued` (with no subscriber, it runs the effect as it is).
+   */
+  readonly holding: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
 }>() {}
+
+/** Most events that wait for enqueues in flight (`holding`); past it they are handed on at once. */
+export const maxHeld = 10_000
 
 export const make = (options: { readonly capacity?: number } = {}) =>
   Effect.sync(() => {
     const subscribers: Array<Q.Queue<JobEvent>> = []
     let droppedTotal = 0
-    const publish = (events: ReadonlyArray<JobEvent>) => {
-      if (subscribers.length === 0 || events.length === 0) return
+    // enqueues in flight (`holding`) and the events that wait for them, in publish order
+    let holds = 0
+    let held: Array<JobEvent> = []
+    const deliver = (events: ReadonlyArray<JobEvent>) => {
       let lost = 0
       for (const queue of subscribers) {
         for (const event of events) if (!Q.unsafeOffer(queue, event)) lost++
@@ -76,6 +92,35 @@ export const make = (options: { readonly capacity?: number } = {}) =>
         Effect.runSync(Metric.incrementBy(dropped, lost))
       }
     }
+    const publish = (events: ReadonlyArray<JobEvent>) => {
+      if (subscribers.length === 0 || events.length === 0) return
+      if (holds === 0) return deliver(events)
+      if (held.length >= maxHeld) {
+        // too many waiting (an enqueue that slow gives up the guarantee): hand them on, in order
+        const waiting = held
+        held = []
+        deliver(waiting)
+        return deliver(events)
+      }
+      // a job's first event never waits; the rest wait behind the enqueues in flight
+      const first = events.filter((e) => e._tag === "Enqueued")
+      if (first.length > 0) deliver(first)
+      for (const e of events) if (e._tag !== "Enqueued") held.push(e)
+    }
+    const release = Effect.sync(() => {
+      holds--
+      if (holds === 0 && held.length > 0) {
+        const waiting = held
+        held = []
+        if (subscribers.length > 0) deliver(waiting)
+      }
+    })
+    const holding = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+      Effect.suspend(() => {
+        if (subscribers.length === 0) return effect
+        holds++
+        return Effect.ensuring(effect, release)
+      })
     const subscribeScoped = (o: { readonly capacity?: number } = {}) =>
       Effect.acquireRelease(
         Effect.map(Q.dropping<JobEvent>(Math.max(1, o.capacity ?? options.capacity ?? defaultCapacity)), (queue) => {
@@ -96,7 +141,8 @@ export const make = (options: { readonly capacity?: number } = {}) =>
       active: () => subscribers.length > 0,
       subscribe: (o) => Stream.unwrapScoped(Effect.map(subscribeScoped(o), (queue) => Stream.fromQueue(queue))),
       subscribeScoped,
-      droppedCount: () => droppedTotal
+      droppedCount: () => droppedTotal,
+      holding
     })
   })
 

@@ -319,11 +319,11 @@ export const make = (options: QueueOptions = {}) =>
         : { ...validation, knownStages: new Set([...validation.knownStages, ...registered.keys()]) })
       return Either.isLeft(valid)
         ? Effect.fail(valid.left)
-        : Effect.tap(enqueueValid(valid.right), (results) =>
-          Effect.zipRight(
-            countEnqueued(valid.right, results),
-            Effect.sync(() => events.active() && events.publish(Events.enqueued(valid.right, results)))
-          ))
+        : Effect.tap(
+          events.holding(Effect.tap(enqueueValid(valid.right), (results) =>
+            Effect.sync(() => events.active() && events.publish(Events.enqueued(valid.right, results))))),
+          (results) => countEnqueued(valid.right, results)
+        )
     }
 
     const transaction = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
@@ -576,8 +576,9 @@ export const make = (options: QueueOptions = {}) =>
       }
     }
 
+    // a follow-up is stored before its Enqueued is published: a pool's Started for it waits in the bus (Events.holding)
     const settle = (outcomes: ReadonlyArray<Outcome.Outcome>, settleOptions: Outcome.SettleOptions = {}) =>
-      Effect.gen(function*() {
+      events.holding(Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
         const prepared = outcomes.map((o) => {
           if (o._tag !== "Complete" || o.followUps.length === 0) return { followUps: undefined, invalid: undefined }
@@ -600,7 +601,7 @@ export const make = (options: QueueOptions = {}) =>
         if (dead.length > 0 && settleOptions.onDeadLettered) yield* transaction(settleOptions.onDeadLettered(dead))
         if (settleOptions.wakeFreed) new Set(outcomes.map((o) => jobStages.get(o.lease.id))).forEach((stage) => stage && wake(stage))
         return done.map((d) => d.settled) as ReadonlyArray<Settled>
-      })
+      }))
 
     const savepoint = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
       Effect.flatMap(inTransaction, (tx) => {

@@ -347,9 +347,11 @@ export const make = (options: QueueOptions = {}) =>
       Effect.gen(function*() {
         const valid = validateAll(jobs, yield* validationFor(jobs))
         if (Either.isLeft(valid)) return yield* valid.left
-        const results = yield* enqueueValid(valid.right)
+        // the insert commits (outside a transaction) before Enqueued is published: this process's pools may claim
+        // the jobs in between, and their Started waits in the bus until the Enqueued is out (Events.holding)
+        const results = yield* events.holding(Effect.tap(enqueueValid(valid.right), (results) =>
+          Effect.sync(() => events.active() && events.publish(Events.enqueued(valid.right, results)))))
         yield* countEnqueued(valid.right, results)
-        if (events.active()) events.publish(Events.enqueued(valid.right, results))
         return results
       }).pipe(Effect.withSpan("Queue.enqueue", spanOptions))
 
