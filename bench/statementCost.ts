@@ -7,7 +7,8 @@
  * session).
  *
  * - `fair`, `plain`: `JobsSql.claimShares` (fair, the default) and `JobsSql.claimReady`, with the jobs decoded
- *   as `PgQueue` decodes them (`claimedToJob`);
+ *   as `PgQueue` decodes them (`claimedToJob`); `fairOneOrg`: `JobsSql.claimReadyIfAll`, what a fair stage sends
+ *   for a backlog of one org (every job here has none);
  * - `complete`, `general`: a batch of completions settled by `JobsSql.completeOutcomes` (what `PgQueue.settle`
  *   sends for them) and by `JobsSql.settleOutcomes` (its statement for every kind), both keeping history.
  *
@@ -53,13 +54,18 @@ const fill = async (sql: Sql, running: boolean) => {
   await sql`vacuum analyze jobs`
 }
 
-const claimAll = async (sql: Sql, fair: boolean) => {
+const claimAll = async (sql: Sql, fair: boolean | "oneOrg") => {
   const shares = { fair: true, maxRunning: null, maxRunningPerOrg: null, rate: null }
   let cursor: string | null = null
   let claimed = 0
   for (;;) {
     let rows: ReadonlyArray<ReadonlyArray<unknown>>
-    if (fair) {
+    if (fair === "oneOrg") {
+      // what a fair stage's pool sends for a backlog of one org: the plain claim, taken as fair shares would claim the same
+      const [r] = await JobsSql.claimReadyIfAll(sql, stage, batch, "w", 60_000)
+      if (r!.fits !== true) throw new Error("claimReadyIfAll: one org's backlog did not fit")
+      rows = r!.jobs
+    } else if (fair) {
       const [r] = await JobsSql.claimShares(sql, stage, batch, "w", 60_000, shares, cursor)
       cursor = r!.cursor
       rows = r!.jobs
@@ -92,6 +98,7 @@ const settleAll = async (sql: Sql, general: boolean) => {
 const variants: Record<string, { readonly running: boolean; readonly run: (sql: Sql) => Promise<number> }> = {
   fair: { running: false, run: (sql) => claimAll(sql, true) },
   plain: { running: false, run: (sql) => claimAll(sql, false) },
+  fairOneOrg: { running: false, run: (sql) => claimAll(sql, "oneOrg") },
   complete: { running: true, run: (sql) => settleAll(sql, false) },
   general: { running: true, run: (sql) => settleAll(sql, true) }
 }

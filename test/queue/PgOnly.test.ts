@@ -324,6 +324,47 @@ describe("PgQueue (Postgres only)", () => {
       return read
     }))
 
+  it.live("one org's backlog is claimed by the plain claim; another org's job at the claim's priority sends it to fair shares", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const schema = freshSchemaName("oneorg")
+      yield* Effect.addFinalizer(() => dropSchema(schema))
+      yield* Migrations.migrate().pipe(Effect.provide(Layer.scoped(Db.Db, Db.make({ url: Redacted.make(databaseUrl()), schema, poolMax: 2 }))))
+      const admin = rawSql(schema)
+      yield* Effect.addFinalizer(() => Effect.promise(() => admin.end()))
+      const claimer = postgres(databaseUrl(), {
+        max: 1,
+        onnotice: () => undefined,
+        connection: { ...JobsSql.claimSettings, search_path: schema } as Record<string, string>
+      })
+      yield* Effect.addFinalizer(() => Effect.promise(() => claimer.end()))
+      const ifFair = () => Effect.promise(() => JobsSql.claimReadyIfAll(claimer as never, "s", 10, "w", 30_000)).pipe(
+        Effect.map(([row]) => ({ fits: row!.fits, orgs: row!.jobs.map((j) => j[2] ?? "none") }))
+      )
+      // 40 jobs of no org, and a job of org "b" of a less urgent priority (fair shares order priorities first)
+      yield* Effect.promise(() => admin.unsafe(`
+        insert into jobs (stage, payload) select 's', '{}' from generate_series(1, 40);
+        insert into jobs (stage, org_id, payload, priority) values ('s', 'b', '{}', 90)`))
+      const first = yield* ifFair()
+      expect(first.fits).toBe(true)
+      expect(first.orgs).toEqual(Array(10).fill("none"))
+      // org "b" now has a queued job (not yet due) at the claim's priority: fair shares would walk both orgs
+      yield* Effect.promise(() => admin.unsafe(`insert into jobs (stage, org_id, payload, available_at) values ('s', 'b', '{}', now() + interval '1 hour')`))
+      const second = yield* ifFair()
+      expect(second).toEqual({ fits: false, orgs: [] })
+      const [fair] = yield* Effect.promise(() =>
+        JobsSql.claimShares(claimer as never, "s", 10, "w", 30_000, { fair: true, maxRunning: null, maxRunningPerOrg: null, rate: null }, null))
+      expect(fair!.orgs).toBe(2)
+      // and once b's jobs are gone from that priority, one org again
+      yield* Effect.promise(() => admin.unsafe(`delete from jobs where org_id = 'b' and priority = 50`))
+      const [alone] = yield* Effect.promise(() =>
+        JobsSql.claimShares(claimer as never, "s", 10, "w", 30_000, { fair: true, maxRunning: null, maxRunningPerOrg: null, rate: null }, null))
+      expect(alone!.orgs).toBe(1)
+      // the last 10 of no org (11 ready: one org at the claim's priority, so the plain claim takes the first 10)
+      expect(yield* ifFair()).toEqual({ fits: true, orgs: Array(10).fill("none") })
+      // then b's less urgent job
+      expect(yield* ifFair()).toEqual({ fits: true, orgs: ["b"] })
+    })))
+
   it.live("a claim reads about as many rows as it claims, however many other jobs the table holds (the claim's sessions plan generically)", () =>
     Effect.gen(function*() {
       // 50,000 jobs of other stages (delayed and ready), 300 ready over 3 orgs in the stage claimed

@@ -443,21 +443,48 @@ export const claimReady = (sql: Sql, stage: string, limit: number, workerId: str
     select ${claimedJobs(sql, sql`claimed c`, null)} as jobs`
 
 /**
- * The plain claim, taken only when it takes every ready job (at most `limit`), with whether it did (`fits`).
- * When every ready job fits in one claim, fair shares take them all as well, so a fair stage's claim at a
- * wake-up (a few jobs ready, no backlog) needs none of the fair claim's walk over orgs: 0.3 ms instead of
- * 0.8-1.0 ms for one job on PostgreSQL 18. When more are ready, it claims nothing (the `limit + 1` rows it
- * locked are let go at its commit) and the fair claim decides.
+ * The plain claim, taken only when fair shares would claim the same jobs (`fits`), with whether they would:
+ * - every ready job fits in the claim (at most `limit`): fair shares take them all as well. A fair stage's claim
+ *   at a wake-up (a few jobs ready, no backlog) then needs none of the fair claim's walk over orgs: 0.3 ms instead
+ *   of 0.8-1.0 ms for one job on PostgreSQL 18;
+ * - or the most urgent ready priority holds one org's jobs only (no other org has a queued job of that priority,
+ *   due or not: two descents of `jobs_ready_by_org`): fair shares give that org the whole claim, and fill it past
+ *   its jobs in the plain order too (`claimShares`' `rest`). A backlog of one org (a library user without
+ *   tenants: every job's org is null) is claimed at the plain claim's cost, 3-4 µs of the server's time a job
+ *   less than the fair claim's (docs/benchmarks.md).
+ * Otherwise it claims nothing (the `limit + 1` rows it locked are let go at its commit) and the fair claim
+ * decides. Only for stages with no caps or rates (their room is counted by org in `claimShares`).
  */
+// A queued job of the stage at `top`'s priority whose org sorts after (`>`) or before (`<`) `top`'s (1, or null:
+// none): one descent of jobs_ready_by_org, in its order (as the fair claim's walk), which the claim's settings
+// make the only plan. A scalar subquery, not EXISTS, which drops the order and the limit: the generic plan then
+// filtered the stage's whole backlog through another index (117,701 rows read for a claim of 10)
+const otherOrg = (sql: Sql, stage: string, side: ReturnType<Sql>) => sql`
+        select 1 from jobs o
+        where o.stage = ${stage} and o.status = 'queued' and o.priority = (select priority from top)
+          and coalesce(o.org_id, '') ${side} (select org_key from top)
+        order by coalesce(o.org_id, ''), o.available_at, o.id
+        limit 1`
+
 export const claimReadyIfAll = (sql: Sql, stage: string, limit: number, workerId: string, leaseMs: number) =>
   sql<Array<{ fits: boolean; jobs: ReadonlyArray<ReadonlyArray<unknown>> }>>`
-    with next as (${readyIds(sql, stage, limit + 1)}
+    with next as (
+      select id, priority, coalesce(org_id, '') as org_key from jobs
+      where stage = ${stage} and status = 'queued' and available_at <= now()
+        and (select set_config('synchronous_commit', 'off', true)) = 'off'
+        and not exists (select 1 from stage_controls c where c.stage = ${stage} and c.paused)
+      order by priority, available_at, id
+      limit ${limit + 1}
+      for update skip locked
+    ), top as (
+      select priority, org_key from next limit 1
     ), fits as (
-      select count(*) <= ${limit} as ok from next
+      select (select count(*) from next) <= ${limit}
+          or ((${otherOrg(sql, stage, sql`>`)}) is null and (${otherOrg(sql, stage, sql`<`)}) is null) as ok
     ), claimed as (
       update jobs j
       set ${claimedBy(sql, workerId, leaseMs)}
-      where j.id = any(array(select id from next)) and (select ok from fits)
+      where j.id = any(array(select id from next limit ${limit})) and (select ok from fits)
       returning j.*
     ), logged as (
       ${logEvents(sql, sql`
@@ -602,7 +629,13 @@ export const claimShares = (
         order by j.priority, j.available_at, j.id
         limit ${limit}
       )`
-  return sql<Array<{ jobs: ReadonlyArray<ReadonlyArray<unknown>>; rate_wait_ms: number | null; capped: boolean; cursor: string | null }>>`
+  return sql<Array<{
+    jobs: ReadonlyArray<ReadonlyArray<unknown>>
+    rate_wait_ms: number | null
+    capped: boolean
+    cursor: string | null
+    orgs: number | null
+  }>>`
     with recursive
     prio as (
       select priority from jobs
@@ -674,7 +707,9 @@ export const claimShares = (
       end as rate_wait_ms,
       (${s.maxRunning !== null || s.maxRunningPerOrg !== null} and (select count(*) from claimed) < ${limit}::int
         and exists (select 1 from prio)) as capped,
-      ${byOrg ? sql`(select org_key from visited order by n desc limit 1)` : sql`null::text`} as cursor`
+      ${byOrg ? sql`(select org_key from visited order by n desc limit 1)` : sql`null::text`} as cursor,
+      -- the orgs the walk found at the claim's priority (at most the limit): one, and the plain claim would do
+      ${byOrg ? sql`(select count(*)::int from visited)` : sql`null::int`} as orgs`
 }
 
 /** Run-time limit overrides. Locking: none (a small table read by claimers through a one-second cache). */

@@ -390,7 +390,10 @@ export const make = (options: QueueOptions = {}) =>
     // where each stage's next fair claim starts its walk over orgs: after the last org this process visited
     const cursors = new Map<string, string>()
     // stages whose last claim here came back short (the queue ran dry): their next claim is most likely a
-    // wake-up's, for a few jobs, so it tries the plain claim of every ready job before the fair claim
+    // wake-up's, for a few jobs, so it tries the plain claim (`claimReadyIfAll`: taken when fair shares would
+    // claim the same jobs) before the fair claim. So does a stage with no cursor: one whose last fair claim found
+    // one org only at its priority, or that has had none yet (a backlog of one org is then claimed plainly, claim after
+    // claim; the fair claim's walk only once another org's jobs appear)
     const ranDry = new Set<string>()
     // the plain claims' order (their JSON comes in none)
     const byClaimOrder = (a: Job, b: Job) =>
@@ -414,7 +417,7 @@ export const make = (options: QueueOptions = {}) =>
         }
         const limited = Limits.isLimited(shares)
         if (!limited && (ranDry.has(stage) || !cursors.has(stage))) {
-          // every ready job fits in this claim: fair shares would take them all too, without the walk over orgs
+          // every ready job fits in this claim, or they are one org's: fair shares would take the same, without the walk
           const rows = yield* db.runWithSettings(
             JobsSql.claimSettings,
             (sql) => JobsSql.claimReadyIfAll(sql, stage, limit, claimOptions.workerId, leaseMs)
@@ -437,7 +440,8 @@ export const make = (options: QueueOptions = {}) =>
         }, { atomic: limited })
         // in claim order: by priority, then round by round across orgs
         const jobs = (row?.jobs ?? []).map(claimedToJob)
-        if (row?.cursor != null) cursors.set(stage, row.cursor)
+        if (!limited && row?.orgs === 1) cursors.delete(stage)
+        else if (row?.cursor != null) cursors.set(stage, row.cursor)
         if (jobs.length < limit) ranDry.add(stage)
         else ranDry.delete(stage)
         return {
