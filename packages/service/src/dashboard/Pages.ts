@@ -13,7 +13,7 @@ import type * as View from "./View.js"
 export interface Frame {
   readonly base: string
   readonly title: string
-  readonly nav: "overview" | "jobs" | "dead" | "schedules" | "orgs" | "stages" | "none"
+  readonly nav: "overview" | "jobs" | "dead" | "schedules" | "webhooks" | "orgs" | "stages" | "none"
   /** Who is signed in, for the header; absent on the sign-in page. */
   readonly who?: { readonly label: string; readonly csrf: string } | undefined
   readonly liveUrl?: string | undefined
@@ -54,6 +54,7 @@ ${link("overview", "/", "Overview")}
 ${link("jobs", "/jobs", "Jobs")}
 ${link("dead", "/dead", "Dead letters")}
 ${link("schedules", "/schedules", "Schedules")}
+${link("webhooks", "/webhooks", "Webhooks")}
 ${link("stages", "/stages", "Stages")}
 ${link("orgs", "/orgs", "Orgs")}
 <span class="who">${frame.who.label} · <span id="live-status">${frame.liveUrl ? "connecting…" : ""}</span></span>
