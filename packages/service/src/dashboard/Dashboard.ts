@@ -625,7 +625,7 @@ export const make = (options: DashboardOptions) =>
             stages: form.stages.split(/[\s,]+/).filter((x) => x !== "")
           })))
           if (Either.isLeft(made)) {
-            if (made.left._tag === "InvalidWebhook") return yield* webhooksPage(s, new URLSearchParams(), { form, error: `${made.left.field}: ${made.left.message}` })
+            if (made.left._tag === "InvalidWebhook") return yield* webhooksPage(s, new URLSearchParams(), { form, error: made.left.message })
             return yield* Effect.fail(made.left)
           }
           const { secret, webhook } = made.right
