@@ -16,6 +16,7 @@ import * as Delivery from "../../packages/service/src/stages/webhooks/Delivery.j
 import { baseUrl, call, layerService } from "../http/support.js"
 import { freshSchemaName, layerDb } from "../support/pg.js"
 import { waitFor } from "../support/waitFor.js"
+import { signIn } from "./signIn.js"
 
 /** A receiver that answers 200 to every delivery. */
 const receiver = Effect.acquireRelease(
@@ -41,41 +42,6 @@ const withEnv = (name: string, value: string) =>
     }),
     (before) => Effect.sync(() => (before === undefined ? delete process.env[name] : (process.env[name] = before)))
   )
-
-interface Page {
-  readonly status: number
-  readonly text: string
-  readonly headers: Headers
-}
-
-/** A signed-in browser, as far as the server can tell: its cookie, and the CSRF token its pages carry. */
-const signIn = (base: string, key: string) =>
-  Effect.promise(async () => {
-    const response = await fetch(`${base}/dashboard/login`, {
-      method: "POST",
-      redirect: "manual",
-      headers: { "content-type": "application/x-www-form-urlencoded" },
-      body: new URLSearchParams({ key }).toString()
-    })
-    expect(response.status).toBe(303)
-    const cookie = (response.headers.get("set-cookie") ?? "").split(";")[0]!
-    const get = (path: string) =>
-      fetch(`${base}/dashboard${path}`, { headers: { cookie }, redirect: "manual" }).then(async (r): Promise<Page> => ({
-        status: r.status, text: await r.text(), headers: r.headers
-      }))
-    const first = await get("/webhooks")
-    const csrf = /name="_csrf" value="([^"]+)"/.exec(first.text)?.[1] ?? ""
-    expect(csrf).not.toBe("")
-    /** Posts a form; `_csrf` is the session's unless the fields name one (or `null` leaves it out). */
-    const post = (path: string, fields: ReadonlyArray<readonly [string, string]>, token: string | null = csrf) =>
-      fetch(`${base}/dashboard${path}`, {
-        method: "POST",
-        redirect: "manual",
-        headers: { cookie, "content-type": "application/x-www-form-urlencoded" },
-        body: new URLSearchParams([...(token === null ? [] : [["_csrf", token] as [string, string]]), ...fields.map(([k, v]): [string, string] => [k, v])]).toString()
-      }).then(async (r): Promise<Page> => ({ status: r.status, text: await r.text(), headers: r.headers }))
-    return { get: (path: string) => Effect.promise(() => get(path)), post: (...args: Parameters<typeof post>) => Effect.promise(() => post(...args)) }
-  })
 
 const rowIds = (text: string) => [...text.matchAll(/data-webhook="(\d+)"/g)].map((m) => m[1])
 

@@ -21,6 +21,7 @@ import * as AuthLimiter from "../auth/AuthLimiter.js"
 import * as Delivery from "../stages/webhooks/Delivery.js"
 import * as Subscriptions from "../stages/webhooks/Subscriptions.js"
 import * as Db from "pgfiber/internal/layers/Db.js"
+import * as EventLog from "pgfiber/internal/queue/EventLog.js"
 import * as Bulk from "pgfiber/internal/queue/Bulk.js"
 import * as PgSchedules from "pgfiber/internal/queue/PgSchedules.js"
 import * as Queue from "pgfiber/internal/queue/Queue.js"
@@ -341,6 +342,27 @@ export const make = (options: DashboardOptions) =>
           .find((p) => p !== undefined)
       return { form, problem }
     }
+
+    // ---- events: the event log's newest, as GET /events would have sent them (not live)
+
+    const recentEvents = 100
+
+    const eventsPage = (s: Signed, params: URLSearchParams) =>
+      Effect.gen(function*() {
+        const scope = scopeOf(s, params)
+        const filter = { stage: text(params, "stage"), kind: text(params, "kind") }
+        const stages = yield* stageNamesFor(s)
+        if (filter.kind !== "" && !(EventLog.kinds as ReadonlyArray<string>).includes(filter.kind)) {
+          return page(Pages.layout(frame(s, "Events", "events", { error: `unknown event kind ${filter.kind}; known: ${EventLog.kinds.join(", ")}` }),
+            Pages.events(base, scope, { ...filter, kind: "" }, stages, [], recentEvents)), 400)
+        }
+        const newestFirst = yield* reads.recentEvents(viewerOf(s), {
+          org: scope.org ?? undefined,
+          stages: filter.stage === "" ? undefined : [filter.stage],
+          kinds: filter.kind === "" ? undefined : [filter.kind as EventLog.Kind]
+        }, recentEvents)
+        return page(Pages.layout(frame(s, "Events", "events"), Pages.events(base, scope, filter, stages, [...newestFirst].reverse(), recentEvents)))
+      })
 
     // ---- stages: every stage the viewer may name, its processes and limits, and a "new job" form
 
@@ -742,6 +764,9 @@ export const make = (options: DashboardOptions) =>
           return yield* deadPage(s, params)
         case "schedules":
           return yield* schedulesPage(s, params)
+        case "events":
+          if (rest[1] === undefined) return yield* eventsPage(s, params)
+          return page(Pages.layout(frame(s, "Not found", "none"), Pages.notFound("No such page.")), 404)
         case "webhooks":
           if (rest[1] === undefined) return yield* webhooksPage(s, params)
           return page(Pages.layout(frame(s, "Not found", "none"), Pages.notFound("No such page.")), 404)
