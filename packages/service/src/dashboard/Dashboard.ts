@@ -3,8 +3,9 @@
  * with an API key. An operator's key (admin scope) sees every org; an org's key sees its org only, because
  * every page reads under that org's row-level security (`Db.withOrg`), as the HTTP API does, and the live
  * view filters the shared snapshot to it. Actions (cancel, retry, resolve, purge) call the same Queue
- * functions as the API and the CLI, and the webhooks page the same `Subscriptions` service; destructive and bulk ones (cancel, purging dead letters or a stage's queue,
- * bulk retry and resolve) answer a first POST with a confirmation page and act only on its `confirm=yes`.
+ * functions as the API and the CLI, and the webhooks page the same `Subscriptions` service; destructive and
+ * bulk ones (cancel, purging dead letters or a stage's queue, bulk retry and resolve, removing a webhook)
+ * answer a first POST with a confirmation page and act only on its `confirm=yes`.
  *
  * Every response carries a strict Content-Security-Policy (scripts and styles from this origin only, no
  * inline code), and every value is escaped (Html.ts). Sessions are signed cookies (Session.ts); POSTs need
