@@ -1,7 +1,8 @@
 /**
  * The dashboard in a real Chromium (Playwright): sign-in with keys, the overview's counts changing live as
  * jobs are enqueued and complete (no reload), a job page, retrying a dead letter, bulk actions behind a
- * confirmation, an org key that never sees another org's jobs, a `<script>` payload shown as text, and not
+ * confirmation, an org key that never sees another org's jobs, a `<script>` payload shown as text, a webhook
+ * added and removed from its page, and not
  * one console error or CSP violation on the way. `DASHBOARD_SCREENSHOTS=1` also writes the README's
  * screenshots to docs/.
  */
@@ -115,10 +116,10 @@ const enqueue = (jobs: ReadonlyArray<Queue.NewJob>) => run(Effect.flatMap(Queue.
 /**
  * A failed sign-in answers 401, which Chromium reports on the console: expected where a test says so. So is the 401
  * a live stream's reconnect gets once its session has ended (its key revoked), if it reconnects before the page
- * moves on.
+ * moves on, and the 400 of a refused webhook form.
  */
 const newPage = async (
-  options: { readonly expectRefusedSignIn?: boolean; readonly expectEndedSession?: boolean } = {}
+  options: { readonly expectRefusedSignIn?: boolean; readonly expectEndedSession?: boolean; readonly expectRefusedWebhook?: boolean } = {}
 ): Promise<{ context: BrowserContext; page: Page }> => {
   const context = await browser.newContext()
   contexts.push(context)
@@ -128,7 +129,8 @@ const newPage = async (
     const unauthorized = m.text().includes("status of 401")
     const refused = unauthorized && m.location().url.endsWith("/dashboard/login")
     const ended = unauthorized && m.location().url.endsWith("/dashboard/live")
-    if (!(options.expectRefusedSignIn && refused) && !(options.expectEndedSession && ended)) {
+    const refusedWebhook = m.text().includes("status of 400") && m.location().url.endsWith("/dashboard/webhooks")
+    if (!(options.expectRefusedSignIn && refused) && !(options.expectEndedSession && ended) && !(options.expectRefusedWebhook && refusedWebhook)) {
       problems.push(`console: ${m.text()} (${m.location().url})`)
     }
   })
@@ -576,6 +578,36 @@ describe("the dashboard in a real browser", () => {
     const [recorded] = await run(Effect.flatMap(Queue.Queue, (q) => q.bulk.actions({ limit: 1 })))
     expect(recorded).toMatchObject({ action: "priority", priority: 5, matched: 30, affected: 30, actor: expect.stringMatching(/^dashboard \(key \d+\)$/) })
     await admin.context.close()
+  })
+
+  it("adds a webhook from the Webhooks page: a private target refused on the page, the secret shown once, removed after a confirmation", async () => {
+    const { context, page } = await newPage({ expectRefusedWebhook: true })
+    await signIn(page, keys.acme)
+    await page.click("header a[href='/dashboard/webhooks']")
+    await page.waitForSelector("#add-webhook")
+    // as deployed: a private target is refused, with the reason on the page and the URL kept in the form
+    await page.fill("#add-webhook input[name=url]", "http://10.0.0.1/hook")
+    await page.click("#add-webhook button[type=submit]")
+    await expect.poll(() => page.locator("[role=alert]").textContent()).toContain("loopback, private or link-local")
+    expect(await page.locator("#add-webhook input[name=url]").inputValue()).toBe("http://10.0.0.1/hook")
+    // a public address (an IP, so no name to resolve), the completed and dead kinds only
+    await page.fill("#add-webhook input[name=url]", "https://203.0.113.7/hook")
+    await page.uncheck("#add-webhook input[name=kinds][value=cancelled]")
+    await page.click("#add-webhook button[type=submit]")
+    const secret = await page.locator("#webhook-secret").textContent()
+    expect(secret).toMatch(/^whsec_/)
+    await page.click("#back")
+    const row = page.locator("#webhooks tbody tr[data-webhook]")
+    await expect.poll(() => row.count()).toBe(1)
+    expect(await row.locator("[data-field=kinds]").textContent()).toBe("completed, dead")
+    expect(await page.content()).not.toContain(secret!)
+    await row.locator("button[data-action=remove]").click()
+    await page.waitForSelector("#confirm")
+    expect(await page.locator("#question").textContent()).toContain("https://203.0.113.7/hook")
+    await page.click("#confirm")
+    await expect.poll(() => page.locator("[role=status]").textContent()).toMatch(/webhook \d+ removed/)
+    expect(await page.locator("#webhooks tbody tr[data-webhook]").count()).toBe(0)
+    await context.close()
   })
 
   it("had no console error, page error or dialog on any page; every closed page's live stream has ended", async () => {

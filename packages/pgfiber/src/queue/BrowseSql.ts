@@ -2,11 +2,13 @@
  * Read-only statements for browsing jobs (the dashboard's jobs and job pages): live jobs, the kept history
  * (completed, dead, cancelled) and dead letters of jobs no longer in it, as one list, newest first, with
  * keyset pagination on the job id; a payload search (containment) and an error search (a substring) apply to each
- * part, bounded by the page's limit as the other filters are. Run under the viewer's org (row-level
- * security) or, for an operator, as the owner. Locking: none; plain reads.
+ * part, bounded by the page's limit as the other filters are; and the newest events of the event log, for the
+ * dashboard's events page (the log's own reader, EventsSql, reads forward by cursor only). Run under the
+ * viewer's org (row-level security) or, for an operator, as the owner. Locking: none; plain reads.
  */
 import type { Sql } from "../layers/Db.js"
 import { containsPattern } from "./Bulk.js"
+import { idScale } from "./EventsSql.js"
 import type { BrowseFilter } from "./Job.js"
 
 export const browseJobs = (sql: Sql, f: BrowseFilter, limit: number) => {
@@ -73,3 +75,28 @@ export const countPurgeable = (sql: Sql, olderThanMs: number | null, includeUnre
 /** How many queued jobs a stage purge would delete (shown before it is confirmed); every org's, as the owner. */
 export const countQueued = (sql: Sql, stage: string) =>
   sql<Array<{ n: number }>>`select count(*)::int as n from jobs where stage = ${stage} and status = 'queued'`
+
+/**
+ * The newest `limit` events matching the filter, newest first, one per job of each row (an event's id is its row's
+ * id × idScale + its 0-based place, as the log's reader numbers them). Newest by row id: the order rows were written
+ * in, which is the log's read order but for transactions that overlapped. Walks the primary key backwards.
+ */
+export const recentEvents = (
+  sql: Sql,
+  f: { readonly org: string | null; readonly stages: ReadonlyArray<string> | null; readonly kinds: ReadonlyArray<string> | null },
+  limit: number
+) =>
+  sql<Array<Record<string, unknown>>>`
+    select (e.id * ${idScale} + u.n - 1)::text as id, e.kind, u.job_id::text as job_id, e.stage, e.org_id,
+           e.subject_ids[u.n] as subject_id, coalesce(e.attempts[u.n], 0) as attempt, e.data[u.n] as data, e.at
+    from (
+      select * from job_events
+      where (${f.org}::text is null or org_id = ${f.org}::text)
+        and (${f.stages as Array<string> | null}::text[] is null or stage = any(${f.stages as Array<string> | null}::text[]))
+        and (${f.kinds as Array<string> | null}::text[] is null or kind = any(${f.kinds as Array<string> | null}::text[]))
+      order by id desc
+      limit ${limit}
+    ) e
+    cross join lateral unnest(e.job_ids) with ordinality as u(job_id, n)
+    order by e.id desc, u.n desc
+    limit ${limit}`

@@ -15,6 +15,7 @@ import { Clock, Config, Context, Effect, Layer, Option, Redacted, Schema } from 
 import * as Db from "../layers/Db.js"
 import * as BrowseSql from "./BrowseSql.js"
 import * as Bulk from "./Bulk.js"
+import * as EventLog from "./EventLog.js"
 import {
   type BrowseFilter,
   type BrowseStatus,
@@ -60,6 +61,15 @@ export class Reads extends Context.Tag("pgfiber/Reads")<Reads, {
   ) => Effect.Effect<number, QueueError>
   /** How many queued jobs a stage purge would delete: every org's. */
   readonly countQueued: (stage: string) => Effect.Effect<number, QueueError>
+  /**
+   * The newest `limit` events of the event log the viewer may see (an operator's `org` narrows to one org), newest
+   * first. Postgres only: the memory twin keeps no log, and has none to show.
+   */
+  readonly recentEvents: (
+    viewer: Viewer,
+    filter: { readonly org?: string | undefined; readonly stages?: ReadonlyArray<string> | undefined; readonly kinds?: ReadonlyArray<EventLog.Kind> | undefined },
+    limit: number
+  ) => Effect.Effect<ReadonlyArray<EventLog.LoggedEvent>, QueueError>
   /** Everything the dashboard shows live, every org's; `watched`: the jobs open job pages follow. */
   readonly snapshot: (watched: ReadonlyArray<string>, minutes: number) => Effect.Effect<LiveSnapshot, QueueError>
 }>() {}
@@ -70,6 +80,15 @@ const asViewer = (viewer: Viewer) => <A, E, R>(effect: Effect.Effect<A, E, R>): 
 
 const decodeSummaries = Schema.decodeUnknown(Schema.Array(JobSummaryFromRow))
 const decodeSnapshot = Schema.decodeUnknown(LiveSnapshot)
+const column = <S extends Schema.Schema.Any>(schema: S, name: string) => Schema.propertySignature(schema).pipe(Schema.fromKey(name))
+/** `EventLog.LoggedEvent` from a row of BrowseSql.recentEvents (its instant a Date, as the driver gives it). */
+const decodeEvents = Schema.decodeUnknown(Schema.Array(Schema.Struct({
+  ...EventLog.LoggedEvent.fields,
+  jobId: column(Schema.String, "job_id"),
+  orgId: column(Schema.NullOr(Schema.String), "org_id"),
+  subjectId: column(Schema.NullOr(Schema.String), "subject_id"),
+  at: Schema.DateFromSelf
+})))
 
 /** Reads on `db` (the primary, or a replica with the primary's schema). */
 export const makeWith = (db: Db.Db["Type"], options: QueueOptions = {}) =>
@@ -94,6 +113,15 @@ export const makeWith = (db: Db.Db["Type"], options: QueueOptions = {}) =>
       countPurgeable: (viewer, o) =>
         asViewer(viewer)(db.run((sql) => BrowseSql.countPurgeable(sql, o.olderThanMs, o.includeUnresolved))).pipe(Effect.map(count)),
       countQueued: (stage) => Db.asOwner(db.run((sql) => BrowseSql.countQueued(sql, stage))).pipe(Effect.map(count)),
+      recentEvents: (viewer, f, limit) =>
+        asViewer(viewer)(db.run((sql) =>
+          BrowseSql.recentEvents(sql, {
+            // an org's viewer is held to its org by row-level security, and named here too
+            org: viewer._tag === "Org" ? viewer.orgId : f.org ?? null,
+            stages: f.stages && f.stages.length > 0 ? f.stages : null,
+            kinds: f.kinds && f.kinds.length > 0 ? f.kinds : null
+          }, limit)
+        )).pipe(Effect.flatMap((rows) => Effect.orDie(decodeEvents(rows)))),
       snapshot: (watched, minutes) =>
         Db.asOwner(db.run((sql) => StatsSql.liveSnapshot(sql, watched, minutes))).pipe(
           Effect.flatMap((rows) => Effect.orDie(decodeSnapshot(rows[0])))
@@ -278,6 +306,7 @@ const makeMemory = (queue: Queue["Type"]) => {
         ).length
       }),
     countQueued: (stage) => Effect.map(queue.list({ stage, status: "queued", limit: everything }), (jobs) => jobs.length),
+    recentEvents: () => Effect.succeed([]),
     snapshot
   })
 }

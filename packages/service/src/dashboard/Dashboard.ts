@@ -3,8 +3,9 @@
  * with an API key. An operator's key (admin scope) sees every org; an org's key sees its org only, because
  * every page reads under that org's row-level security (`Db.withOrg`), as the HTTP API does, and the live
  * view filters the shared snapshot to it. Actions (cancel, retry, resolve, purge) call the same Queue
- * functions as the API and the CLI; destructive and bulk ones (cancel, purging dead letters or a stage's queue,
- * bulk retry and resolve) answer a first POST with a confirmation page and act only on its `confirm=yes`.
+ * functions as the API and the CLI, and the webhooks page the same `Subscriptions` service; destructive and
+ * bulk ones (cancel, purging dead letters or a stage's queue, bulk retry and resolve, removing a webhook)
+ * answer a first POST with a confirmation page and act only on its `confirm=yes`.
  *
  * Every response carries a strict Content-Security-Policy (scripts and styles from this origin only, no
  * inline code), and every value is escaped (Html.ts). Sessions are signed cookies (Session.ts); POSTs need
@@ -18,7 +19,10 @@ import type { HttpApp } from "@effect/platform"
 import { Config, Context, Duration, Effect, Either, Layer, Option, Redacted, Schedule, Stream } from "effect"
 import * as ApiKeys from "../auth/ApiKeys.js"
 import * as AuthLimiter from "../auth/AuthLimiter.js"
+import * as Delivery from "../stages/webhooks/Delivery.js"
+import * as Subscriptions from "../stages/webhooks/Subscriptions.js"
 import * as Db from "pgfiber/internal/layers/Db.js"
+import * as EventLog from "pgfiber/internal/queue/EventLog.js"
 import * as Bulk from "pgfiber/internal/queue/Bulk.js"
 import * as PgSchedules from "pgfiber/internal/queue/PgSchedules.js"
 import * as Queue from "pgfiber/internal/queue/Queue.js"
@@ -35,6 +39,7 @@ import * as Pages from "./Pages.js"
 import * as Session from "./Session.js"
 import * as StagePages from "./StagePages.js"
 import * as View from "./View.js"
+import * as WebhookPages from "./WebhookPages.js"
 
 export interface DashboardOptions {
   /** Where the dashboard answers, e.g. "/dashboard" (no trailing slash). */
@@ -106,6 +111,7 @@ export const make = (options: DashboardOptions) =>
     const known = yield* Effect.serviceOption(Submit.KnownStages)
     const worker = yield* Effect.serviceOption(Worker.WorkerInfo)
     const schedules = yield* Schedules.make(yield* PgSchedules.makeStore).pipe(Effect.provideService(Queue.Queue, queue))
+    const webhooks = yield* Subscriptions.make
     const secret = Option.match(Option.fromNullable(options.sessionSecret), {
       onNone: Session.newSecret,
       onSome: (s) => Buffer.from(Redacted.value(s), "utf8")
@@ -287,6 +293,76 @@ export const make = (options: DashboardOptions) =>
       Effect.gen(function*() {
         const list = yield* asViewer(s, s.admin ? schedules.list() : schedules.list({ orgId: s.orgId }))
         return page(Pages.layout(frame(s, "Schedules", "schedules", { notice: text(params, "notice", 500) || undefined }), Pages.schedules(base, s.csrf, list)))
+      })
+
+    // ---- webhooks: the org's subscriptions, as the API's /webhooks manages them; an operator's, every org's
+
+    /** How many of each webhook's newest deliveries its row counts. */
+    const recentDeliveries = 20
+    /** Rows whose deliveries are looked up (one read each); the rest link to theirs. */
+    const deliveryLookups = 50
+    /** The org whose webhooks the viewer manages: an org key's own; an operator's pick (null: every org). */
+    const webhookOrgOf = (s: Session.Session, picked: string | null) => (s.admin ? picked : s.orgId ?? "")
+
+    const webhooksPage = (s: Signed, params: URLSearchParams, refused?: { readonly form: WebhookPages.AddForm; readonly error: string }) =>
+      Effect.gen(function*() {
+        const picked = s.admin ? text(params, "org") || null : null
+        const list = yield* asViewer(s, webhooks.list(webhookOrgOf(s, picked)))
+        const rows = yield* Effect.forEach(list, (webhook, i) =>
+          i >= deliveryLookups
+            ? Effect.succeed({ webhook, recent: undefined })
+            : Effect.map(
+              reads.browse(viewerOf(s), { ...Queue.browseAll, stage: Delivery.stageName, payload: JSON.stringify({ webhookId: webhook.id }) }, recentDeliveries),
+              (recent): WebhookPages.WebhookRow => ({ webhook, recent })
+            ), { concurrency: 4 })
+        const form = refused?.form ?? WebhookPages.emptyForm(s.admin ? picked ?? s.orgId ?? "" : "")
+        return page(Pages.layout(
+          frame(s, "Webhooks", "webhooks", { notice: text(params, "notice", 500) || undefined, error: refused?.error ?? (text(params, "error", 500) || undefined) }),
+          WebhookPages.webhooks(base, s.csrf, { admin: s.admin, org: picked, deliveryStage: Delivery.stageName, recentLimit: recentDeliveries }, rows, form)
+        ), refused === undefined ? 200 : 400)
+      })
+
+    /** The add form's fields, checked for what no service would store; a problem is the page's 400. */
+    const webhookForm = (s: Signed, params: URLSearchParams) => {
+      const form: WebhookPages.AddForm = {
+        org: s.admin ? (params.get("org") ?? "").trim() || (s.orgId ?? "") : s.orgId ?? "",
+        url: (params.get("url") ?? "").trim(),
+        kinds: params.getAll("kinds").map((k) => k.trim()).filter((k) => k !== ""),
+        stages: (params.get("stages") ?? "").trim()
+      }
+      const problem = form.url === ""
+        ? "url: give the URL to POST the events to"
+        : form.org === ""
+        ? "org: an operator names the org whose events the webhook receives"
+        : form.org.length > 200
+        ? "org: at most 200 characters"
+        : form.stages.length > 20_000
+        ? "stages: at most 100 stage names"
+        : [["org", form.org], ["url", form.url], ["stages", form.stages], ...form.kinds.map((k) => ["kinds", k])]
+          .map(([field, v]) => (Queue.textProblem(v!) === undefined ? undefined : `${field}: ${Queue.textProblem(v!)}`))
+          .find((p) => p !== undefined)
+      return { form, problem }
+    }
+
+    // ---- events: the event log's newest, as GET /events would have sent them (not live)
+
+    const recentEvents = 100
+
+    const eventsPage = (s: Signed, params: URLSearchParams) =>
+      Effect.gen(function*() {
+        const scope = scopeOf(s, params)
+        const filter = { stage: text(params, "stage"), kind: text(params, "kind") }
+        const stages = yield* stageNamesFor(s)
+        if (filter.kind !== "" && !(EventLog.kinds as ReadonlyArray<string>).includes(filter.kind)) {
+          return page(Pages.layout(frame(s, "Events", "events", { error: `unknown event kind ${filter.kind}; known: ${EventLog.kinds.join(", ")}` }),
+            Pages.events(base, scope, { ...filter, kind: "" }, stages, [], recentEvents)), 400)
+        }
+        const newestFirst = yield* reads.recentEvents(viewerOf(s), {
+          org: scope.org ?? undefined,
+          stages: filter.stage === "" ? undefined : [filter.stage],
+          kinds: filter.kind === "" ? undefined : [filter.kind as EventLog.Kind]
+        }, recentEvents)
+        return page(Pages.layout(frame(s, "Events", "events"), Pages.events(base, scope, filter, stages, [...newestFirst].reverse(), recentEvents)))
       })
 
     // ---- stages: every stage the viewer may name, its processes and limits, and a "new job" form
@@ -562,6 +638,38 @@ export const make = (options: DashboardOptions) =>
           yield* Effect.logInfo(`${result.right} (dashboard)`)
           return redirect(withNotice("/schedules", "notice", result.right))
         }
+        if (first === "webhooks" && id === undefined) {
+          const { form, problem } = webhookForm(s, params)
+          if (problem !== undefined) return yield* webhooksPage(s, new URLSearchParams(), { form, error: problem })
+          const made = yield* Effect.either(asViewer(s, webhooks.create({
+            orgId: form.org,
+            url: form.url,
+            kinds: form.kinds,
+            stages: form.stages.split(/[\s,]+/).filter((x) => x !== "")
+          })))
+          if (Either.isLeft(made)) {
+            if (made.left._tag === "InvalidWebhook") return yield* webhooksPage(s, new URLSearchParams(), { form, error: made.left.message })
+            return yield* Effect.fail(made.left)
+          }
+          const { secret, webhook } = made.right
+          yield* Effect.logInfo("webhook created from the dashboard").pipe(Effect.annotateLogs({ webhook: webhook.id, org: webhook.orgId, keyId: s.keyId }))
+          return page(Pages.layout(frame(s, "Webhook added", "webhooks"), WebhookPages.created(base, webhook, Redacted.value(secret))), 201)
+        }
+        if (first === "webhooks" && id !== undefined && verb === "remove" && path.length === 3) {
+          // an org key reaches its own org's webhooks only (its org named and row-level security); operators any
+          const org = s.admin ? null : s.orgId ?? ""
+          const notFound = page(Pages.layout(frame(s, "Not found", "webhooks"), Pages.notFound(`Webhook ${id} was not found.`)), 404)
+          if (!confirmed) {
+            const webhook = (yield* asViewer(s, webhooks.list(org))).find((w) => w.id === id)
+            if (webhook === undefined) return notFound
+            return page(Pages.layout(frame(s, "Confirm", "webhooks"), Pages.confirm(base, s.csrf, `/webhooks/${webhook.id}/remove`,
+              `Remove webhook ${webhook.id} (${webhook.url}, org ${webhook.orgId})? Its deliveries already queued complete without calling it.`,
+              {}, "/webhooks")))
+          }
+          if (!(yield* asViewer(s, webhooks.remove(id, org)))) return notFound
+          yield* Effect.logInfo("webhook removed from the dashboard").pipe(Effect.annotateLogs({ webhook: id, keyId: s.keyId }))
+          return redirect(withNotice("/webhooks", "notice", `webhook ${id} removed`))
+        }
         if (first === "dead" && id === "bulk") {
           const stage = text(params, "stage") || null
           const org = s.admin ? text(params, "org") || null : null
@@ -657,6 +765,12 @@ export const make = (options: DashboardOptions) =>
           return yield* deadPage(s, params)
         case "schedules":
           return yield* schedulesPage(s, params)
+        case "events":
+          if (rest[1] === undefined) return yield* eventsPage(s, params)
+          return page(Pages.layout(frame(s, "Not found", "none"), Pages.notFound("No such page.")), 404)
+        case "webhooks":
+          if (rest[1] === undefined) return yield* webhooksPage(s, params)
+          return page(Pages.layout(frame(s, "Not found", "none"), Pages.notFound("No such page.")), 404)
         case "orgs":
           return yield* orgsPage(s, params)
         case "stages":

@@ -5,6 +5,7 @@
  */
 import * as Queue from "pgfiber/internal/queue/Queue.js"
 import * as Bulk from "pgfiber/internal/queue/Bulk.js"
+import * as EventLog from "pgfiber/internal/queue/EventLog.js"
 import type * as Schedules from "pgfiber/internal/queue/Schedules.js"
 import type * as StagePool from "pgfiber/internal/runtime/StagePool.js"
 import { html, jsonData, type Html, type Value } from "./Html.js"
@@ -13,7 +14,7 @@ import type * as View from "./View.js"
 export interface Frame {
   readonly base: string
   readonly title: string
-  readonly nav: "overview" | "jobs" | "dead" | "schedules" | "orgs" | "stages" | "none"
+  readonly nav: "overview" | "jobs" | "dead" | "schedules" | "webhooks" | "events" | "orgs" | "stages" | "none"
   /** Who is signed in, for the header; absent on the sign-in page. */
   readonly who?: { readonly label: string; readonly csrf: string } | undefined
   readonly liveUrl?: string | undefined
@@ -54,6 +55,8 @@ ${link("overview", "/", "Overview")}
 ${link("jobs", "/jobs", "Jobs")}
 ${link("dead", "/dead", "Dead letters")}
 ${link("schedules", "/schedules", "Schedules")}
+${link("webhooks", "/webhooks", "Webhooks")}
+${link("events", "/events", "Events")}
 ${link("stages", "/stages", "Stages")}
 ${link("orgs", "/orgs", "Orgs")}
 <span class="who">${frame.who.label} · <span id="live-status">${frame.liveUrl ? "connecting…" : ""}</span></span>
@@ -356,5 +359,29 @@ export const orgs = (base: string, rows: ReadonlyArray<View.OrgRow>): Html => ht
 <table id="orgs"><thead><tr><th>org</th><th class="num">queued</th><th class="num">running</th><th class="num">dead</th><th class="num">completed (last hour)</th><th class="num">failed (last hour)</th></tr></thead>
 <tbody>${rows.length === 0 ? html`<tr><td colspan="6" class="muted">no jobs</td></tr>` : rows.map((o) => html`<tr><td>${o.org === "(no org)" ? o.org : html`<a href="${base}/?org=${encodeURIComponent(o.org)}">${o.org}</a>`}</td>
 <td class="num">${o.queued}</td><td class="num">${o.running}</td><td class="num">${o.dead}</td><td class="num">${o.completedLastHour}</td><td class="num">${o.failedLastHour}</td></tr>`)}</tbody></table>`
+
+/** The event log's newest events, shown oldest first (newest last), as `GET /events` would have sent them. */
+export const events = (
+  base: string,
+  scope: View.Scope,
+  filter: { readonly stage: string; readonly kind: string },
+  stages: ReadonlyArray<string>,
+  list: ReadonlyArray<EventLog.LoggedEvent>,
+  limit: number
+): Html => html`
+<h1>Events${scope.viewer.admin && scope.org ? html` <span class="muted">· org ${scope.org}</span>` : ""}</h1>
+<form class="filters" method="get" action="${base}/events">
+<label>Stage <input name="stage" value="${filter.stage}" size="16" list="event-stages" placeholder="any"></label>
+<datalist id="event-stages">${stages.map((s) => html`<option value="${s}">`)}</datalist>
+<label>Kind <select name="kind"><option value="">any</option>${EventLog.kinds.map((k) => html`<option ${k === filter.kind ? "selected" : ""}>${k}</option>`)}</select></label>
+${scope.viewer.admin ? html`<label>Org <input name="org" value="${scope.org ?? ""}" size="10" placeholder="every org"></label>` : ""}
+<button class="plain" type="submit">Filter</button>
+</form>
+<p class="muted">The ${limit} newest events of the event log that match, newest last (kept for <code>PGFIBER_EVENTS_RETAIN</code>). Reload for
+newer ones; to follow them as they happen: <code>GET /events</code> on the API (server-sent events, resumable) or <code>pgfiber events --follow</code>.</p>
+<table id="events"><thead><tr><th>id</th><th>at</th><th>kind</th><th>stage</th>${scope.viewer.admin ? html`<th>org</th>` : ""}<th>job</th><th>subject</th><th class="num">attempt</th><th>data</th></tr></thead>
+<tbody>${list.length === 0 ? html`<tr><td colspan="${scope.viewer.admin ? 9 : 8}" class="muted">no events match</td></tr>` : list.map((e) => html`<tr data-event="${e.id}">
+<td>${e.id}</td><td>${when(e.at)}</td><td><span class="badge ${e.kind}">${e.kind}</span></td><td>${e.stage}</td>${scope.viewer.admin ? html`<td>${e.orgId ?? ""}</td>` : ""}
+<td><a href="${base}/jobs/${e.jobId}">${e.jobId}</a></td><td>${e.subjectId ?? ""}</td><td class="num">${e.attempt}</td><td><code>${e.data === null ? "" : JSON.stringify(e.data)}</code></td></tr>`)}</tbody></table>`
 
 export const notFound = (what: string): Html => html`<h1>Not found</h1><p>${what}</p>`
