@@ -92,7 +92,7 @@ export const make = Effect.gen(function*() {
             : yield* log.after(from.after, filter)
         }
         if (options.onFollowing) yield* options.onFollowing
-        const pageSize = options.pageSize ?? 1000
+        const pageSize = options.pageSize ?? EventReader.pageSize
         const next = Effect.gen(function*() {
           for (;;) {
             if (follower.buffer.length > 0) {
