@@ -41,6 +41,10 @@ export class EventFeed extends Context.Tag("pgfiber/EventFeed")<EventFeed, {
   readonly followers: () => number
   /** Reads the shared reader has made for its followers (one per wake-up, however many followers). */
   readonly reads: () => number
+  /** Followers fed by the shared reader now (the others are catching up by themselves). */
+  readonly fed: () => number
+  /** Reads followers made by themselves, catching up (each sends its own statement). */
+  readonly ownReads: () => number
 }>() {}
 
 export { heldPollMax, minReadSpacing } from "./EventReader.js"
@@ -50,6 +54,7 @@ export const make = Effect.gen(function*() {
   const queue = yield* Queue.Queue
   const reader = yield* EventReader.make(log)
   let followers = 0
+  let ownReads = 0
   const hear = (t: string) => {
     // "" is a reconnect of the listener: notifications may have been missed
     if (t === topic || t === "") reader.wake()
@@ -111,6 +116,7 @@ export const make = Effect.gen(function*() {
               continue
             }
             follower.heardAtRead = reader.heard()
+            ownReads++
             const page = yield* log.read(follower.cursor, filter, pageSize)
             follower.cursor = page.next
             follower.held = page.held
@@ -122,7 +128,7 @@ export const make = Effect.gen(function*() {
       })
     )
 
-  return EventFeed.of({ follow, followers: () => followers, reads: reader.reads })
+  return EventFeed.of({ follow, followers: () => followers, reads: reader.reads, fed: reader.fed, ownReads: () => ownReads })
 })
 
 /** Needs the EventLog and the Queue (its LISTEN, when no Waker is provided); uses the Waker's when there is one. */

@@ -150,6 +150,8 @@ export interface EventReader {
   readonly heard: () => number
   /** Reads made so far (all followers together): what tests count. */
   readonly reads: () => number
+  /** Followers fed now. */
+  readonly fed: () => number
 }
 
 /** The read loop, forked in the caller's scope; it runs for the scope's life. */
@@ -261,7 +263,8 @@ export const make = (log: Context.Tag.Service<EventLog.EventLog>) =>
         Q.unsafeOffer(woken, undefined)
       },
       heard: () => heard,
-      reads: () => reads
+      reads: () => reads,
+      fed: () => fed.size
     }
     return reader
   })
