@@ -97,7 +97,7 @@ const eventIds = (rowId: string): (place: number) => string => {
 }
 
 /** Where event `id` sits: its row and its place there. */
-const placeOf = (id: string) => {
+export const placeOf = (id: string) => {
   const n = BigInt(id)
   return { row: String(n / BigInt(EventsSql.idScale)), place: Number(n % BigInt(EventsSql.idScale)) }
 }

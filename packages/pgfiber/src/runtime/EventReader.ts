@@ -21,7 +21,6 @@
  */
 import { Context, Duration, Effect, Queue as Q } from "effect"
 import * as EventLog from "../queue/EventLog.js"
-import * as EventsSql from "../queue/EventsSql.js"
 
 /** The slowest look while events are held back by an older transaction (it starts at 20 ms and doubles). */
 export const heldPollMax = Duration.seconds(1)
@@ -55,11 +54,6 @@ const takesRow = (f: EventLog.Filter, row: EventLog.Row) =>
   (f.org === undefined || row.orgId === f.org) &&
   (f.stages === undefined || f.stages.length === 0 || f.stages.includes(row.stage)) &&
   (f.kinds === undefined || f.kinds.length === 0 || f.kinds.includes(row.kind))
-
-const placeOf = (id: string) => {
-  const n = BigInt(id)
-  return { row: n / BigInt(EventsSql.idScale), place: Number(n % BigInt(EventsSql.idScale)) }
-}
 
 /**
  * The row's events `f` takes after `cursor`, pushed onto `out`. `cursor` sits before, inside or after the row
@@ -117,8 +111,8 @@ const deliver = (
       backToOwn(f)
       continue
     }
-    const at = placeOf(f.cursor.id)
-    const position = { tx: BigInt(f.cursor.tx), row: at.row, place: at.place }
+    const at = EventLog.placeOf(f.cursor.id)
+    const position = { tx: BigInt(f.cursor.tx), row: BigInt(at.row), place: at.place }
     const events: Array<EventLog.LoggedEvent> = []
     for (const row of page.rows) if (takesRow(f.filter, row)) handOut(f.filter, position, row, events)
     if (f.buffer.length + events.length > maxBuffered) {
