@@ -49,23 +49,24 @@ const isKind = Schema.is(Kind)
 
 /**
  * The events of one row of `readEvents`' JSON (its fields by position, `EventsSql.rowFields`; its time as epoch
- * ms), in order, each with its transaction: a row holds one statement's events of one org, stage and kind, job
- * by job. Not Schema-decoded objects: a follower reads every event of every job, and parsing and decoding 1,000
- * objects with a Schema cost 4-8 ms in the follower's process (often the worker's), 13-24 % of a 20,000-job
- * drain's time on a 2-core machine. Only the kind is checked (the table's CHECK holds it too; the other fields'
- * types are the columns'). The model is still `LoggedEvent`. `skip`: how many of the row's first events the
- * reader has already had.
+ * ms), in order: a row holds one statement's events of one org, stage and kind, job by job. Not Schema-decoded
+ * objects: a follower reads every event of every job, and parsing and decoding 1,000 objects with a Schema cost
+ * 4-8 ms in the follower's process (often the worker's), 13-24 % of a 20,000-job drain's time on a 2-core
+ * machine. Only the kind is checked (the table's CHECK holds it too; the other fields' types are the columns').
+ * The model is still `LoggedEvent`. Events go straight into `out` as they are handed out (no copy per event
+ * afterwards). `skip`: how many of the row's first events the reader has already had. Returns the place after
+ * the last one looked at.
  */
 const unnestRow = (
   a: ReadonlyArray<unknown>,
   skip: number,
-  keep: (jobId: string, subjectId: string | null) => boolean,
-  out: Array<LoggedEvent & { readonly tx: string }>,
+  keep: ((jobId: string, subjectId: string | null) => boolean) | null,
+  out: Array<LoggedEvent>,
   max: number
 ): number => {
   const kind = a[2]
   if (!isKind(kind)) throw new Error(`event row ${String(a[0])} has an unknown kind ${String(kind)}`)
-  const rowId = a[0] as string, tx = a[1] as string, stage = a[3] as string, orgId = a[4] as string | null
+  const rowId = a[0] as string, stage = a[3] as string, orgId = a[4] as string | null
   const at = a[5] as number
   const jobIds = a[6] as ReadonlyArray<string>
   const subjectIds = a[7] as ReadonlyArray<string | null> | null
@@ -75,9 +76,9 @@ const unnestRow = (
   let n = skip
   for (; n < jobIds.length && out.length < max; n++) {
     const subjectId = subjectIds?.[n] ?? null
-    if (!keep(jobIds[n]!, subjectId)) continue
+    if (keep !== null && !keep(jobIds[n]!, subjectId)) continue
     out.push({
-      id: id(n), tx, kind, jobId: jobIds[n]!, stage, orgId, subjectId, attempt: attempts[n] ?? 0,
+      id: id(n), kind, jobId: jobIds[n]!, stage, orgId, subjectId, attempt: attempts[n] ?? 0,
       data: data?.[n] ?? null, at: new Date(at)
     })
   }
@@ -96,7 +97,7 @@ const eventIds = (rowId: string): (place: number) => string => {
 }
 
 /** Where event `id` sits: its row and its place there. */
-const placeOf = (id: string) => {
+export const placeOf = (id: string) => {
   const n = BigInt(id)
   return { row: String(n / BigInt(EventsSql.idScale)), place: Number(n % BigInt(EventsSql.idScale)) }
 }
@@ -126,6 +127,34 @@ export interface Page {
   readonly held: boolean
 }
 
+/**
+ * One row of the log, decoded once: what one statement logged for one org, stage and kind, in order. The
+ * process's shared reader (runtime/EventReader.ts) reads rows, not events, and hands each follower the rows its
+ * filter takes, so that N followers cost one read and one decode.
+ */
+export interface Row {
+  readonly tx: string
+  /** The row's id (an event's id is this × `EventsSql.idScale` + its place). */
+  readonly id: string
+  readonly kind: Kind
+  readonly stage: string
+  readonly orgId: string | null
+  /** The row's events from place `first` on (the places before it were behind the cursor). */
+  readonly first: number
+  readonly events: ReadonlyArray<LoggedEvent>
+}
+
+export interface RowPage {
+  /** Whole rows, in read order. */
+  readonly rows: ReadonlyArray<Row>
+  /** Where the next read starts (the end of the last row, or the horizon when nothing is left below it). */
+  readonly next: Cursor
+  /** More may be there at once. */
+  readonly full: boolean
+  /** Events past the horizon wait for an older transaction to end: read again soon. */
+  readonly held: boolean
+}
+
 export class EventLogError extends Schema.TaggedError<EventLogError>()("EventLogError", { message: Schema.String }) {}
 
 export class EventLog extends Context.Tag("pgfiber/EventLog")<EventLog, {
@@ -138,6 +167,11 @@ export class EventLog extends Context.Tag("pgfiber/EventLog")<EventLog, {
   readonly after: (id: string, filter: Filter) => Effect.Effect<Cursor, EventLogError>
   /** The next page after `cursor` (at most `limit` events). */
   readonly read: (cursor: Cursor, filter: Filter, limit?: number) => Effect.Effect<Page, EventLogError>
+  /**
+   * The next whole rows after `cursor` (at least `limit` events when there are so many; the rows of a job or
+   * subject filter hold other jobs' events too, which the caller drops).
+   */
+  readonly readRows: (cursor: Cursor, filter: Filter, limit?: number) => Effect.Effect<RowPage, EventLogError>
   /** Deletes events older than `retention`, `batch` per statement, until none are left; returns how many. */
   readonly prune: (retention: Duration.Duration, options?: { readonly batch?: number; readonly maxBatches?: number }) => Effect.Effect<number, EventLogError>
 }>() {}
@@ -178,37 +212,65 @@ export const make = Effect.gen(function*() {
       return yield* now
     })
 
+  const fail = (e: unknown) => new EventLogError({ message: e instanceof Error ? e.message : String(e) })
+
   const read = (cursor: Cursor, filter: Filter, limit = 500) =>
     Effect.gen(function*() {
       const f = sqlFilter(filter)
       const [row] = yield* run((sql) => EventsSql.readEvents(sql, cursor, f, limit))
-      const keep = (jobId: string, subjectId: string | null) =>
+      const keep = f.jobId === null && f.subjectId === null ? null : (jobId: string, subjectId: string | null) =>
         (f.jobId === null || jobId === f.jobId) && (f.subjectId === null || subjectId === f.subjectId)
       const at = placeOf(cursor.id)
-      const out: Array<LoggedEvent & { readonly tx: string }> = []
+      const events: Array<LoggedEvent> = []
       // the cursor's own row (the first, when it is still there) was read up to the cursor's place
       let last: Cursor | undefined
+      let lastTx = cursor.tx
       const unnested = yield* Effect.try({
         try: () => {
           for (const r of row!.rows) {
             const skip = r[1] === cursor.tx && r[0] === at.row ? at.place + 1 : 0
-            const upTo = unnestRow(r, skip, keep, out, limit)
+            const before = events.length
+            const upTo = unnestRow(r, skip, keep, events, limit)
+            if (events.length > before) lastTx = r[1] as string
             const length = (r[6] as ReadonlyArray<unknown>).length
             if (upTo < length) return false // the page is full inside this row
             last = { tx: r[1] as string, id: eventIds(r[0] as string)(length - 1) }
           }
           return true
         },
-        catch: (e) => new EventLogError({ message: e instanceof Error ? e.message : String(e) })
+        catch: fail
       })
-      const full = !unnested || out.length >= limit || row!.truncated
-      const next = !unnested || out.length >= limit
-        ? { tx: out[out.length - 1]!.tx, id: out[out.length - 1]!.id }
+      const full = !unnested || events.length >= limit || row!.truncated
+      const next = !unnested || events.length >= limit
+        ? { tx: lastTx, id: events[events.length - 1]!.id }
         // every row read to its end: after the last, or (nothing more below it) the horizon, which rows the
         // filter left out are behind
         : row!.truncated ? last ?? cursor : later(last ?? cursor, { tx: row!.horizon, id: "0" })
-      const events = out.map(({ tx: _tx, ...event }): LoggedEvent => event)
       return { events, next, full, held: row!.held }
+    })
+
+  const readRows = (cursor: Cursor, filter: Filter, limit = 5000) =>
+    Effect.gen(function*() {
+      const f = sqlFilter(filter)
+      const [page] = yield* run((sql) => EventsSql.readEvents(sql, cursor, f, limit))
+      const at = placeOf(cursor.id)
+      const rows = yield* Effect.try({
+        try: () =>
+          page!.rows.map((r): Row => {
+            const tx = r[1] as string, id = r[0] as string
+            const first = tx === cursor.tx && id === at.row ? at.place + 1 : 0
+            const events: Array<LoggedEvent> = []
+            unnestRow(r, first, null, events, Number.MAX_SAFE_INTEGER)
+            return { tx, id, kind: r[2] as Kind, stage: r[3] as string, orgId: r[4] as string | null, first, events }
+          }),
+        catch: fail
+      })
+      const lastRow = rows[rows.length - 1]
+      const last = lastRow === undefined
+        ? cursor
+        : later(cursor, { tx: lastRow.tx, id: eventIds(lastRow.id)(lastRow.first + lastRow.events.length - 1) })
+      const next = page!.truncated ? last : later(last, { tx: page!.horizon, id: "0" })
+      return { rows, next, full: page!.truncated, held: page!.held }
     })
 
   const prune = (retention: Duration.Duration, o: { readonly batch?: number; readonly maxBatches?: number } = {}) =>
@@ -223,7 +285,7 @@ export const make = Effect.gen(function*() {
       return total
     })
 
-  return EventLog.of({ now, after, read, prune })
+  return EventLog.of({ now, after, read, readRows, prune })
 })
 
 export const layer = Layer.effect(EventLog, make)

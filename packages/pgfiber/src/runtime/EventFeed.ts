@@ -3,15 +3,20 @@
  * read forward by cursor, woken by the `pgfiber:events` NOTIFY that each logging statement sends on the jobs
  * channel. The NOTIFY is heard on the process's one LISTEN connection (the Waker's; a process with no worker
  * listens once itself, for every follower), so a follower costs no connection, and nothing is read while nothing
- * happens: a follower reads when woken, and polls (backing off to `heldPollMax`) only while the log says events
- * wait for an older transaction to end, since that transaction may write no event and so NOTIFY nothing.
+ * happens.
+ *
+ * A follower reads by itself only to catch up (from the beginning, after an old id); once caught up it is fed by
+ * the process's one shared reader (EventReader.ts), which reads once per wake-up for every follower here and
+ * polls only while the log says events wait for an older transaction to end. A follower "from now" that starts
+ * while others are fed starts at the reader's place and sends no statement.
  *
  * Order: a follower gets events in the log's read order, which keeps each job's order (its enqueue commits
  * before its claim can see it, and so on). Resume: start after any event id within the retention.
  */
-import { Chunk, Context, Duration, Effect, Layer, Option, Queue as Q, Stream } from "effect"
+import { Chunk, Context, Effect, Layer, Option, Queue as Q, Stream } from "effect"
 import * as EventLog from "../queue/EventLog.js"
 import * as Queue from "../queue/Queue.js"
+import * as EventReader from "./EventReader.js"
 import * as Waker from "./Waker.js"
 
 /** The NOTIFY payload of a statement that logged events (migration 0020). */
@@ -20,7 +25,7 @@ export const topic = "pgfiber:events"
 export interface FollowOptions {
   /** Where to start: "now" (default), "beginning" (everything kept), or after this event id (Last-Event-ID). */
   readonly from?: "now" | "beginning" | { readonly after: string } | undefined
-  /** Events per read. */
+  /** Events per read while the follower catches up by itself. */
   readonly pageSize?: number | undefined
   /**
    * Runs once the follower has its cursor (and hears wake-ups): from here on, every event logged is delivered.
@@ -34,24 +39,25 @@ export class EventFeed extends Context.Tag("pgfiber/EventFeed")<EventFeed, {
   readonly follow: (filter: EventLog.Filter, options?: FollowOptions) => Stream.Stream<EventLog.LoggedEvent, EventLog.EventLogError>
   /** Followers now (for tests and health). */
   readonly followers: () => number
+  /** Reads the shared reader has made for its followers (one per wake-up, however many followers). */
+  readonly reads: () => number
+  /** Followers fed by the shared reader now (the others are catching up by themselves). */
+  readonly fed: () => number
+  /** Reads followers made by themselves, catching up (each sends its own statement). */
+  readonly ownReads: () => number
 }>() {}
 
-/** The slowest look while events are held back by an older transaction (it starts at 20 ms and doubles). */
-export const heldPollMax = Duration.seconds(1)
-
-/**
- * The least time between two reads of one follower that is caught up: a busy queue sends a NOTIFY per claim and
- * settle, and reading after each would cost a statement each; waiting this long gathers them into one page.
- */
-export const minReadSpacing = Duration.millis(25)
+export { heldPollMax, minReadSpacing } from "./EventReader.js"
 
 export const make = Effect.gen(function*() {
   const log = yield* EventLog.EventLog
   const queue = yield* Queue.Queue
-  const wakes = new Set<() => void>()
+  const reader = yield* EventReader.make(log)
+  let followers = 0
+  let ownReads = 0
   const hear = (t: string) => {
     // "" is a reconnect of the listener: notifications may have been missed
-    if (t === topic || t === "") wakes.forEach((wake) => wake())
+    if (t === topic || t === "") reader.wake()
   }
   const waker = yield* Effect.serviceOption(Waker.Waker)
   if (Option.isSome(waker)) yield* waker.value.observe(hear)
@@ -60,50 +66,69 @@ export const make = Effect.gen(function*() {
   const follow = (filter: EventLog.Filter, options: FollowOptions = {}) =>
     Stream.unwrapScoped(
       Effect.gen(function*() {
-        const woken = yield* Q.sliding<void>(1)
-        const wake = () => Q.unsafeOffer(woken, undefined)
-        // hear wake-ups before taking the cursor, so nothing logged after it goes unread
-        yield* Effect.acquireRelease(Effect.sync(() => wakes.add(wake)), () => Effect.sync(() => wakes.delete(wake)))
+        const signal = yield* Q.sliding<void>(1)
+        const follower: EventReader.Follower = {
+          filter,
+          mode: "own",
+          cursor: EventLog.beginning,
+          buffer: [],
+          held: false,
+          heardAtRead: reader.heard(),
+          signal: () => Q.unsafeOffer(signal, undefined)
+        }
+        yield* Effect.acquireRelease(
+          Effect.sync(() => void followers++),
+          () => Effect.sync(() => {
+            followers--
+            reader.detach(follower)
+          })
+        )
         const from = options.from ?? "now"
-        let cursor = from === "now"
-          ? yield* log.now
-          : from === "beginning"
-          ? EventLog.beginning
-          : yield* log.after(from.after, filter)
-        if (options.onFollowing) yield* options.onFollowing
+        // caught up once its first read by itself finds no more, or at once when fed from the reader's place
         let caughtUp = false
-        let held = false
-        let heldWaitMs = 20
-        const pageSize = options.pageSize ?? 1000
-        let lastReadAt = 0
-        const waitForNews = Effect.gen(function*() {
-          if (!held) {
-            heldWaitMs = 20
-            yield* Q.take(woken)
-          } else {
-            yield* Effect.raceFirst(Q.take(woken), Effect.sleep(Duration.millis(heldWaitMs)))
-            heldWaitMs = Math.min(heldWaitMs * 2, Duration.toMillis(heldPollMax))
-          }
-          const since = Date.now() - lastReadAt
-          if (since < Duration.toMillis(minReadSpacing)) yield* Effect.sleep(Duration.millis(Duration.toMillis(minReadSpacing) - since))
-          yield* Q.takeAll(woken)
-        })
+        let wasFed = false
+        if (from === "now" && reader.attachAtReader(follower)) caughtUp = wasFed = true
+        else {
+          follower.heardAtRead = reader.heard()
+          follower.cursor = from === "now"
+            ? yield* log.now
+            : from === "beginning"
+            ? EventLog.beginning
+            : yield* log.after(from.after, filter)
+        }
+        if (options.onFollowing) yield* options.onFollowing
+        const pageSize = options.pageSize ?? EventReader.pageSize
         const next = Effect.gen(function*() {
           for (;;) {
-            if (caughtUp) yield* waitForNews
-            lastReadAt = Date.now()
-            const page = yield* log.read(cursor, filter, pageSize)
-            cursor = page.next
+            if (follower.buffer.length > 0) {
+              const events = follower.buffer
+              follower.buffer = []
+              return events
+            }
+            if (follower.mode === "fed") {
+              yield* Q.take(signal)
+              continue
+            }
+            // sent back by the reader (it fell behind, or a read failed): it reads by itself before it is fed again
+            if (wasFed) caughtUp = wasFed = false
+            if (caughtUp && reader.attach(follower)) {
+              wasFed = true
+              continue
+            }
+            follower.heardAtRead = reader.heard()
+            ownReads++
+            const page = yield* log.read(follower.cursor, filter, pageSize)
+            follower.cursor = page.next
+            follower.held = page.held
             caughtUp = !page.full
-            held = page.held
             if (page.events.length > 0) return page.events
           }
         })
-        return Stream.repeatEffectChunk(Effect.map(next, Chunk.fromIterable))
+        return Stream.repeatEffectChunk(Effect.map(next, Chunk.unsafeFromArray))
       })
     )
 
-  return EventFeed.of({ follow, followers: () => wakes.size })
+  return EventFeed.of({ follow, followers: () => followers, reads: reader.reads, fed: reader.fed, ownReads: () => ownReads })
 })
 
 /** Needs the EventLog and the Queue (its LISTEN, when no Waker is provided); uses the Waker's when there is one. */
