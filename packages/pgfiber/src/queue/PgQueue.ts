@@ -3,7 +3,7 @@
  * connection per process carries wake-ups. Statements are in JobsSql.ts.
  */
 import { createHash } from "node:crypto"
-import { Data, Duration, Effect, Either, Exit, Layer, Predicate, Schema } from "effect"
+import { Data, Duration, Effect, Either, Exit, Layer, Option, Predicate, Schema } from "effect"
 import * as Db from "../layers/Db.js"
 import * as Spans from "../layers/Spans.js"
 import * as Bulk from "./Bulk.js"
@@ -25,6 +25,10 @@ const spanOptions = { captureStackTrace: false } as const
 const str = (v: unknown): string | null => (v === null || v === undefined ? null : String(v))
 const date = (v: unknown): Date => (v instanceof Date ? v : new Date(String(v)))
 
+
+/** What a LISTEN and one select sent together answer: the LISTEN's (no rows), then the select's one row. */
+const ListenAndSelect = Schema.Tuple(Schema.Unknown, Schema.Tuple(Schema.Record({ key: Schema.String, value: Schema.Unknown })))
+const decodeListenAndSelect = (results: unknown) => Option.map(Schema.decodeUnknownOption(ListenAndSelect)(results), ([, [row]]) => row)
 
 /** A stage's wake-lead lock (Waker.ts): a 64-bit advisory lock key from the schema and the stage's name. */
 export const wakeLockKey = (schema: string, stage: string): string =>
@@ -1003,7 +1007,7 @@ export const make = (options: QueueOptions = {}) =>
         // shows as the schema's LISTEN in pg_stat_activity; the lock keys are numbers made here (no input in the text)
         const onListener = (statement: string) =>
           connection.run((sql) => sql.unsafe(`listen "${channel}"; ${statement}`)).pipe(
-            Effect.map((results) => (results as unknown as Array<Array<Record<string, boolean>>>)[1]?.[0] ?? {})
+            Effect.map((results) => Option.getOrElse(decodeListenAndSelect(results), (): Readonly<Record<string, unknown>> => ({})))
           )
         return {
           // session-level locks on the LISTEN connection: lost with it, so a process that dies gives its leads up
