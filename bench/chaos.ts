@@ -43,7 +43,7 @@ import * as Migrations from "../packages/pgfiber/src/queue/Migrations.js"
 import * as PgQueue from "../packages/pgfiber/src/queue/PgQueue.js"
 import * as Stage from "../packages/pgfiber/src/runtime/Stage.js"
 import type { ChaosWorkerConfig } from "./chaosWorker.js"
-import { benchDir, type Cluster, compileWorker, connect, log, type Sql, sleep, spawnWorker, startCluster, type WorkerChild } from "./lib.js"
+import { benchDir, type Cluster, compileWorker, connect, log, type Sql, sleep, spawnWorker, startCluster, type WorkerChild, writeFailedRun } from "./lib.js"
 
 const args = process.argv.slice(2)
 const option = (name: string) => {
@@ -586,9 +586,6 @@ const main = async () => {
 await main().catch(async (e) => {
   log(`chaos: the run itself failed: ${e instanceof Error ? e.stack : String(e)}`)
   await cleanUp()
-  if (jsonPath) {
-    Fs.mkdirSync(Path.dirname(Path.resolve(jsonPath)), { recursive: true })
-    Fs.writeFileSync(jsonPath, JSON.stringify({ numPassedTests: 0, numFailedTests: 1, success: false, error: String(e) }, null, 2) + "\n")
-  }
+  writeFailedRun(jsonPath, e)
   process.exit(1)
 })

@@ -43,6 +43,16 @@ export const log = (...parts: ReadonlyArray<unknown>) => {
   process.stderr.write(`[${stamp}] ${parts.map(String).join(" ")}\n`)
 }
 
+/**
+ * A CI run (`--json PATH`) whose run itself failed, not one of its checks: the failed result CI reads, in the shape
+ * of the passing one (no check passed, one failed). Nothing is written when no path was asked for.
+ */
+export const writeFailedRun = (jsonPath: string | undefined, error: unknown) => {
+  if (!jsonPath) return
+  Fs.mkdirSync(Path.dirname(Path.resolve(jsonPath)), { recursive: true })
+  Fs.writeFileSync(jsonPath, JSON.stringify({ numPassedTests: 0, numFailedTests: 1, success: false, error: String(error) }, null, 2) + "\n")
+}
+
 export type Sql = postgres.Sql<{}>
 
 export const connect = (url: string, options: { max?: number; schema?: string; app?: string } = {}): Sql =>

@@ -26,7 +26,7 @@ import * as Db from "../packages/pgfiber/src/layers/Db.js"
 import * as Migrations from "../packages/pgfiber/src/queue/Migrations.js"
 import * as PgQueue from "../packages/pgfiber/src/queue/PgQueue.js"
 import * as Queue from "../packages/pgfiber/src/queue/Queue.js"
-import { benchDir, compileWorker, connect, log, median, percentile, sleep, spawnWorker, startCluster, type WorkerChild } from "./lib.js"
+import { benchDir, compileWorker, connect, log, median, percentile, sleep, spawnWorker, startCluster, type WorkerChild, writeFailedRun } from "./lib.js"
 import type { SoakWorkerConfig } from "./soakWorker.js"
 
 const args = process.argv.slice(2)
@@ -362,9 +362,6 @@ const main = async () => {
 await main().catch(async (e) => {
   log(`soak: the run itself failed: ${e instanceof Error ? e.stack : String(e)}`)
   await cleanUp()
-  if (jsonPath) {
-    Fs.mkdirSync(Path.dirname(Path.resolve(jsonPath)), { recursive: true })
-    Fs.writeFileSync(jsonPath, JSON.stringify({ numPassedTests: 0, numFailedTests: 1, success: false, error: String(e) }, null, 2) + "\n")
-  }
+  writeFailedRun(jsonPath, e)
   process.exit(1)
 })

@@ -49,11 +49,33 @@ describe("PgQueue (Postgres only)", () => {
         expect(yield* db.withOrg("org-a", q.cancel(b!.id))).toBe("not-found")
         expect(yield* q.get(b!.id)).not.toBeNull()
         const forged = yield* Effect.either(db.withOrg("org-a", q.enqueue([{ stage: "rls", orgId: "org-b" }])))
-        expect(Either.isLeft(forged) && forged.left._tag === "DbError" && forged.left.message).toContain("row-level security")
+        // the refusal is the Queue's own error, named by the operation, with PostgreSQL's message and SQLSTATE
+        expect(Either.isLeft(forged) && forged.left._tag === "QueueError" && forged.left.message).toContain("row-level security")
+        expect(Either.isLeft(forged) && forged.left._tag === "QueueError" && [forged.left.operation, forged.left.code, forged.left.unavailable])
+          .toEqual(["Queue.enqueue", "42501", false])
         const own = yield* db.withOrg("org-a", q.enqueue([{ stage: "rls", orgId: "org-a" }]))
         expect(own.length).toBe(1)
         // the worker (the owner role) still sees every org
         expect((yield* q.list({ stage: "rls" })).length).toBe(3)
+      }))
+
+    it.effect("a transaction's own failure (its COMMIT) is a QueueError; the body's failures come out as they failed", () =>
+      Effect.gen(function*() {
+        const q = yield* Queue.Queue
+        const db = yield* Db.Db
+        // a deferred unique constraint is checked at COMMIT: the body succeeds, the transaction's end fails
+        const atCommit = yield* Effect.either(q.transaction(Effect.gen(function*() {
+          yield* db.run((sql) => sql`create temp table deferred_check (x int unique deferrable initially deferred) on commit drop`)
+          yield* db.run((sql) => sql`insert into deferred_check values (1), (1)`)
+        })))
+        expect(Either.isLeft(atCommit) && atCommit.left._tag === "QueueError" && [atCommit.left.operation, atCommit.left.code])
+          .toEqual(["Queue.transaction", "23505"])
+        // a Db failure of the caller's own statement is the caller's: not renamed by the Queue
+        const ownStatement = yield* Effect.either(q.transaction(db.run((sql) => sql`select 1 / 0`)))
+        expect(Either.isLeft(ownStatement) && ownStatement.left._tag).toBe("DbError")
+        // a savepoint outside a transaction is one: the same
+        const inSavepoint = yield* Effect.either(q.savepoint(db.run((sql) => sql`select 1 / 0`)))
+        expect(Either.isLeft(inSavepoint) && inSavepoint.left._tag).toBe("DbError")
       }))
 
     it.effect("the kept history has the same row-level security: a tenant reads only its org's finished jobs", () =>

@@ -29,11 +29,24 @@ import * as WebhookDelivery from "./stages/webhooks/Delivery.js"
 export type StageRequirements = CallRequirements | Stage.Requirements<(typeof documentStages)[number]>
 type AnyStage = Stage.Stage<any, any, StageRequirements, any>
 
+/** The outside services the pipelines' layers provide, all of them together (Db comes from the service). */
+export type PipelineServices = Exclude<StageRequirements, Db.Db>
+
+/** What building a pipeline's layer may fail with (its configuration, its clients' set-up). */
+export type PipelineError = Layer.Layer.Error<typeof callLayers> | Layer.Layer.Error<typeof documentLayers>
+
+/**
+ * A pipeline's outside services, built from configuration alone (it requires nothing). Which of PipelineServices it
+ * provides is its stages' business: a Layer's output is contravariant, so `never` here admits a layer of any output;
+ * `pipelineServices` says what the selected ones provide together.
+ */
+export type PipelineLayer = Layer.Layer<never, PipelineError>
+
 export interface Pipeline {
   readonly name: string
   readonly stages: ReadonlyArray<AnyStage>
   /** The pipeline's outside services, from configuration (Db and Queue come from the service). */
-  readonly layer: Layer.Layer<any, unknown>
+  readonly layer: PipelineLayer
   /** The configuration it cannot run without, when that is missing; undefined when it can run. */
   readonly missing: Effect.Effect<string | undefined>
   /** Work to do once the queue is up. */
@@ -69,7 +82,7 @@ export const pipelines: ReadonlyArray<Pipeline> = [
     // the queue's own upkeep: always runs
     name: "housekeeping",
     stages: [Housekeeping.housekeeping],
-    layer: Layer.empty as unknown as Layer.Layer<any, unknown>,
+    layer: Layer.empty,
     missing: Effect.succeed(undefined),
     onStart: Effect.void,
     schedules: Effect.succeed(Housekeeping.schedules)
@@ -78,7 +91,7 @@ export const pipelines: ReadonlyArray<Pipeline> = [
     // webhook deliveries (docs/events.md): always runs; a delivery needs nothing but the database and the network
     name: "webhooks",
     stages: [WebhookDelivery.delivery],
-    layer: Layer.empty as unknown as Layer.Layer<any, unknown>,
+    layer: Layer.empty,
     missing: Effect.succeed(undefined),
     onStart: Effect.void,
     schedules: Effect.succeed([])
@@ -144,14 +157,19 @@ export const selectStages = (names: ReadonlyArray<string>) =>
     return { stages: selected, pipelines: chosen } satisfies Selection
   })
 
+/**
+ * The selected pipelines' outside services, merged: what the selected stages need, since a stage is selected only
+ * with its pipeline (`selectStages`) and a pipeline's layer provides what its stages need.
+ */
+export const pipelineServices = (selection: Selection): Layer.Layer<PipelineServices, PipelineError> =>
+  // the selection is made at run time, so the types cannot follow it: this line states what it guarantees
+  Layer.mergeAll(Layer.empty, ...selection.pipelines.map((p) => p.layer)) as Layer.Layer<PipelineServices, PipelineError>
+
 /** The selected stages' pools, their outside services, and each pipeline's start-up work. */
 export const layerWorker = (
   selection: Selection
 ): Layer.Layer<Waker.Waker | Worker.WorkerInfo, unknown, Queue.Queue | Db.Db> => {
-  const services = Layer.mergeAll(Layer.empty, ...selection.pipelines.map((p) => p.layer)) as Layer.Layer<
-    Exclude<StageRequirements, Db.Db>,
-    unknown
-  >
+  const services = pipelineServices(selection)
   const onStart = Layer.effectDiscard(
     Effect.forEach(selection.pipelines, (p) =>
       p.onStart.pipe(Effect.catchAllCause((cause) => Effect.logError(`${p.name}: start-up work failed`, cause))), { discard: true })

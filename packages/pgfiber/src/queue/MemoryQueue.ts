@@ -455,9 +455,16 @@ export const make = (options: QueueOptions = {}) =>
       set: (stage: string, o: Partial<Limits.Override>) =>
         Effect.sync(() => {
           const was = overrides.get(stage) ?? Limits.emptyOverride
-          const merged = Object.fromEntries(
-            Object.entries(Limits.emptyOverride).map(([k]) => [k, (o as Record<string, unknown>)[k] ?? (was as unknown as Record<string, unknown>)[k]])
-          ) as unknown as Limits.Override
+          // each field given (not null) replaces the stage's; the others stay as they were
+          const merged: Limits.Override = {
+            fair: o.fair ?? was.fair,
+            maxRunning: o.maxRunning ?? was.maxRunning,
+            maxRunningPerOrg: o.maxRunningPerOrg ?? was.maxRunningPerOrg,
+            rateLimit: o.rateLimit ?? was.rateLimit,
+            ratePerMs: o.ratePerMs ?? was.ratePerMs,
+            rateBurst: o.rateBurst ?? was.rateBurst,
+            ratePerOrg: o.ratePerOrg ?? was.ratePerOrg
+          }
           overrides.set(stage, merged)
           return merged
         }),

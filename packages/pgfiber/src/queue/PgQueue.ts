@@ -3,7 +3,7 @@
  * connection per process carries wake-ups. Statements are in JobsSql.ts.
  */
 import { createHash } from "node:crypto"
-import { Duration, Effect, Either, Exit, Layer, Schema } from "effect"
+import { Data, Duration, Effect, Either, Exit, Layer, Option, Predicate, Schema } from "effect"
 import * as Db from "../layers/Db.js"
 import * as Spans from "../layers/Spans.js"
 import * as Bulk from "./Bulk.js"
@@ -25,6 +25,10 @@ const spanOptions = { captureStackTrace: false } as const
 const str = (v: unknown): string | null => (v === null || v === undefined ? null : String(v))
 const date = (v: unknown): Date => (v instanceof Date ? v : new Date(String(v)))
 
+
+/** What a LISTEN and one select sent together answer: the LISTEN's (no rows), then the select's one row. */
+const ListenAndSelect = Schema.Tuple(Schema.Unknown, Schema.Tuple(Schema.Record({ key: Schema.String, value: Schema.Unknown })))
+const decodeListenAndSelect = (results: unknown) => Option.map(Schema.decodeUnknownOption(ListenAndSelect)(results), ([, [row]]) => row)
 
 /** A stage's wake-lead lock (Waker.ts): a 64-bit advisory lock key from the schema and the stage's name. */
 export const wakeLockKey = (schema: string, stage: string): string =>
@@ -145,6 +149,33 @@ export const rowToOverride = (r: Record<string, unknown>): Limits.Override => ({
 const ms = (d: Duration.Duration) => Math.max(0, Math.round(Duration.toMillis(d)))
 const isId = isJobId
 const clampLimit = (n: number | undefined, fallback: number) => Math.max(1, Math.min(n ?? fallback, 10_000))
+
+/** A Db failure as the Queue's own error, named by the operation: its message, code and `unavailable` as they were. */
+export const queueError = (operation: string, e: Db.DbError): Queue.QueueError =>
+  new Queue.QueueError({ operation, message: e.message, code: e.code, unavailable: e.unavailable, cause: e })
+
+const isDbError = (e: unknown): e is Db.DbError => Predicate.isTagged(e, "DbError")
+
+/** The Queue's edge: a Db failure of `effect` becomes a QueueError named `operation`; its other failures pass as they are. */
+export const atEdge = (operation: string) =>
+<A, E, R>(effect: Effect.Effect<A, E | Db.DbError, R>): Effect.Effect<A, Exclude<E, Db.DbError> | Queue.QueueError, R> =>
+  Effect.catchIf(effect, isDbError, (e) => Effect.fail(queueError(operation, e)))
+
+/** A caller's failure, carried through a Db transaction or savepoint as it is (only the Db's own become QueueError). */
+class BodyFailed<E> extends Data.TaggedClass("BodyFailed")<{ readonly error: E }> {}
+
+/**
+ * `around` (a transaction, a savepoint) at the edge: its own failures (BEGIN, COMMIT, the connection lost) become a
+ * QueueError named `operation`; the body's failures come out as the body failed, even a Db error of the caller's own.
+ */
+const bodyAtEdge = <A, E, R>(
+  operation: string,
+  around: <A2, E2, R2>(effect: Effect.Effect<A2, E2, R2>) => Effect.Effect<A2, E2 | Db.DbError, R2>,
+  body: Effect.Effect<A, E, R>
+): Effect.Effect<A, E | Queue.QueueError, R> =>
+  around(Effect.mapError(body, (error) => new BodyFailed({ error }))).pipe(
+    Effect.catchAll((e) => Effect.fail(e._tag === "BodyFailed" ? e.error : queueError(operation, e)))
+  )
 
 export const make = (options: QueueOptions = {}) =>
   Effect.gen(function*() {
@@ -982,48 +1013,80 @@ export const make = (options: QueueOptions = {}) =>
         // shows as the schema's LISTEN in pg_stat_activity; the lock keys are numbers made here (no input in the text)
         const onListener = (statement: string) =>
           connection.run((sql) => sql.unsafe(`listen "${channel}"; ${statement}`)).pipe(
-            Effect.map((results) => (results as unknown as Array<Array<Record<string, boolean>>>)[1]?.[0] ?? {})
+            Effect.map((results) => Option.getOrElse(decodeListenAndSelect(results), (): Readonly<Record<string, unknown>> => ({})))
           )
         return {
           // session-level locks on the LISTEN connection: lost with it, so a process that dies gives its leads up
           tryLead: (stages) =>
             stages.length === 0 ? Effect.succeed([]) : onListener(`select ${stages.map((s, i) => `pg_try_advisory_lock(${wakeLockKey(db.schema, s)}) as l${i}`).join(", ")}`).pipe(
-              Effect.map((row) => stages.filter((_, i) => row[`l${i}`] === true))
+              Effect.map((row) => stages.filter((_, i) => row[`l${i}`] === true)),
+              atEdge("Queue.listen.tryLead")
             ),
-          unlead: (stage) => Effect.asVoid(onListener(`select pg_advisory_unlock(${wakeLockKey(db.schema, stage)}) as u`)),
-          notify: (topic) => db.run((sql) => sql`select pg_notify(${channel}, ${topic})`).pipe(Effect.asVoid)
+          unlead: (stage) => Effect.asVoid(onListener(`select pg_advisory_unlock(${wakeLockKey(db.schema, stage)}) as u`)).pipe(atEdge("Queue.listen.unlead")),
+          notify: (topic) => db.run((sql) => sql`select pg_notify(${channel}, ${topic})`).pipe(Effect.asVoid, atEdge("Queue.listen.notify"))
         }
       }))
 
+    // the edge: each operation's Db failures become the Queue's own error, named by the operation
     return Queue.Queue.of({
-      enqueue,
-      transaction: db.transaction,
-      claim,
-      claimBatch,
-      limits,
-      heartbeat,
-      settle,
-      savepoint,
-      completeMany,
-      complete,
-      retry,
-      reschedule,
-      deadLetter,
-      release,
-      reapExpired,
-      nextWake,
-      cancel,
-      runNow,
-      get,
-      dependencies,
-      batches,
-      list,
-      stats,
-      deadLetters,
-      history,
-      stageControls,
-      bulk,
-      registry,
+      enqueue: (jobs) => enqueue(jobs).pipe(atEdge("Queue.enqueue")),
+      transaction: (effect) => bodyAtEdge("Queue.transaction", db.transaction, effect),
+      claim: (stage, limit, o) => claim(stage, limit, o).pipe(atEdge("Queue.claim")),
+      claimBatch: (stage, limit, o) => claimBatch(stage, limit, o).pipe(atEdge("Queue.claimBatch")),
+      limits: {
+        list: limits.list.pipe(atEdge("Queue.limits.list")),
+        set: (stage, o) => limits.set(stage, o).pipe(atEdge("Queue.limits.set")),
+        clear: (stage) => limits.clear(stage).pipe(atEdge("Queue.limits.clear"))
+      },
+      heartbeat: (leases, leaseFor) => heartbeat(leases, leaseFor).pipe(atEdge("Queue.heartbeat")),
+      settle: (outcomes, o) => settle(outcomes, o).pipe(atEdge("Queue.settle")),
+      savepoint: (effect) => bodyAtEdge("Queue.savepoint", savepoint, effect),
+      completeMany: (leases) => completeMany(leases).pipe(atEdge("Queue.completeMany")),
+      complete: (lease, followUps) => complete(lease, followUps).pipe(atEdge("Queue.complete")),
+      retry: (lease, delay, error, onDead) => retry(lease, delay, error, onDead).pipe(atEdge("Queue.retry")),
+      reschedule: (lease, delay) => reschedule(lease, delay).pipe(atEdge("Queue.reschedule")),
+      deadLetter: (lease, error, onDead) => deadLetter(lease, error, onDead).pipe(atEdge("Queue.deadLetter")),
+      release: (leases) => release(leases).pipe(atEdge("Queue.release")),
+      reapExpired: reapExpired.pipe(atEdge("Queue.reapExpired")),
+      nextWake: (stages, o) => nextWake(stages, o).pipe(atEdge("Queue.nextWake")),
+      cancel: (id) => cancel(id).pipe(atEdge("Queue.cancel")),
+      runNow: (id) => runNow(id).pipe(atEdge("Queue.runNow")),
+      get: (id) => get(id).pipe(atEdge("Queue.get")),
+      dependencies: (id) => dependencies(id).pipe(atEdge("Queue.dependencies")),
+      batches: {
+        create: (o) => batches.create(o).pipe(atEdge("Queue.batches.create")),
+        add: (id, jobs) => batches.add(id, jobs).pipe(atEdge("Queue.batches.add")),
+        seal: (id) => batches.seal(id).pipe(atEdge("Queue.batches.seal")),
+        get: (id) => batches.get(id).pipe(atEdge("Queue.batches.get"))
+      },
+      list: (o) => list(o).pipe(atEdge("Queue.list")),
+      stats: stats.pipe(atEdge("Queue.stats")),
+      deadLetters: {
+        list: (o) => deadLetters.list(o).pipe(atEdge("Queue.deadLetters.list")),
+        get: (id) => deadLetters.get(id).pipe(atEdge("Queue.deadLetters.get")),
+        retry: (id) => deadLetters.retry(id).pipe(atEdge("Queue.deadLetters.retry")),
+        resolve: (id, notes) => deadLetters.resolve(id, notes).pipe(atEdge("Queue.deadLetters.resolve")),
+        purge: (o) => deadLetters.purge(o).pipe(atEdge("Queue.deadLetters.purge"))
+      },
+      history: {
+        list: (o) => history.list(o).pipe(atEdge("Queue.history.list")),
+        prune: (o) => history.prune(o).pipe(atEdge("Queue.history.prune"))
+      },
+      stageControls: {
+        list: stageControls.list.pipe(atEdge("Queue.stageControls.list")),
+        setPaused: (stage, paused, by) => stageControls.setPaused(stage, paused, by).pipe(atEdge("Queue.stageControls.setPaused")),
+        purge: (stage, by) => stageControls.purge(stage, by).pipe(atEdge("Queue.stageControls.purge"))
+      },
+      bulk: {
+        preview: (filter, action) => bulk.preview(filter, action).pipe(atEdge("Queue.bulk.preview")),
+        apply: (filter, action, o) => bulk.apply(filter, action, o).pipe(atEdge("Queue.bulk.apply")),
+        actions: (o) => bulk.actions(o).pipe(atEdge("Queue.bulk.actions"))
+      },
+      registry: {
+        register: (presence, entries) => registry.register(presence, entries).pipe(atEdge("Queue.registry.register")),
+        unregister: (workerId, names) => registry.unregister(workerId, names).pipe(atEdge("Queue.registry.unregister")),
+        list: registry.list.pipe(atEdge("Queue.registry.list"))
+      },
       listen
     })
   })

@@ -2,9 +2,8 @@
  * The Queue service: every way a producer, a worker or an operator touches jobs. Two implementations stand
  * behind this one tag and pass one contract suite: `PgQueue` (the product) and `MemoryQueue` (unit tests).
  */
-import { Config, Context, Duration, Effect, Either, Scope } from "effect"
+import { Config, Context, Duration, Effect, Either, Schema, Scope } from "effect"
 import * as ConfigError from "effect/ConfigError"
-import type * as Db from "../layers/Db.js"
 import type {
   CancelOutcome,
   DeadLetter,
@@ -40,7 +39,19 @@ export * as Limits from "./Limits.js"
 export * as Bulk from "./Bulk.js"
 export * as Registry from "./Registry.js"
 
-export type QueueError = Db.DbError
+/**
+ * The queue's storage failed `operation` ("Queue.claim", "Reads.browse"): callers of the Queue match this, never the
+ * storage's own error. `unavailable`: the database could not be reached (try again later); `code`: the SQLSTATE (or
+ * the driver's connection code) when there is one, e.g. 40P01 for a transaction rolled back for another's sake.
+ * `cause`: the storage's error, for the log; as stored or sent it is its name and message only (`Schema.Defect`).
+ */
+export class QueueError extends Schema.TaggedError<QueueError>()("QueueError", {
+  operation: Schema.String,
+  message: Schema.String,
+  code: Schema.optional(Schema.String),
+  unavailable: Schema.Boolean,
+  cause: Schema.optional(Schema.Defect)
+}) {}
 
 /** Runs when a job is dead-lettered, in that transaction (a stage's `onDeadLetter`, context provided). */
 export type OnDead = Effect.Effect<void, unknown>

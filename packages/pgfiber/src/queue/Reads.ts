@@ -96,23 +96,33 @@ export const makeWith = (db: Db.Db["Type"], options: QueueOptions = {}) =>
     // PgQueue's own reads (list, history, stats) on this pool: the same statements, not copies
     const queue = yield* PgQueue.make(options).pipe(Effect.provideService(Db.Db, db))
     const count = (rows: ReadonlyArray<{ readonly n: number }>) => rows[0]?.n ?? 0
+    // the edge: each read's Db failures become the Queue's error, named by the read (PgQueue's own are named already)
     return Reads.of({
       browse: (viewer, filter, limit) =>
         asViewer(viewer)(db.run((sql) => BrowseSql.browseJobs(sql, filter, limit))).pipe(
+          PgQueue.atEdge("Reads.browse"),
           Effect.flatMap((rows) => Effect.orDie(decodeSummaries(rows)))
         ),
       list: (viewer, o) => asViewer(viewer)(queue.list(o)),
       history: (viewer, o) => asViewer(viewer)(queue.history.list(o)),
       stats: Db.asOwner(queue.stats),
       deadLetterOfJob: (viewer, jobId) =>
-        asViewer(viewer)(db.run((sql) => BrowseSql.deadLetterOfJob(sql, jobId))).pipe(Effect.map((rows) => rows[0]?.id ?? null)),
+        asViewer(viewer)(db.run((sql) => BrowseSql.deadLetterOfJob(sql, jobId))).pipe(
+          PgQueue.atEdge("Reads.deadLetterOfJob"),
+          Effect.map((rows) => rows[0]?.id ?? null)
+        ),
       openDeadLetterIds: (viewer, f, limit) =>
         asViewer(viewer)(db.run((sql) => BrowseSql.openDeadLetterIds(sql, f.stage, f.org, limit))).pipe(
+          PgQueue.atEdge("Reads.openDeadLetterIds"),
           Effect.map((rows) => rows.map((r) => r.id))
         ),
       countPurgeable: (viewer, o) =>
-        asViewer(viewer)(db.run((sql) => BrowseSql.countPurgeable(sql, o.olderThanMs, o.includeUnresolved))).pipe(Effect.map(count)),
-      countQueued: (stage) => Db.asOwner(db.run((sql) => BrowseSql.countQueued(sql, stage))).pipe(Effect.map(count)),
+        asViewer(viewer)(db.run((sql) => BrowseSql.countPurgeable(sql, o.olderThanMs, o.includeUnresolved))).pipe(
+          PgQueue.atEdge("Reads.countPurgeable"),
+          Effect.map(count)
+        ),
+      countQueued: (stage) =>
+        Db.asOwner(db.run((sql) => BrowseSql.countQueued(sql, stage))).pipe(PgQueue.atEdge("Reads.countQueued"), Effect.map(count)),
       recentEvents: (viewer, f, limit) =>
         asViewer(viewer)(db.run((sql) =>
           BrowseSql.recentEvents(sql, {
@@ -121,9 +131,10 @@ export const makeWith = (db: Db.Db["Type"], options: QueueOptions = {}) =>
             stages: f.stages && f.stages.length > 0 ? f.stages : null,
             kinds: f.kinds && f.kinds.length > 0 ? f.kinds : null
           }, limit)
-        )).pipe(Effect.flatMap((rows) => Effect.orDie(decodeEvents(rows)))),
+        )).pipe(PgQueue.atEdge("Reads.recentEvents"), Effect.flatMap((rows) => Effect.orDie(decodeEvents(rows)))),
       snapshot: (watched, minutes) =>
         Db.asOwner(db.run((sql) => StatsSql.liveSnapshot(sql, watched, minutes))).pipe(
+          PgQueue.atEdge("Reads.snapshot"),
           Effect.flatMap((rows) => Effect.orDie(decodeSnapshot(rows[0])))
         )
     })

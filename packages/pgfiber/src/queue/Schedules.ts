@@ -274,12 +274,12 @@ export class Schedules extends Context.Tag("pgfiber/Schedules")<Schedules, {
   readonly get: (key: ScheduleKey) => Effect.Effect<Schedule | null, ScheduleError>
   readonly list: (options?: { readonly orgId?: string | null | undefined }) => Effect.Effect<ReadonlyArray<Schedule>, ScheduleError>
   /** Enqueues one job now, outside the ticks (the cursor does not move). */
-  readonly runNow: (key: ScheduleKey) => Effect.Effect<Queue.EnqueueResult, ScheduleNotFound | Queue.InvalidJob | ScheduleError>
+  readonly runNow: (key: ScheduleKey) => Effect.Effect<Queue.EnqueueResult, ScheduleNotFound | Queue.InvalidJob | ScheduleError | Queue.QueueError>
   /**
    * Fires every enabled schedule whose cursor is at or before `at` (default: the store's clock, the
    * database's for Postgres): exactly once per tick however many processes call it at once.
    */
-  readonly fireDue: (at?: Date) => Effect.Effect<FireResult, ScheduleError>
+  readonly fireDue: (at?: Date) => Effect.Effect<FireResult, ScheduleError | Queue.QueueError>
 }>() {}
 
 /** Where schedules live; the firing logic above is shared by both stores. */

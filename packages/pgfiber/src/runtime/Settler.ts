@@ -116,7 +116,7 @@ export const make = <A, I, R>(stage: Stage.Stage<A, I, R>, options: SettlerOptio
         wakeFreed: options.wakeFreed?.() ?? false
       }).pipe(
         Effect.tapError((e) => Effect.logWarning("settling a batch failed; retrying", e.message)),
-        Effect.retry({ schedule: settleRetry, while: (e) => e._tag === "DbError" }),
+        Effect.retry({ schedule: settleRetry, while: (e) => e._tag === "QueueError" }),
         Effect.catchAllCause((cause) =>
           Effect.logError(`could not settle ${batch.length} outcome(s); the reaper will requeue them`, cause).pipe(Effect.as(null))
         )

@@ -128,11 +128,11 @@ export const scoped = <A, I, R>(stage: Stage.Stage<A, I, R>, options: PoolOption
 
 // ---- once: the same core, one claim, run to settled, stop (what `tick` does) ------------------------------
 
-export interface OnceOptions {
+export interface OnceOptions<EC = never> {
   readonly workerId: string
   readonly max: number
-  /** Wraps the claim, e.g. in `db.withOrg` so row-level security limits it to one org's jobs. */
-  readonly claimScope?: <X, E, RC>(claim: Effect.Effect<X, E, RC>) => Effect.Effect<X, E | Queue.QueueError, RC>
+  /** Wraps the claim, e.g. in `db.withOrg` so row-level security limits it to one org's jobs (EC: its own failures). */
+  readonly claimScope?: <X, E, RC>(claim: Effect.Effect<X, E, RC>) => Effect.Effect<X, E | EC, RC>
   /** This process's configuration over the stage's concurrency and limits, as a worker's pool takes them. */
   readonly concurrency?: number | undefined
   readonly limits?: Partial<Limits.Override> | undefined
@@ -142,7 +142,7 @@ export interface OnceOptions {
  * Claims up to `max` (at most the stage's concurrency) jobs once, runs them, settles them, and returns the counts.
  * The claim keeps the stage's limits as a worker's would: caps, token buckets and fair shares.
  */
-export const once = <A, I, R>(stage: Stage.Stage<A, I, R>, options: OnceOptions) =>
+export const once = <A, I, R, EC = never>(stage: Stage.Stage<A, I, R>, options: OnceOptions<EC>) =>
   Effect.scoped(
     Effect.gen(function*() {
       const queue = yield* Queue.Queue

@@ -12,16 +12,17 @@ import type * as Worker from "./Worker.js"
 
 type Counted = Outcome.Settled
 
-export interface TickOptions<S extends Stage.Any> {
+export interface TickOptions<S extends Stage.Any, EC = never> {
   /** At most this many jobs are claimed, over all stages. */
   readonly max: number
   readonly stages: ReadonlyArray<S>
   readonly workerId: string
   /**
-   * Wraps each claim, e.g. `db.withOrg(org, …)` so row-level security limits the tick to one org's jobs.
-   * Handlers and outcomes run outside it, as in a worker.
+   * Wraps each claim, e.g. `db.withOrg(org, …)` so row-level security limits the tick to one org's jobs; its own
+   * failures (EC: a transaction's, say) end the tick as the claim's would. Handlers and outcomes run outside it, as
+   * in a worker.
    */
-  readonly claimScope?: <A, E, R>(claim: Effect.Effect<A, E, R>) => Effect.Effect<A, E | Queue.QueueError, R>
+  readonly claimScope?: <A, E, R>(claim: Effect.Effect<A, E, R>) => Effect.Effect<A, E | EC, R>
   /**
    * Requeue expired leases first (default true): where ticks are the only workers, nothing else runs the
    * reaper, and a tick that died mid-job would otherwise hold its job forever.
@@ -52,9 +53,9 @@ export interface TickResult {
  * Runs at most `max` runnable jobs, stage by stage, each stage's batch at its own concurrency, until `max` is
  * reached or nothing is runnable; a job that becomes due again during the tick may be claimed again.
  */
-export const run = <S extends Stage.Any>(
-  options: TickOptions<S>
-): Effect.Effect<TickResult, Queue.QueueError, Queue.Queue | Stage.Requirements<S>> =>
+export const run = <S extends Stage.Any, EC = never>(
+  options: TickOptions<S, EC>
+): Effect.Effect<TickResult, Queue.QueueError | EC, Queue.Queue | Stage.Requirements<S>> =>
   Effect.gen(function*() {
     const queue = yield* Queue.Queue
     const counts: Record<Counted, number> = { completed: 0, retried: 0, rescheduled: 0, deadLettered: 0, released: 0, fenced: 0 }
@@ -72,13 +73,14 @@ export const run = <S extends Stage.Any>(
       progress = false
       for (const stage of options.stages) {
         if (remaining <= 0) break
-        const ran = yield* StagePool.once(stage, {
+        const once: StagePool.OnceOptions<EC> = {
           workerId: options.workerId,
           max: remaining,
           claimScope: options.claimScope,
           concurrency: options.concurrency?.[stage.name],
           limits: options.limits?.[stage.name]
-        })
+        }
+        const ran = yield* StagePool.once(stage, once)
         if (ran.claimed === 0 || ran.counts === undefined) continue
         progress = true
         remaining -= ran.claimed
@@ -93,6 +95,6 @@ export const run = <S extends Stage.Any>(
     return { claimed, ...counts, stages: perStage } satisfies TickResult
   }).pipe(Effect.withSpan("Tick.run", { attributes: { max: options.max } })) as Effect.Effect<
     TickResult,
-    Queue.QueueError,
+    Queue.QueueError | EC,
     Queue.Queue | Stage.Requirements<S>
   >

@@ -204,11 +204,12 @@ export const layer = <const Stages extends ReadonlyArray<Stage.Any>>(
   stages: Stages,
   options: WorkerOptions
 ): Layer.Layer<Waker.Waker | WorkerInfo, never, Queue.Queue | Stage.Requirements<Stages[number]>> => {
-  const pools = Layer.mergeAll(Layer.empty, ...stages.map((s) => stage(s)))
+  const pools: Layer.Layer<never, never, Runtime | Waker.Waker | Queue.Queue | Stage.Requirements<Stages[number]>> =
+    Layer.mergeAll(Layer.empty, ...stages.map((s) => stage(s)))
   return pools.pipe(
     Layer.provideMerge(runtime(options)),
     Layer.map((context) => Context.omit(Runtime)(context))
-  ) as unknown as Layer.Layer<Waker.Waker | WorkerInfo, never, Queue.Queue | Stage.Requirements<Stages[number]>>
+  )
 }
 
 /**

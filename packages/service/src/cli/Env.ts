@@ -49,8 +49,8 @@ export const select = (known: ReadonlyArray<KnownStage>, stageList: string) =>
   })
 
 /** The selected pipelines' outside services (storage, SpeechKit, …), for handlers run outside a worker pool. */
-export const stageServices = (selection: App.Selection): Layer.Layer<any, unknown> =>
-  Layer.mergeAll(Layer.empty, ...selection.pipelines.map((p) => p.layer))
+export const stageServices = (selection: App.Selection): Layer.Layer<App.PipelineServices, App.PipelineError> =>
+  Layer.unwrapEffect(Effect.map(loadApp, (app) => app.pipelineServices(selection)))
 
 /** `start` and `worker` apply pending migrations first unless told not to (then run `pgfiber migrate` on deploy). */
 export const migrateOnStart = Config.boolean("PGFIBER_MIGRATE_ON_START").pipe(Config.withDefault(true))

@@ -58,6 +58,7 @@ export const classify = (error: unknown): Classified => {
       return { code: ExitCode.notFound, message }
     case "Conflict":
       return { code: ExitCode.conflict, message }
+    case "QueueError":
     case "DbError":
       return { code: ExitCode.failure, message: `database: ${message}` }
     case "ServeError":

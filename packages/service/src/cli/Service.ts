@@ -31,7 +31,8 @@ const runService = (stageList: string, http: boolean) =>
     const App = yield* Env.loadApp
     const Storage = yield* Effect.promise(() => import("@pgfiber/media/internal/layers/Storage.js"))
     const worker = App.layerWorker(selection)
-    const app = http
+    // what either runs on: the service's layers (Env.layerService)
+    const app: Layer.Layer<Worker.WorkerInfo, unknown, Layer.Layer.Success<ReturnType<typeof Env.layerService>>> = http
       ? (yield* App.layerHttp(selection)).pipe(
         Layer.provideMerge(worker),
         // the dev tick runs handlers outside the pools; POST /calls writes to storage even where calls do not run

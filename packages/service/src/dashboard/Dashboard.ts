@@ -713,7 +713,8 @@ export const make = (options: DashboardOptions) =>
             : Effect.as(queue.deadLetters.resolve(id, text(params, "notes", 2000) || undefined), `dead letter ${id} resolved`)))
           if (result._tag === "Left") {
             const e = result.left
-            if (e._tag === "DbError") return yield* Effect.fail(e)
+            // the database failed (the queue's statement, or the org's transaction itself): the error page, not a notice
+            if (e._tag === "QueueError" || e._tag === "DbError") return yield* Effect.fail(e)
             return redirect(withNotice("/dead", "error", e._tag === "JobNotFound" ? `dead letter ${id} was not found` : e.message))
           }
           yield* Effect.logInfo(`${result.right} (dashboard)`)

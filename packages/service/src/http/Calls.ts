@@ -55,7 +55,8 @@ export const layer = HttpApiBuilder.group(Api, "calls", (handlers) =>
                 Effect.logWarning("storage unavailable while creating a call", e.message),
                 Effect.fail(new Unavailable({ message: "storage is unavailable; try again" }))
               ),
-            DbError: dbFailure
+            DbError: dbFailure,
+            QueueError: dbFailure
           })
         ))
       .handle("getCall", ({ path }) =>

@@ -4,7 +4,7 @@
  * clause here) is what keeps orgs apart: another org's job is not found.
  */
 import { HttpApiBuilder } from "@effect/platform"
-import { Config, Duration, Effect, Option } from "effect"
+import { Config, Duration, Effect, Option, Predicate } from "effect"
 import * as Db from "pgfiber/internal/layers/Db.js"
 import * as Bulk from "pgfiber/internal/queue/Bulk.js"
 import * as Queue from "pgfiber/internal/queue/Queue.js"
@@ -16,11 +16,14 @@ import * as Submit from "pgfiber/internal/runtime/Submit.js"
 import * as Tick from "pgfiber/internal/runtime/Tick.js"
 import { Api, BadRequest, Conflict, CurrentOrg, NotFound, Unavailable } from "./Api.js"
 
-/** A database failure as the client sees it: 503 when it could not be reached, else a logged 500. */
 /** SQLSTATEs of a transaction PostgreSQL failed for another's sake (a deadlock, a serialization failure): retryable. */
 const conflictCodes: ReadonlySet<string> = new Set(["40P01", "40001"])
 
-export const dbFailure = (e: Db.DbError) =>
+/**
+ * A database failure as the client sees it, from the Queue (QueueError) or from Db itself (a transaction's own
+ * BEGIN or COMMIT): 503 when it could not be reached or the write conflicted, else a logged 500.
+ */
+export const dbFailure = (e: Db.DbError | Queue.QueueError) =>
   e.unavailable
     ? Effect.fail(new Unavailable({ message: "the database is unavailable; try again" }))
     : e.code !== undefined && conflictCodes.has(e.code)
@@ -31,6 +34,7 @@ export const dbFailure = (e: Db.DbError) =>
     : Effect.zipRight(Effect.logError("database error", e.message), Effect.die(e))
 
 const isId = Queue.isJobId
+const isDbError = (e: unknown): e is Db.DbError => Predicate.isTagged(e, "DbError")
 
 export const jobView = (job: Queue.Job) => ({
   id: job.id,
@@ -134,9 +138,13 @@ export const layer = <R>(options: JobsOptions<R>) =>
       const tickStages = options.tickStages ?? (stages as ReadonlyArray<Stage.Stage<any, any, R>>)
       const context = yield* Effect.context<R>()
 
-      /** Runs the effect as the request's org: a transaction under the tenant role, RLS on every row. */
+      /**
+       * Runs the effect as the request's org: a transaction under the tenant role, RLS on every row. The transaction's
+       * own failure (BEGIN, COMMIT, the connection) is answered here, as any database failure; the effect's pass on.
+       */
       const asOrg = <A, E, R2>(effect: Effect.Effect<A, E, R2>) =>
-        Effect.flatMap(CurrentOrg, (principal) => db.withOrg(principal.orgId, effect))
+        Effect.flatMap(CurrentOrg, (principal) =>
+          Effect.catchIf(db.withOrg(principal.orgId, effect), isDbError, (e: Db.DbError) => dbFailure(e)))
 
       const notFound = (what: string) => new NotFound({ message: `${what} not found` })
       const badFilter = (e: Bulk.InvalidFilter) => new BadRequest({ message: e.message, field: e.field })
@@ -172,7 +180,7 @@ export const layer = <R>(options: JobsOptions<R>) =>
           }).pipe(
             Effect.catchTags({
               InvalidJob: (e) => Effect.fail(new BadRequest({ message: e.message, field: e.field })),
-              DbError: dbFailure
+              QueueError: dbFailure
             })
           ))
         .handle("list", ({ urlParams }) =>
@@ -190,7 +198,7 @@ export const layer = <R>(options: JobsOptions<R>) =>
               error: search.error
             })
             return { jobs: jobs.map(jobView) }
-          }).pipe(Effect.catchTag("DbError", dbFailure)))
+          }).pipe(Effect.catchTag("QueueError", dbFailure)))
         .handle("bulk", ({ payload: body }) =>
           Effect.gen(function*() {
             const principal = yield* CurrentOrg
@@ -212,11 +220,11 @@ export const layer = <R>(options: JobsOptions<R>) =>
             const result = yield* asTenant(queue.bulk.apply(scoped, action, { actor: `key:${principal.keyId}` }))
             yield* Effect.logInfo("bulk action").pipe(Effect.annotateLogs({ action: action.kind, org: principal.orgId, ...result }))
             return { action: action.kind, dryRun: false, ...result }
-          }).pipe(Effect.catchTag("DbError", dbFailure)))
+          }).pipe(Effect.catchTag("QueueError", dbFailure)))
         .handle("actions", ({ urlParams }) =>
           asOrg(queue.bulk.actions({ limit: urlParams.limit ?? 100 })).pipe(
             Effect.map((actions) => ({ actions: actions.map(({ orgId: _org, ...a }) => a) })),
-            Effect.catchTag("DbError", dbFailure)
+            Effect.catchTag("QueueError", dbFailure)
           ))
         .handle("get", ({ path }) =>
           Effect.gen(function*() {
@@ -236,7 +244,7 @@ export const layer = <R>(options: JobsOptions<R>) =>
               return yield* new NotFound({ message: `job ${path.id} not found (finished jobs are kept for their stage's retention, then pruned)` })
             }
             return found
-          }).pipe(Effect.catchTag("DbError", dbFailure)))
+          }).pipe(Effect.catchTag("QueueError", dbFailure)))
         .handle("dependencies", ({ path }) =>
           Effect.gen(function*() {
             // under the org's row-level security: another org's job, or another org's edge, is not found
@@ -250,7 +258,7 @@ export const layer = <R>(options: JobsOptions<R>) =>
               ...(l.output === null || l.output === undefined ? {} : { output: l.output })
             })
             return { parents: found.parents.map(link), children: found.children.map(link) }
-          }).pipe(Effect.catchTag("DbError", dbFailure)))
+          }).pipe(Effect.catchTag("QueueError", dbFailure)))
         .handle("batch", ({ path }) =>
           // under the org's row-level security: another org's batch is not found
           asOrg(queue.batches.get(path.id)).pipe(
@@ -262,14 +270,14 @@ export const layer = <R>(options: JobsOptions<R>) =>
                   finishedAt: b.finishedAt, callbacks: b.callbacks
                 })
             ),
-            Effect.catchTag("DbError", dbFailure)
+            Effect.catchTag("QueueError", dbFailure)
           ))
         .handle("cancel", ({ path }) =>
           asOrg(queue.cancel(path.id)).pipe(
             Effect.flatMap((outcome) =>
               outcome === "not-found" ? Effect.fail(notFound(`job ${path.id}`)) : Effect.succeed({ id: path.id, outcome })
             ),
-            Effect.catchTag("DbError", dbFailure)
+            Effect.catchTag("QueueError", dbFailure)
           ))
         .handle("listDeadLetters", ({ urlParams }) =>
           asOrg(queue.deadLetters.list({
@@ -279,12 +287,12 @@ export const layer = <R>(options: JobsOptions<R>) =>
             afterId: urlParams.after
           })).pipe(
             Effect.map((list) => ({ deadLetters: list.map(deadLetterView) })),
-            Effect.catchTag("DbError", dbFailure)
+            Effect.catchTag("QueueError", dbFailure)
           ))
         .handle("getDeadLetter", ({ path }) =>
           asOrg(queue.deadLetters.get(path.id)).pipe(
             Effect.flatMap((dl) => (dl === null ? Effect.fail(notFound(`dead letter ${path.id}`)) : Effect.succeed(deadLetterView(dl)))),
-            Effect.catchTag("DbError", dbFailure)
+            Effect.catchTag("QueueError", dbFailure)
           ))
         .handle("retryDeadLetter", ({ path }) =>
           asOrg(queue.deadLetters.retry(path.id)).pipe(
@@ -293,7 +301,7 @@ export const layer = <R>(options: JobsOptions<R>) =>
             Effect.catchTags({
               JobNotFound: () => Effect.fail(notFound(`dead letter ${path.id}`)),
               InvalidJob: (e) => Effect.fail(new Conflict({ message: e.message })),
-              DbError: dbFailure
+              QueueError: dbFailure
             })
           ))
         .handle("resolveDeadLetter", ({ path, payload }) =>
@@ -302,15 +310,16 @@ export const layer = <R>(options: JobsOptions<R>) =>
             Effect.tap(() => Effect.logInfo("dead letter resolved").pipe(Effect.annotateLogs({ deadLetterId: path.id }))),
             Effect.catchTags({
               JobNotFound: () => Effect.fail(notFound(`dead letter ${path.id}`)),
-              DbError: dbFailure
+              QueueError: dbFailure
             })
           ))
         .handle("tick", ({ payload }) =>
           Effect.gen(function*() {
             if (!options.devTick) return yield* notFound("POST /api/jobs/tick (set PGFIBER_DEV_TICK=1 to enable it)")
             const principal = yield* CurrentOrg
-            // only the key's org's jobs are claimed (RLS on the claim); handlers run as in a worker
-            const result = yield* Tick.run({
+            // only the key's org's jobs are claimed (RLS on the claim, its transaction's own failure a DbError);
+            // handlers run as in a worker
+            const result = yield* Tick.run<Stage.Stage<any, any, R>, Db.DbError>({
               max: payload.max ?? 10,
               stages: tickStages,
               workerId: tickWorkerId,
@@ -322,5 +331,5 @@ export const layer = <R>(options: JobsOptions<R>) =>
             }).pipe(Effect.provideService(Queue.Queue, queue), Effect.provide(context))
             const { stages: _perStage, ...counts } = result
             return { ok: true as const, ...counts }
-          }).pipe(Effect.catchTag("DbError", dbFailure)))
+          }).pipe(Effect.catchTags({ QueueError: dbFailure, DbError: dbFailure })))
     }))

@@ -32,7 +32,7 @@ export const layer = HttpApiBuilder.group(Api, "limits", (handlers) =>
 
     return handlers
       .handle("listLimits", () =>
-        views.pipe(Effect.map((all) => ({ limits: all.map(present) })), Effect.catchTag("DbError", dbFailure)))
+        views.pipe(Effect.map((all) => ({ limits: all.map(present) })), Effect.catchTag("QueueError", dbFailure)))
       .handle("putLimits", ({ path, payload: body }) =>
         Effect.gen(function*() {
           if (body.rate !== undefined && body.ratePerOrg !== undefined) {
@@ -55,10 +55,10 @@ export const layer = HttpApiBuilder.group(Api, "limits", (handlers) =>
           yield* queue.limits.set(path.stage, override)
           yield* Effect.logInfo("stage limits changed").pipe(Effect.annotateLogs({ stage: path.stage, ...override }))
           return present(yield* viewOf(path.stage))
-        }).pipe(Effect.catchTag("DbError", dbFailure)))
+        }).pipe(Effect.catchTag("QueueError", dbFailure)))
       .handle("resetLimits", ({ path }) =>
         queue.limits.clear(path.stage).pipe(
           Effect.map((reset) => ({ stage: path.stage, reset })),
-          Effect.catchTag("DbError", dbFailure)
+          Effect.catchTag("QueueError", dbFailure)
         ))
   }))

@@ -72,7 +72,8 @@ export const layer = HttpApiBuilder.group(Api, "schedules", (handlers) =>
           Effect.catchTags({
             ScheduleNotFound: () => Effect.fail(notFound(path.name)),
             InvalidJob: badRequest,
-            DbError: dbFailure
+            DbError: dbFailure,
+            QueueError: dbFailure
           })
         ))
   }))

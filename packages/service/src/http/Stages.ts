@@ -47,7 +47,7 @@ export const layer = HttpApiBuilder.group(Api, "stages", (handlers) =>
         yield* queue.stageControls.setPaused(name, paused, "http")
         yield* Effect.logInfo(paused ? "stage paused" : "stage resumed").pipe(Effect.annotateLogs({ stage: name }))
         return stageView(name, stage, yield* queue.stageControls.list)
-      }).pipe(Effect.catchTag("DbError", dbFailure))
+      }).pipe(Effect.catchTag("QueueError", dbFailure))
 
     return handlers
       .handle("listStages", () =>
@@ -56,7 +56,7 @@ export const layer = HttpApiBuilder.group(Api, "stages", (handlers) =>
           const controls = yield* queue.stageControls.list
           const names = [...new Set([...known.map((s) => s.name), ...controls.map((c) => c.stage)])].sort()
           return { stages: names.map((name) => stageView(name, known.find((s) => s.name === name), controls)) }
-        }).pipe(Effect.catchTag("DbError", dbFailure)))
+        }).pipe(Effect.catchTag("QueueError", dbFailure)))
       .handle("pauseStage", ({ path }) => set(path.name, true))
       .handle("resumeStage", ({ path }) => set(path.name, false))
       .handle("purgeStage", ({ path }) =>
@@ -66,5 +66,5 @@ export const layer = HttpApiBuilder.group(Api, "stages", (handlers) =>
           const purged = yield* queue.stageControls.purge(path.name, "http")
           yield* Effect.logInfo("stage purged").pipe(Effect.annotateLogs({ stage: path.name, purged }))
           return { stage: path.name, purged }
-        }).pipe(Effect.catchTag("DbError", dbFailure)))
+        }).pipe(Effect.catchTag("QueueError", dbFailure)))
   }))

@@ -33,6 +33,7 @@ export const layer: Layer.Layer<never, ConfigError.ConfigError> = Layer.unwrapEf
         )
       )
     )
+    // the package is optional and loaded by name, so its types are not imported: its layers are typed here, loosely
     const tracer: Layer.Layer<never, never, any> = otel.OtlpTracer.layer({
       url: tracesUrl(endpoint.value),
       resource: { serviceName }

@@ -126,7 +126,7 @@ export interface Call {
   readonly analysis: StoredAnalysis | null
 }
 
-export type CreateError = InvalidCall | JobError.Transient | JobError.Permanent | Db.DbError | Queue.InvalidJob
+export type CreateError = InvalidCall | JobError.Transient | JobError.Permanent | Db.DbError | Queue.QueueError | Queue.InvalidJob
 
 // ---------------------------------------------------------------------------------------------
 // create

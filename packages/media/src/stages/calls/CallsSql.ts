@@ -57,6 +57,8 @@ export interface AnalysisRow {
 
 /** The order statuses move in; `failed` sits outside it (a retried stage may move a failed call forward again). */
 export const statusOrder = ["queued", "extracting", "transcribing", "analyzing", "done"] as const
+/** `statusOrder` as a statement's parameter (the driver's types take a mutable array). */
+const statusOrderParam: Array<string> = [...statusOrder]
 
 /** Inserts a new call. Locking: a new row only. */
 export const insertCall = (
@@ -82,8 +84,8 @@ export const advanceStatus = (sql: Sql, id: string, status: (typeof statusOrder)
         completed_at = case when ${status} = 'done' then coalesce(completed_at, now()) else completed_at end
     where id = ${id}
       and (status = 'failed'
-           or array_position(${statusOrder as unknown as Array<string>}::text[], status)
-              < array_position(${statusOrder as unknown as Array<string>}::text[], ${status}::text))
+           or array_position(${statusOrderParam}::text[], status)
+              < array_position(${statusOrderParam}::text[], ${status}::text))
     returning id`
 
 /**

@@ -36,6 +36,9 @@ export const Task = Schema.Union(
   Schema.Struct({ task: Schema.Literal("prune-events"), batch: Schema.optional(Schema.Int.pipe(Schema.between(1, 100_000))) })
 )
 
+/** The database failed (the queue's statements, or the partitions' own): try again at the next attempt. */
+const transient = (e: { readonly message: string }) => Effect.fail(new Transient({ message: e.message }))
+
 export const housekeeping = Stage.make({
   name: stageName,
   payload: Task,
@@ -72,7 +75,7 @@ export const housekeeping = Stage.make({
       }
       const purged = yield* queue.deadLetters.purge({ olderThan: Duration.days(task.olderThanDays) })
       if (purged > 0) yield* Effect.logInfo("housekeeping: handled dead letters purged", { purged })
-    }).pipe(Effect.catchTag("DbError", (e) => Effect.fail(new Transient({ message: e.message }))))
+    }).pipe(Effect.catchTags({ QueueError: transient, DbError: transient }))
 })
 
 export const schedules: ReadonlyArray<Schedules.ScheduleSpec> = [
