@@ -1,21 +1,18 @@
 /**
  * A fleet behind a real PgBouncer (transaction mode): 20 worker processes (test/fixtures/fleetWorker.ts, each
  * concurrency 10) whose pools go through a PgBouncer of 10 server connections, their LISTEN direct
- * (DATABASE_LISTEN_URL, DB_PREPARE=false), drain jobs a producer enqueues through the same PgBouncer:
+ * (DATABASE_LISTEN_URL, DB_PREPARE=false, DB_POOLER=transaction), drain jobs a producer enqueues through the same PgBouncer:
  * - every job runs exactly once (one row in `executions` per job, none twice);
  * - no process logs an error or a failed claim, and each exits 0 on SIGTERM;
  * - the server connections behind PgBouncer (backends of its login role in pg_stat_activity, sampled every
  *   100 ms through the run) never exceed its pool of 10. The processes' direct connections are counted apart
- *   (another role): one LISTEN connection each, and the session connection for the migrations' lock while open.
+ *   (another role): one LISTEN connection each, and the session connection for the migrations' lock while open;
+ * - PgBouncer never logs an answer it had nowhere to send ("got packet from server when not linked").
  *
- * KNOWN DEFECT, not fixed: with PgBouncer 1.18 (Debian 12's) this fails today. Under this load porsager writes a
- * statement's Parse/Describe (prepare off: sent with a Flush, no Sync) behind another statement on the same
- * connection; PgBouncer hands the server connection on at the first one's ReadyForQuery and drops the answers
- * ("got packet from server when not linked" in its log), so that statement (a claim, a settle) never returns and
- * its jobs stay leased; a run of 4 processes left 4 of 2,000 jobs unrun. Turning porsager's pipelining off
- * (`max_pipeline: 0`) is no fix: porsager's `begin` then never marks its connection reserved (UNSAFE_TRANSACTION).
- * So it runs only when asked (PGFIBER_FLEET_TEST=1), until a fix (PgBouncer ≥ 1.21 with prepared statements on,
- * or one statement in flight per connection behind a pooler) makes it pass.
+ * What makes it pass on PgBouncer 1.18: DB_POOLER=transaction (Db's ConnectionSlots), one statement in flight per
+ * connection of each pool, so porsager never pipelines a statement behind another that the pooler would answer
+ * to nobody. The stage's lease is a minute (test/fixtures/fleetWorker.ts), so a heartbeat held up on a loaded
+ * machine cannot rerun a job: a run counted twice is a lost answer, not a slow beat.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Fiber, Layer, Schema } from "effect"
@@ -30,9 +27,9 @@ const fleet = Stage.make({ name: "fleet", payload: Schema.Struct({ sleepMs: Sche
 
 const processes = 20
 const poolSize = 10
-const total = 2_000
+const total = 1_000
 
-describe.skipIf((pgbouncerBin === undefined && !pgbouncerRequired) || process.env.PGFIBER_FLEET_TEST !== "1")("a fleet behind PgBouncer", () => {
+describe.skipIf(pgbouncerBin === undefined && !pgbouncerRequired)("a fleet behind PgBouncer", () => {
   it.live(`${processes} worker processes on ${poolSize} server connections run every job exactly once`, () =>
     Effect.gen(function*() {
       const db = yield* fleetDatabase({ prefix: "fleet", poolSize })
@@ -64,7 +61,7 @@ describe.skipIf((pgbouncerBin === undefined && !pgbouncerRequired) || process.en
         Effect.promise(() => db.sql`select (select count(*)::int from executions) as runs, (select count(*)::int from jobs) as left`).pipe(
           Effect.map((rows) => (rows[0]!.runs >= total && rows[0]!.left === 0 ? rows[0]! : undefined))
         ),
-        "3 minutes",
+        "8 minutes",
         "250 millis"
       )
       yield* Fiber.interrupt(sampler)
@@ -79,6 +76,8 @@ describe.skipIf((pgbouncerBin === undefined && !pgbouncerRequired) || process.en
       // the work was shared (not one process doing it all while the rest hung at start)
       expect(counts!.workers).toBeGreaterThan(1)
 
+      // no answer went astray: PgBouncer 1.18 logs the answers it drops for a client it has unlinked
+      expect(db.bouncer.log()).not.toMatch(/not linked/)
       expect(samples).toBeGreaterThan(0)
       expect(maxServer).toBeGreaterThan(0)
       expect(maxServer).toBeLessThanOrEqual(poolSize)
@@ -92,5 +91,5 @@ describe.skipIf((pgbouncerBin === undefined && !pgbouncerRequired) || process.en
       yield* Effect.forEach(workers, (w) => Effect.sync(() => w.child.kill("SIGTERM")), { discard: true })
       const codes = yield* Effect.promise(() => Promise.all(workers.map((w) => w.exited)))
       expect(codes).toEqual(workers.map(() => 0))
-    }).pipe(Effect.scoped), { timeout: 300_000 })
+    }).pipe(Effect.scoped), { timeout: 1_200_000 })
 })

@@ -32,7 +32,10 @@ export const fleetDatabase = (options: FleetOptions) =>
     listenUrl.password = direct.password
     /** A producer's queue through PgBouncer (its connections are among the pool's server connections). */
     const producer = PgQueue.layer().pipe(
-      Layer.provideMerge(Layer.scoped(Db.Db, Db.make({ url: Redacted.make(viaBouncer), prepare: false, schema, poolMax: 4 })))
+      Layer.provideMerge(Layer.scoped(
+        Db.Db,
+        Db.make({ url: Redacted.make(viaBouncer), listenUrl: Redacted.make(listenUrl.href), prepare: false, pooler: "transaction", schema, poolMax: 4 })
+      ))
     )
     /** Server connections PgBouncer holds now: the backends of its login role. */
     const serverConnections = Effect.promise(() =>
@@ -50,6 +53,7 @@ export const fleetDatabase = (options: FleetOptions) =>
           DATABASE_URL: viaBouncer,
           DATABASE_LISTEN_URL: listenUrl.href,
           DB_PREPARE: "false",
+          DB_POOLER: "transaction",
           PGFIBER_SCHEMA: schema,
           WORKER_ID: `fleet-${i}`,
           SHUTDOWN_GRACE_MS: "10000",
@@ -57,7 +61,10 @@ export const fleetDatabase = (options: FleetOptions) =>
           ...env
         }))
 
-    /** Waits until every process listens (its LISTEN is up, so it has registered its stage and claimed once). */
+    /**
+     * Waits until every process listens (its LISTEN is up, so it has registered its stage and claimed once). 20
+     * processes starting under tsx on 2 cores at load 30 took over 3 minutes: the deadline is for a hang, not speed.
+     */
     const awaitListening = (workers: ReadonlyArray<WorkerProcess>) =>
       waitFor(
         `${workers.length} LISTEN connections`,
@@ -67,7 +74,7 @@ export const fleetDatabase = (options: FleetOptions) =>
             if (dead) throw new Error(`a worker process exited at start:\n${dead.output()}`)
             return listening === workers.length
           })),
-        "3 minutes",
+        "8 minutes",
         "250 millis"
       )
 

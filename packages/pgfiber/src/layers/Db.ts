@@ -15,12 +15,16 @@
  * - while the database is known to be down, work started outside a transaction fails within `failFastAfter`
  *   (a 503 in about a second), instead of waiting out porsager's reconnect backoff;
  * - `listen` owns the LISTEN connection and reports when it drops, so the Waker can say `down` and poll;
+ * - behind a transaction pooler (`pooler: "transaction"`) the pool never has two statements in flight on one
+ *   connection outside a transaction (`ConnectionSlots`): the pooler would hand the server connection on after
+ *   the first, and the second would never be answered;
  * - closing waits only for the Db's own statements still out, at most `closeWithin`, never for what a lost
  *   connection left behind in porsager, so a shutdown after a restart or backend kills is as quick as any other.
  */
 import { Config, Context, Data, Deferred, Duration, Effect, Exit, FiberRef, Layer, Option, Queue as Q, Redacted, Schedule, type Scope } from "effect"
 import postgres from "postgres"
 import * as ConnectionFaultGuard from "./ConnectionFaultGuard.js"
+import * as ConnectionSlots from "./ConnectionSlots.js"
 import * as EmbeddedPg from "./EmbeddedPg.js"
 
 export type Sql = postgres.Sql<{}>
@@ -64,9 +68,17 @@ export interface DbOptions {
   readonly listenUrl?: Redacted.Redacted<string>
   /** Named prepared statements (porsager's default); false behind a transaction-pooling PgBouncer before 1.21. */
   readonly prepare?: boolean
+  /**
+   * `transaction` when `url` goes through a transaction pooler (PgBouncer in transaction mode): at most one
+   * statement in flight per connection of the pool (`ConnectionSlots`), and `listenUrl` required. Default `none`.
+   */
+  readonly pooler?: Pooler
   /** Called for every statement the pool sends (statement counting in tests and the bench). */
   readonly onStatement?: (query: string) => void
 }
+
+/** What `url` goes through: straight to PostgreSQL, or a transaction pooler (DB_POOLER). */
+export type Pooler = "none" | "transaction"
 
 /** The transaction a fiber is inside, if any; queue operations run on it instead of the pool. */
 const currentTransaction = FiberRef.unsafeMake<Option.Option<{ readonly owner: object; readonly sql: Sql; readonly orgId: string | null; readonly pin: Pin }>>(
@@ -297,11 +309,23 @@ export const make = (options: DbOptions) =>
     if (!validSchemaName(options.schema)) {
       return yield* Effect.dieMessage(`PGFIBER_SCHEMA: "${options.schema}" is not a plain lower-case identifier`)
     }
+    const behindPooler = options.pooler === "transaction"
+    if (behindPooler && options.listenUrl === undefined) {
+      return yield* new DbError({
+        message: "DB_POOLER=transaction needs DATABASE_LISTEN_URL: LISTEN and the migrations' lock need a direct connection",
+        code: undefined,
+        unavailable: false,
+        cause: undefined
+      })
+    }
     yield* ConnectionFaultGuard.install
     const applicationName = options.applicationName ?? "pgfiber"
     const connectOptions = (max: number, settings: Readonly<Record<string, string>> = {}) => ({
       max,
       prepare: options.prepare ?? true,
+      // behind a transaction pooler, a connection ending for its age would sit neither idle nor closed while it
+      // closes, and a statement sent then would be pipelined onto a busy one (ConnectionSlots)
+      ...(behindPooler ? { max_lifetime: null } : {}),
       onnotice: () => undefined,
       idle_timeout: 0,
       connect_timeout: 5,
@@ -325,10 +349,14 @@ export const make = (options: DbOptions) =>
       return sql
     }
     const pool: Sql = connect("the pool", options.url, options.poolMax, true)
+    // behind a transaction pooler, one statement in flight per connection of the pool; straight to PostgreSQL, no limit
+    const slots = behindPooler ? yield* ConnectionSlots.make(options.poolMax) : ConnectionSlots.unbounded
+    /** A statement on the pool (not on a transaction's connection). */
+    const onPool = <A>(thunk: () => PromiseLike<A>) => slots.statement(thunk, send<A>)
     // the migrations' session-level advisory lock; a separate instance points it past the pooler
     const session: Sql = options.listenUrl === undefined ? pool : connect("the session connection", options.listenUrl, 1, false)
     // probe on start so a bad DATABASE_URL fails here, not at the first job
-    yield* send(() => pool`select 1`).pipe(
+    yield* onPool(() => pool`select 1`).pipe(
       Effect.retry({ times: 20, schedule: Schedule.spaced("250 millis"), while: (e) => e.unavailable }),
       Effect.mapError((e) => new DbError({ ...e, message: `${options.urlName ?? "DATABASE_URL"}: cannot connect: ${e.message}` }))
     )
@@ -363,7 +391,7 @@ export const make = (options: DbOptions) =>
      * the outage (`observe`). `disconnect`: a probe cut short lets its connection attempt go on in the background,
      * so the next probe finds the connection made.
      */
-    const probe = observe(send(() => pool`select 1`)).pipe(
+    const probe = observe(onPool(() => pool`select 1`)).pipe(
       Effect.disconnect,
       Effect.timeoutFail({ duration: failFastAfter, onTimeout: unavailableFast })
     )
@@ -439,7 +467,8 @@ export const make = (options: DbOptions) =>
                   () => Effect.locally(effect, currentTransaction, Option.some({ ...tx.value, orgId })),
                   () => restoreOrg(tx.value.sql, tx.value.pin, tx.value.orgId).pipe(Effect.ignore)
                 ))
-          : outside(
+          // a slot for the whole transaction: its connection is not the pool's until it is released
+          : outside(slots.transaction((keepOut) =>
             Effect.uninterruptibleMask((restore) =>
               Effect.gen(function*() {
                 const { conn, pin, reserved, beginStatement } = yield* observe(reserveAndBegin(orgId))
@@ -470,11 +499,12 @@ export const make = (options: DbOptions) =>
                   (pin.alive() && Exit.isSuccess(yield* Effect.exit(onPinned(conn, pin, (sql) => sql`rollback`))))
                 // a lost connection is already back among porsager's closed ones: releasing it would hand out a dead one
                 if (pin.alive() && clean) reserved.release()
+                if (pin.alive() && !clean) keepOut()
                 if (Exit.isFailure(finished) && Exit.isSuccess(exit)) return yield* Effect.asVoid(finished).pipe(Effect.as(exit.value))
                 return yield* exit
               })
             )
-          ))
+          )))
 
     /** Back to the transaction's own identity: its org, or the owner's role with no org. */
     const restoreOrg = (sql: Sql, pin: Pin, orgId: string | null) =>
@@ -500,11 +530,11 @@ export const make = (options: DbOptions) =>
     /**
      * The pool for these settings, once its first session showed them in force; null while that is not known, or
      * when the server (or a pooler in between) does not keep them. Behind a transaction-pooling PgBouncer (a
-     * separate listen URL) session settings do not follow the client, so it is never tried there.
+     * separate listen URL, or DB_POOLER=transaction) session settings do not follow the client, so it is never tried there.
      */
     const settingsPool = (settings: Readonly<Record<string, string>>): Effect.Effect<Sql | null> =>
       Effect.suspend(() => {
-        if (options.listenUrl !== undefined) return Effect.succeed(null)
+        if (options.listenUrl !== undefined || behindPooler) return Effect.succeed(null)
         const known = settingsPools.get(settings)
         if (known?.state === "ready") return Effect.succeed(known.sql!)
         if (known?.state === "refused" || known?.state === "checking") return Effect.succeed(null)
@@ -561,7 +591,7 @@ export const make = (options: DbOptions) =>
                   // pipelined, the settings written first (so the statement is planned under them): BEGIN, one
                   // round trip for both, COMMIT. (porsager sends a statement's first use on a connection alone,
                   // to describe it, so the very first claim still waits for the settings.)
-                  : outside(observe(send(() =>
+                  : outside(observe(onPool(() =>
                     pool.begin((sql) => {
                       const set = localSettings(sql as unknown as Sql, settings).execute()
                       return Promise.all([set, query(sql as unknown as Sql)]).then(([, result]) => result)
@@ -574,7 +604,7 @@ export const make = (options: DbOptions) =>
           ? onPinned(tx.value.sql, tx.value.pin, query)
           : Effect.flatMap(FiberRef.get(currentOrg), (org) =>
             Option.isNone(org)
-              ? outside(observe(send<A>(() => query(pool))))
+              ? outside(observe(onPool<A>(() => query(pool))))
               // one statement for an org: its own short transaction under the tenant role
               : begin(Effect.flatMap(current, (t) => Option.isSome(t) ? onPinned(t.value.sql, t.value.pin, query) : Effect.die("no transaction")), org.value)))
 
@@ -654,6 +684,7 @@ export const config = Config.all({
   url: Config.option(Config.redacted("DATABASE_URL")),
   listenUrl: Config.option(Config.redacted("DATABASE_LISTEN_URL")),
   prepare: Config.boolean("DB_PREPARE").pipe(Config.withDefault(true)),
+  pooler: Config.literal("none", "transaction")("DB_POOLER").pipe(Config.withDefault("none" as const)),
   // validate before the default, so an error names the variable
   schema: Config.string("PGFIBER_SCHEMA").pipe(
     Config.validate({ message: "must be a lower-case identifier (a-z, 0-9, _)", validation: validSchemaName }),
@@ -676,6 +707,7 @@ export const layer: Layer.Layer<Db, DbError | EmbeddedPg.EmbeddedPgError | impor
         schema: cfg.schema,
         poolMax: cfg.poolMax,
         prepare: cfg.prepare,
+        pooler: cfg.pooler,
         ...(Option.isSome(cfg.listenUrl) ? { listenUrl: cfg.listenUrl.value } : {})
       })
     })
