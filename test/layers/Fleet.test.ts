@@ -29,7 +29,8 @@ const processes = 20
 const poolSize = 10
 const total = 1_000
 
-describe.skipIf(pgbouncerBin === undefined && !pgbouncerRequired)("a fleet behind PgBouncer", () => {
+// minutes of 20 processes starting on 2 cores: run once by CI (.ci/run, PGFIBER_FLEET_TEST=1), not in each `npm test`
+describe.skipIf((pgbouncerBin === undefined && !pgbouncerRequired) || process.env.PGFIBER_FLEET_TEST !== "1")("a fleet behind PgBouncer", () => {
   it.live(`${processes} worker processes on ${poolSize} server connections run every job exactly once`, () =>
     Effect.gen(function*() {
       const db = yield* fleetDatabase({ prefix: "fleet", poolSize })
