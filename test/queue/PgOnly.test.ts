@@ -201,6 +201,20 @@ describe("PgQueue (Postgres only)", () => {
         expect(turns).toEqual([["a", "b"], ["a", "c"], ["b", "c"], ["a", "b"], ["c"]])
       }))
 
+    it.effect("fair claims of one job at a time still take orgs in turn (the walk that stops at one org is no proof of one org)", () =>
+      Effect.gen(function*() {
+        const q = yield* Queue.Queue
+        const stage = "fair_single_slot"
+        for (const org of ["a", "b", "c"]) yield* q.enqueue(Array.from({ length: 2 }, () => ({ stage, orgId: org })))
+        const turns: Array<string | null> = []
+        while (true) {
+          const jobs = yield* q.claim(stage, 1, worker)
+          if (jobs.length === 0) break
+          turns.push(jobs[0]!.orgId)
+        }
+        expect(turns).toEqual(["a", "b", "c", "a", "b", "c"])
+      }))
+
     it.effect("the fair claim skips a job another transaction holds, and claims a job rewritten since it was queued", () =>
       Effect.gen(function*() {
         const q = yield* Queue.Queue

@@ -3,7 +3,7 @@
  * lags loses events (counted) and never slows the publisher; with nobody subscribed nothing is built.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Chunk, Context, Effect, Exit, Fiber, Layer, Queue as Q, Schema, Scope, Stream, TestClock } from "effect"
+import { Chunk, Context, Deferred, Effect, Exit, Fiber, Layer, Queue as Q, Schema, Scope, Stream, TestClock } from "effect"
 import { Permanent, Transient } from "../../packages/pgfiber/src/JobError.js"
 import * as MemoryQueue from "../../packages/pgfiber/src/queue/MemoryQueue.js"
 import * as Queue from "../../packages/pgfiber/src/queue/Queue.js"
@@ -74,7 +74,7 @@ describe("JobEvents", () => {
       expect(bus.active()).toBe(false)
     }))
 
-  it.effect("while an enqueue is in flight, a job's Started waits for its Enqueued; Enqueued never waits", () =>
+  it.effect("while an enqueue is in flight, a job's Started waits for its Enqueued (not for later enqueues); Enqueued never waits", () =>
     Effect.gen(function*() {
       const bus = yield* Events.make()
       const job = { stage: "s", orgId: null, subjectId: null }
@@ -82,7 +82,7 @@ describe("JobEvents", () => {
         _tag: "Started", jobId, stage: "s", orgId: null, attempt: 1, at: new Date(0), workerId: "w"
       })
       yield* Effect.scoped(Effect.gen(function*() {
-        const inbox = yield* bus.subscribeScoped({ capacity: 20_000 })
+        const inbox = yield* bus.subscribeScoped({ capacity: 5_000 })
         const tags = Effect.map(Q.takeAll(inbox), (c) => Chunk.toReadonlyArray(c).map((e) => `${e._tag}:${e.jobId}`))
         // the pool claims job 1 after its insert committed and before the enqueue published
         yield* bus.holding(Effect.gen(function*() {
@@ -99,6 +99,21 @@ describe("JobEvents", () => {
         expect(yield* tags).toEqual([])
         yield* Fiber.interrupt(second)
         expect(yield* tags).toEqual(["Started:2", "Started:3"])
+        // an enqueue that starts later does not hold back an event published before it started
+        const first = yield* Deferred.make<void>()
+        const earlier = yield* Effect.fork(bus.holding(Deferred.await(first)))
+        yield* Effect.yieldNow()
+        bus.publish([started("5")])
+        const later = yield* Effect.fork(bus.holding(Effect.never))
+        yield* Effect.yieldNow()
+        expect(yield* tags).toEqual([])
+        yield* Deferred.succeed(first, undefined)
+        yield* Fiber.join(earlier)
+        expect(yield* tags).toEqual(["Started:5"])
+        bus.publish([started("6")])
+        expect(yield* tags).toEqual([])
+        yield* Fiber.interrupt(later)
+        expect(yield* tags).toEqual(["Started:6"])
         // a failed enqueue lets go too
         yield* Effect.exit(bus.holding(Effect.zipRight(Effect.sync(() => bus.publish([started("4")])), Effect.fail("boom"))))
         expect(yield* tags).toEqual(["Started:4"])

@@ -14,9 +14,10 @@
  *
  * A job's events arrive in order: `Enqueued` before `Started`. An enqueue commits before it publishes, and in
  * between this process's own pool can hear the NOTIFY and claim the job (more likely when the enqueue has more to
- * write after its insert: a flow's edges, a batch's totals). So an enqueue runs `holding`: while one is in flight,
- * every event but `Enqueued` waits in order in the bus and is handed on when the last enqueue in flight has
- * published (at most `maxHeld` events wait; past that the waiting ones go on at once, still in order).
+ * write after its insert: a flow's edges, a batch's totals). So an enqueue runs `holding`: an event other than
+ * `Enqueued` published while enqueues are in flight waits in the bus, in order, until those enqueues (not later
+ * ones: a steady stream of overlapping enqueues holds nothing for long) have published (at most `maxHeld` events
+ * wait; past that the waiting ones go on at once, still in order).
  */
 import { Context, Effect, Layer, Metric, Queue as Q, Scope, Stream } from "effect"
 
@@ -71,16 +72,18 @@ export class JobEvents extends Context.Tag("pgfiber/JobEvents")<JobEvents, {
   readonly holding: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
 }>() {}
 
-/** Most events that wait for enqueues in flight (`holding`); past it they are handed on at once. */
-export const maxHeld = 10_000
+/** Most events that wait for enqueues in flight (`holding`); past it they are handed on at once (well under a subscriber's room). */
+export const maxHeld = 1_000
 
 export const make = (options: { readonly capacity?: number } = {}) =>
   Effect.sync(() => {
     const subscribers: Array<Q.Queue<JobEvent>> = []
     let droppedTotal = 0
-    // enqueues in flight (`holding`) and the events that wait for them, in publish order
-    let holds = 0
-    let held: Array<JobEvent> = []
+    // enqueues in flight (`holding`, by number, in start order) and the events that wait for them, in publish
+    // order, each with the last enqueue started when it was published (it waits for that one and those before)
+    let lastHold = 0
+    const inFlight = new Set<number>()
+    let held: Array<{ readonly event: JobEvent; readonly until: number }> = []
     const deliver = (events: ReadonlyArray<JobEvent>) => {
       let lost = 0
       for (const queue of subscribers) {
@@ -92,34 +95,44 @@ export const make = (options: { readonly capacity?: number } = {}) =>
         Effect.runSync(Metric.incrementBy(dropped, lost))
       }
     }
+    /** Hands on the waiting events whose enqueues have all ended (from the front: `until` never decreases). */
+    const flush = () => {
+      let oldest = Infinity
+      for (const n of inFlight) oldest = Math.min(oldest, n)
+      let ready = 0
+      while (ready < held.length && held[ready]!.until < oldest) ready++
+      if (ready === 0) return
+      const going = held.slice(0, ready).map((h) => h.event)
+      held = held.slice(ready)
+      if (subscribers.length > 0) deliver(going)
+    }
     const publish = (events: ReadonlyArray<JobEvent>) => {
       if (subscribers.length === 0 || events.length === 0) return
-      if (holds === 0) return deliver(events)
+      if (inFlight.size === 0) {
+        flush()
+        return deliver(events)
+      }
       if (held.length >= maxHeld) {
         // too many waiting (an enqueue that slow gives up the guarantee): hand them on, in order
-        const waiting = held
+        const waiting = held.map((h) => h.event)
         held = []
         deliver(waiting)
         return deliver(events)
       }
-      // a job's first event never waits; the rest wait behind the enqueues in flight
+      // a job's first event never waits; the rest wait behind the enqueues in flight now
       const first = events.filter((e) => e._tag === "Enqueued")
       if (first.length > 0) deliver(first)
-      for (const e of events) if (e._tag !== "Enqueued") held.push(e)
+      for (const e of events) if (e._tag !== "Enqueued") held.push({ event: e, until: lastHold })
     }
-    const release = Effect.sync(() => {
-      holds--
-      if (holds === 0 && held.length > 0) {
-        const waiting = held
-        held = []
-        if (subscribers.length > 0) deliver(waiting)
-      }
-    })
     const holding = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
       Effect.suspend(() => {
         if (subscribers.length === 0) return effect
-        holds++
-        return Effect.ensuring(effect, release)
+        const n = ++lastHold
+        inFlight.add(n)
+        return Effect.ensuring(effect, Effect.sync(() => {
+          inFlight.delete(n)
+          flush()
+        }))
       })
     const subscribeScoped = (o: { readonly capacity?: number } = {}) =>
       Effect.acquireRelease(

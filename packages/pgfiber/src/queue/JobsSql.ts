@@ -708,7 +708,7 @@ export const claimShares = (
       (${s.maxRunning !== null || s.maxRunningPerOrg !== null} and (select count(*) from claimed) < ${limit}::int
         and exists (select 1 from prio)) as capped,
       ${byOrg ? sql`(select org_key from visited order by n desc limit 1)` : sql`null::text`} as cursor,
-      -- the orgs the walk found at the claim's priority (at most the limit): one, and the plain claim would do
+      -- the orgs the walk found at the claim's priority (it stops at the limit): one, with a limit over one, and the plain claim would do
       ${byOrg ? sql`(select count(*)::int from visited)` : sql`null::int`} as orgs`
 }
 

@@ -471,7 +471,8 @@ export const make = (options: QueueOptions = {}) =>
         }, { atomic: limited })
         // in claim order: by priority, then round by round across orgs
         const jobs = (row?.jobs ?? []).map(claimedToJob)
-        if (!limited && row?.orgs === 1) cursors.delete(stage)
+        // the walk stops after `limit` orgs: one found means one there only when it could have found two
+        if (!limited && limit > 1 && row?.orgs === 1) cursors.delete(stage)
         else if (row?.cursor != null) cursors.set(stage, row.cursor)
         if (jobs.length < limit) ranDry.add(stage)
         else ranDry.delete(stage)

@@ -224,9 +224,9 @@ export const make = (log: Context.Tag.Service<EventLog.EventLog>) =>
       reads++
       const filter = readFilter([...fed])
       readingFrom = cursor
-      const page = yield* Effect.either(log.readRows(cursor, filter, pageSize)).pipe(
-        Effect.ensuring(Effect.sync(() => void (readingFrom = null)))
-      )
+      const reading = Effect.either(log.readRows(cursor, filter, pageSize))
+      const page = yield* Effect.onInterrupt(reading, () => Effect.sync(() => void (readingFrom = null)))
+      readingFrom = null // nothing yields from here to the hand-out: an attach never sees the read over, the cursor unmoved
       if (page._tag === "Left") {
         // each follower reads by itself again, and reports the error as it did before
         yield* Effect.logWarning("the shared event reader could not read the log; its followers read by themselves", page.left.message)
