@@ -31,6 +31,13 @@ describe("ConnectionFaultGuard", () => {
     expect(isKnownConnectionFault(new TypeError("Cannot read properties of undefined (reading 'write')"))).toBe(false)
     expect(isKnownConnectionFault(withStack(new TypeError("x is not a function"), "TypeError\n    at nextWrite (node_modules/postgres/src/connection.js:1:1)"))).toBe(false)
     expect(isKnownConnectionFault(Object.assign(new Error("socket hang up"), { code: "ECONNRESET" }))).toBe(false)
+    // a socket's own error, as porsager rejects a reserve() with it: the system call, the code, Node's frames only
+    const raw = withStack(Object.assign(new Error("read ECONNRESET"), { code: "ECONNRESET", errno: -104, syscall: "read" }),
+      "Error: read ECONNRESET\n    at TCP.onStreamRead (node:internal/stream_base_commons:218:20)")
+    expect(isKnownConnectionFault(raw)).toBe(true)
+    // the same code thrown from code of ours is not
+    expect(isKnownConnectionFault(withStack(Object.assign(new Error("read ECONNRESET"), { code: "ECONNRESET", syscall: "read" }),
+      "Error: read ECONNRESET\n    at handler (/app/src/mine.ts:1:1)"))).toBe(false)
     expect(isKnownConnectionFault(Object.assign(new Error("duplicate key"), { name: "PostgresError", code: "23505" }))).toBe(false)
     expect(isKnownConnectionFault("57P01")).toBe(false)
     expect(isKnownConnectionFault(undefined)).toBe(false)

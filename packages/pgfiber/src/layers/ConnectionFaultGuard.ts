@@ -20,16 +20,27 @@ export const connectionCodes: ReadonlySet<string> = new Set([
 
 const fromPorsager = (stack: string) => /postgres[\\/]src[\\/]|\bnextWrite\b|\bfetchArrayTypes\b|\bPostgresError\b/.test(stack)
 
+/**
+ * A socket's own error as Node raises it ("read ECONNRESET"): a system call on a connection, a connection-level
+ * code, and a stack wholly inside Node's socket code. porsager hands that error object, unchanged, to a `reserve()`
+ * request it rejects (`queryError` adds the caller's stack only to statements), and one such rejection reached
+ * no caller when every backend was killed or PostgreSQL restarted (CI, 2026-11-27: a worker process ended with it).
+ * Not a client's "socket hang up" (no system call) nor anything thrown from code of ours (its frames).
+ */
+const isRawSocketFault = (e: { code?: unknown; stack?: unknown; syscall?: unknown }) =>
+  typeof e.syscall === "string" && ["read", "write", "connect"].includes(e.syscall) &&
+  typeof e.stack === "string" && e.stack.split("\n").slice(1).every((line) => !/^\s*at /.test(line) || /\(node:|\bnode:(internal|net)/.test(line))
+
 /** A connection fault raised inside porsager, where no caller could catch it. */
 export const isKnownConnectionFault = (error: unknown): boolean => {
   if (typeof error !== "object" || error === null) return false
-  const e = error as { name?: unknown; code?: unknown; message?: unknown; stack?: unknown }
+  const e = error as { name?: unknown; code?: unknown; message?: unknown; stack?: unknown; syscall?: unknown }
   const stack = typeof e.stack === "string" ? e.stack : ""
   const message = typeof e.message === "string" ? e.message : ""
   // porsager/postgres#1208: `socket.write` on a connection whose socket closed a moment ago
   if (e instanceof TypeError) return /reading 'write'|socket\.write/.test(message) && /\bnextWrite\b|postgres[\\/]src[\\/]connection/.test(stack)
   if (typeof e.code !== "string" || !connectionCodes.has(e.code)) return false
-  return e.name === "PostgresError" || fromPorsager(stack)
+  return e.name === "PostgresError" || fromPorsager(stack) || isRawSocketFault(e)
 }
 
 let installed = 0
