@@ -17,6 +17,7 @@ import { baseUrl, call, layerService } from "../http/support.js"
 import { freshSchemaName, layerDb } from "../support/pg.js"
 import { waitFor } from "../support/waitFor.js"
 import { signIn } from "./signIn.js"
+import { withProcessEnv } from "../support/env.js"
 
 /** A receiver that answers 200 to every delivery. */
 const receiver = Effect.acquireRelease(
@@ -33,16 +34,6 @@ const receiver = Effect.acquireRelease(
   (r) => Effect.sync(() => r.close())
 )
 
-const withEnv = (name: string, value: string) =>
-  Effect.acquireRelease(
-    Effect.sync(() => {
-      const before = process.env[name]
-      process.env[name] = value
-      return before
-    }),
-    (before) => Effect.sync(() => (before === undefined ? delete process.env[name] : (process.env[name] = before)))
-  )
-
 const rowIds = (text: string) => [...text.matchAll(/data-webhook="(\d+)"/g)].map((m) => m[1])
 
 describe("dashboard: webhooks page", () => {
@@ -55,7 +46,7 @@ describe("dashboard: webhooks page", () => {
       const keyB = Redacted.value((yield* keys.create({ orgId: "org-b" })).token)
       const keyOps = Redacted.value((yield* keys.create({ admin: true, name: "ops" })).token)
       // read at each add and each delivery: no restart between the two settings
-      yield* withEnv("PGFIBER_WEBHOOK_ALLOW_PRIVATE", "false")
+      yield* withProcessEnv("PGFIBER_WEBHOOK_ALLOW_PRIVATE", "false")
       const base = yield* Effect.provide(baseUrl, yield* Layer.build(layerService(Layer.succeed(Db.Db, db), { workerStages: [Delivery.delivery] })))
       const a = yield* signIn(base, keyA)
       const b = yield* signIn(base, keyB)
@@ -91,7 +82,7 @@ describe("dashboard: webhooks page", () => {
       expect((yield* call(base, "GET", "/webhooks", { key: keyA })).json).toEqual({ webhooks: [] })
 
       // an operator allows private targets (the receiver is on loopback); the secret is on the answer, once
-      yield* withEnv("PGFIBER_WEBHOOK_ALLOW_PRIVATE", "true")
+      yield* withProcessEnv("PGFIBER_WEBHOOK_ALLOW_PRIVATE", "true")
       const hook = yield* receiver
       const added = yield* a.post("/webhooks", [["url", hook.url], ["kinds", "completed"], ["kinds", "dead"], ["stages", "echo"]])
       expect(added.status).toBe(201)

@@ -16,6 +16,7 @@ import * as Delivery from "../../packages/service/src/stages/webhooks/Delivery.j
 import { freshSchemaName, layerDb, rawSql } from "../support/pg.js"
 import { waitFor } from "../support/waitFor.js"
 import { baseUrl, call, layerService } from "./support.js"
+import { withProcessEnv } from "../support/env.js"
 
 interface Received {
   readonly id: string
@@ -53,16 +54,6 @@ const receiver = (failFirst: number, secret: () => string) =>
     (r) => Effect.sync(() => r.close())
   )
 
-const withEnv = (name: string, value: string) =>
-  Effect.acquireRelease(
-    Effect.sync(() => {
-      const before = process.env[name]
-      process.env[name] = value
-      return before
-    }),
-    (before) => Effect.sync(() => (before === undefined ? delete process.env[name] : (process.env[name] = before)))
-  )
-
 describe("webhooks", () => {
   it.scopedLive("signed deliveries, retried through 500s until 200; only the org's own events; private targets refused", () =>
     Effect.gen(function*() {
@@ -75,7 +66,7 @@ describe("webhooks", () => {
 
       // as deployed: private targets refused, 400 with a JSON body, nothing stored
       yield* Effect.scoped(Effect.gen(function*() {
-        yield* withEnv("PGFIBER_WEBHOOK_ALLOW_PRIVATE", "false")
+        yield* withProcessEnv("PGFIBER_WEBHOOK_ALLOW_PRIVATE", "false")
         const base = yield* Effect.provide(baseUrl, yield* service)
         for (const url of ["http://127.0.0.1:9/hook", "http://localhost/hook", "http://10.1.2.3/", "http://169.254.169.254/latest", "http://[::1]/", "http://[::ffff:127.0.0.1]/", "http://192.168.0.10/", "ftp://example.com/", "not a url", "http://user:pw@example.com/"]) {
           const refused = yield* call(base, "POST", "/webhooks", { key: a, body: { url } })
@@ -87,7 +78,7 @@ describe("webhooks", () => {
       }))
 
       // an operator allows private targets (this receiver is on loopback)
-      yield* withEnv("PGFIBER_WEBHOOK_ALLOW_PRIVATE", "true")
+      yield* withProcessEnv("PGFIBER_WEBHOOK_ALLOW_PRIVATE", "true")
       let secret = ""
       const hook = yield* receiver(3, () => secret)
       const base = yield* Effect.provide(baseUrl, yield* service)
