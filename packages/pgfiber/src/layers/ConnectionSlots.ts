@@ -42,34 +42,27 @@ export const make = (connections: number): Effect.Effect<ConnectionSlots> =>
     const freeNow = () => {
       Effect.runSync(free)
     }
+    /** Takes a slot (interruptibly), then runs `body`, which decides when the slot is given back. */
+    const inSlot = <A, E, R>(body: (restore: <X, EX, RX>(e: Effect.Effect<X, EX, RX>) => Effect.Effect<X, EX, RX>) => Effect.Effect<A, E, R>) =>
+      Effect.uninterruptibleMask((restore) => Effect.zipRight(restore(slots.take(1)), Effect.suspend(() => body(restore))))
     return {
       statement: (thunk, send) =>
-        Effect.uninterruptibleMask((restore) =>
-          Effect.zipRight(
-            restore(slots.take(1)),
-            Effect.suspend(() => {
-              // once porsager has the statement, its settling frees the slot (not the caller's Exit)
-              let handedOn = false
-              return restore(send(() => {
-                const query = thunk()
-                handedOn = true
-                query.then(freeNow, freeNow)
-                return query
-              })).pipe(Effect.onExit(() => (handedOn ? Effect.void : free)))
-            })
-          )
-        ),
+        inSlot((restore) => {
+          // once porsager has the statement, its settling frees the slot (not the caller's Exit)
+          let handedOn = false
+          return restore(send(() => {
+            const query = thunk()
+            handedOn = true
+            query.then(freeNow, freeNow)
+            return query
+          })).pipe(Effect.onExit(() => (handedOn ? Effect.void : free)))
+        }),
       transaction: (use) =>
-        Effect.uninterruptibleMask((restore) =>
-          Effect.zipRight(
-            restore(slots.take(1)),
-            Effect.suspend(() => {
-              let keptOut = false
-              return restore(use(() => {
-                keptOut = true
-              })).pipe(Effect.ensuring(Effect.suspend(() => (keptOut ? Effect.void : free))))
-            })
-          )
-        )
+        inSlot((restore) => {
+          let keptOut = false
+          return restore(use(() => {
+            keptOut = true
+          })).pipe(Effect.ensuring(Effect.suspend(() => (keptOut ? Effect.void : free))))
+        })
     } satisfies ConnectionSlots
   })
