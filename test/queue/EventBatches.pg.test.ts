@@ -6,6 +6,8 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Duration, Effect, Layer, Redacted } from "effect"
 import * as Db from "../../packages/pgfiber/src/layers/Db.js"
+import * as WebhooksSql from "../../packages/service/src/stages/webhooks/WebhooksSql.js"
+import * as BrowseSql from "../../packages/pgfiber/src/queue/BrowseSql.js"
 import * as EventLog from "../../packages/pgfiber/src/queue/EventLog.js"
 import * as Migrations from "../../packages/pgfiber/src/queue/Migrations.js"
 import * as PgQueue from "../../packages/pgfiber/src/queue/PgQueue.js"
@@ -19,6 +21,17 @@ const rowsOf = (schema: string, kind: string) =>
     (sql) => Effect.promise(() => sql<Array<{ n: number }>>`select cardinality(job_ids) as n from job_events where kind = ${kind} order by id`),
     (sql) => Effect.promise(() => sql.end({ timeout: 5 }))
   ).pipe(Effect.map((rows) => rows.map((r) => r.n)))
+
+const withSql = <A>(schema: string, f: (sql: ReturnType<typeof rawSql>) => PromiseLike<A>) =>
+  Effect.acquireUseRelease(
+    Effect.sync(() => rawSql(schema)),
+    (sql) => Effect.promise(() => Promise.resolve(f(sql))),
+    (sql) => Effect.promise(() => sql.end({ timeout: 5 }))
+  )
+
+const dataSizesOf = (schema: string, kind: string) =>
+  withSql(schema, (sql) => sql<Array<{ n: number | null }>>`select cardinality(data) as n from job_events where kind = ${kind} order by id`)
+    .pipe(Effect.map((rows) => rows.map((r) => r.n)))
 
 describe("the event log in batches", () => {
   const schema = freshSchemaName("evbatch")
@@ -50,6 +63,13 @@ describe("the event log in batches", () => {
         const started = events.filter((e) => e.kind === "started")
         expect(started.map((e) => e.jobId).sort()).toEqual(claimed.map((j) => j.id).sort())
         expect(started.every((e) => e.attempt === 1 && e.data?.["worker"] === "w")).toBe(true)
+        // the claim's worker is stored once for its row, and every reader of the log gives it to each event
+        expect(yield* dataSizesOf(schema, "started")).toEqual([1])
+        const recent = yield* withSql(schema, (sql) => BrowseSql.recentEvents(sql, { org: null, stages: null, kinds: ["started"] }, 1000))
+        expect(recent.length).toBe(300)
+        expect(recent.every((e) => (e.data as Record<string, unknown> | null)?.["worker"] === "w")).toBe(true)
+        const [delivery] = yield* withSql(schema, (sql) => WebhooksSql.deliveryParts(sql, "1", started[299]!.id))
+        expect(delivery!.event).toMatchObject({ id: started[299]!.id, kind: "started", jobId: started[299]!.jobId, data: { worker: "w" } })
         const byJob = new Map<string, Array<string>>()
         for (const e of events) byJob.set(e.jobId, [...(byJob.get(e.jobId) ?? []), e.kind])
         expect(claimed.every((j) => byJob.get(j.id)?.join() === "enqueued,started,completed")).toBe(true)
@@ -62,6 +82,21 @@ describe("the event log in batches", () => {
         }
       }))
   })
+
+  it.scoped("job ids past 2^53 are read back exactly (strings, not numbers)", () =>
+    Effect.gen(function*() {
+      const schema = freshSchemaName("evbig")
+      yield* Effect.addFinalizer(() => dropSchema(schema))
+      const db = yield* Db.make({ url: Redacted.make(databaseUrl()), schema, poolMax: 2 })
+      yield* Migrations.migrate().pipe(Effect.provideService(Db.Db, db))
+      yield* withSql(schema, (sql) => sql`select setval(pg_get_serial_sequence('jobs', 'id'), 9007199254740993)`)
+      const queue = yield* PgQueue.make().pipe(Effect.provideService(Db.Db, db))
+      const log = yield* EventLog.make.pipe(Effect.provideService(Db.Db, db))
+      const jobs = yield* queue.enqueue([{ stage: "big" }, { stage: "big" }, { stage: "big" }])
+      expect(jobs.map((j) => j.id)).toEqual(["9007199254740994", "9007199254740995", "9007199254740996"])
+      const events = yield* readAll(log, EventLog.beginning, {}, 10).pipe(Effect.map((r) => r.events))
+      expect(events.map((e) => e.jobId)).toEqual(jobs.map((j) => j.id))
+    }))
 
   it.scoped("the upgrade from one row per job keeps every kept event, each readable and resumable", () =>
     Effect.gen(function*() {

@@ -67,19 +67,24 @@ const unnestRow = (
   const kind = a[2]
   if (!isKind(kind)) throw new Error(`event row ${String(a[0])} has an unknown kind ${String(kind)}`)
   const rowId = a[0] as string, stage = a[3] as string, orgId = a[4] as string | null
-  const at = a[5] as number
-  const jobIds = a[6] as ReadonlyArray<string>
+  // one Date for the row's events: they were written by one statement at one instant
+  const at = new Date(a[5] as number)
+  // numbers while every job id fits a double exactly (EventsSql.readEvents), else strings
+  const jobIds = a[6] as ReadonlyArray<number | string>
   const subjectIds = a[7] as ReadonlyArray<string | null> | null
   const attempts = a[8] as ReadonlyArray<number>
   const data = a[9] as ReadonlyArray<Record<string, unknown> | null> | null
+  // one element: every event of the row shares it (EventsSql's header)
+  const shared = data !== null && data.length === 1 ? data[0] ?? null : undefined
   const id = eventIds(rowId)
   let n = skip
   for (; n < jobIds.length && out.length < max; n++) {
     const subjectId = subjectIds?.[n] ?? null
-    if (keep !== null && !keep(jobIds[n]!, subjectId)) continue
+    const jobId = String(jobIds[n]!)
+    if (keep !== null && !keep(jobId, subjectId)) continue
     out.push({
-      id: id(n), kind, jobId: jobIds[n]!, stage, orgId, subjectId, attempt: attempts[n] ?? 0,
-      data: data?.[n] ?? null, at: new Date(at)
+      id: id(n), kind, jobId, stage, orgId, subjectId, attempt: attempts[n] ?? 0,
+      data: shared !== undefined ? shared : data?.[n] ?? null, at
     })
   }
   return n

@@ -4,7 +4,9 @@
  *
  * The log's rows hold up to `jobsPerRow` events each (one per job, migration 0023): a row is what one statement
  * logged for one org, stage and kind. An event's id is its row's id × `idScale` + its place in the row, so
- * event ids are integers in the log's order and a reader resumes inside a row.
+ * event ids are integers in the log's order and a reader resumes inside a row. A row's `data` holds each event's
+ * data in place order, or one element that every event of the row shares (a claim's worker: `JobsSql.logEvents`'
+ * `shared`); a reader takes `data[1]` when its cardinality is 1 (for a row of one job both mean the same).
  *
  * Readers go in (tx, id) order, and only over rows whose transaction is older than every transaction still
  * running (`tx < pg_snapshot_xmin(pg_current_snapshot())`): those are all committed or rolled back, and no row
@@ -43,10 +45,14 @@ export const rowFields = ["id", "tx", "kind", "stage", "orgId", "at", "jobIds", 
 export const readEvents = (sql: Sql, cursor: { readonly tx: string; readonly id: string }, f: EventFilter, limit: number) =>
   sql<Array<{ rows: ReadonlyArray<ReadonlyArray<unknown>>; truncated: boolean; horizon: string; held: boolean }>>`
     with horizon as (
-      select pg_snapshot_xmin(pg_current_snapshot()) as xmin
+      select pg_snapshot_xmin(pg_current_snapshot()) as xmin,
+             -- every job id is at most the sequence's last value: below 2^53 they go as JSON numbers, which the
+             -- reader parses faster than strings (and the server writes faster than text)
+             coalesce(pg_sequence_last_value(pg_get_serial_sequence('jobs', 'id')::regclass), 0) < 9007199254740992 as ids_fit
     ), scanned as (
-      -- the events before each row (its first row's, of which some may be behind the cursor, too)
-      select e.*, sum(cardinality(e.job_ids)) over (order by e.tx, e.id) - cardinality(e.job_ids) as before
+      -- the events before each row (its first row's, of which some may be behind the cursor, too), from each
+      -- row's stored size (migration 0024): the arrays are read only for the page's rows
+      select e.id, e.tx, sum(e.jobs) over (order by e.tx, e.id) - e.jobs as before
       from job_events e
       where (e.tx, e.id) >= (${cursor.tx}::xid8, ${cursor.id}::bigint / ${idScale})
         and e.tx < (select xmin from horizon)
@@ -58,13 +64,14 @@ export const readEvents = (sql: Sql, cursor: { readonly tx: string; readonly id:
       order by e.tx, e.id
       limit ${limit}
     ), page as (
-      select * from scanned where before < ${limit + idScale}::bigint
+      select e.* from scanned s join job_events e on e.id = s.id where s.before < ${limit + idScale}::bigint
     )
     -- each row an array of its fields in \`rowFields\` order, its time as epoch ms (see EventLog.unnestRow)
     select coalesce((
       select json_agg(json_build_array(
         p.id::text, p.tx::text, p.kind, p.stage, p.org_id, floor(date_part('epoch', p.at) * 1000 + 0.0005),
-        p.job_ids::text[], p.subject_ids, p.attempts, p.data) order by p.tx, p.id)
+        case when (select ids_fit from horizon) then to_json(p.job_ids) else to_json(p.job_ids::text[]) end,
+        p.subject_ids, p.attempts, p.data) order by p.tx, p.id)
       from page p), '[]'::json) as rows,
       (select count(*) from scanned) >= ${limit} or exists (select 1 from scanned where before >= ${limit + idScale}::bigint) as truncated,
       (select xmin::text from horizon) as horizon,
@@ -96,6 +103,6 @@ export const pruneEvents = (sql: Sql, retentionMs: number, limit: number) =>
       delete from job_events where id = any(array(
         select id from (select id, at from job_events order by id limit ${limit}) oldest
         where at < now() - ${retentionMs}::float8 * interval '1 millisecond'))
-      returning cardinality(job_ids) as n
+      returning jobs as n
     )
     select coalesce(sum(n), 0)::int as n from gone`

@@ -17,14 +17,16 @@ export const channel = (schema: string) => `${schema}_jobs`
  * costs no round trip. `events` selects one row per job: (org_id, stage, job_id, subject_id, kind, attempt,
  * data), in the order the job's events happen. They are written one row per org, stage and kind (at most
  * `EventsSql.jobsPerRow` jobs each), not one per job: a claim of 500 jobs writes one row. A job's progress
- * comes before its outcome of the same statement (its row is written first).
+ * comes before its outcome of the same statement (its row is written first). `shared`: the data every event of
+ * the statement has (a claim's worker), stored once per row (`data` of one element: see EventsSql) instead of
+ * built and stored per job; the events' own data column is then ignored.
  */
-export const logEvents = (sql: Sql, events: ReturnType<Sql>) => sql`
+export const logEvents = (sql: Sql, events: ReturnType<Sql>, shared?: ReturnType<Sql>) => sql`
       insert into job_events (org_id, stage, kind, job_ids, subject_ids, attempts, data)
       select org_id, stage, kind, array_agg(job_id order by n),
              case when bool_or(subject_id is not null) then array_agg(subject_id order by n) end,
              array_agg(attempt order by n),
-             case when bool_or(data is not null) then array_agg(data order by n) end
+             ${shared === undefined ? sql`case when bool_or(data is not null) then array_agg(data order by n) end` : sql`array[${shared}]::jsonb[]`}
       from (
         select e.*, (row_number() over (partition by org_id, stage, kind order by n) - 1) / ${jobsPerRow} as chunk
         from (select e.*, row_number() over () as n
@@ -437,7 +439,8 @@ export const claimReady = (sql: Sql, stage: string, limit: number, workerId: str
       returning j.*
     ), logged as (
       ${logEvents(sql, sql`
-      select org_id, stage, id, subject_id, 'started', attempts + 1, jsonb_build_object('worker', locked_by) from claimed order by id`)}
+      select org_id, stage, id, subject_id, 'started', attempts + 1, null::jsonb from claimed order by id`,
+      sql`jsonb_build_object('worker', ${workerId}::text)`)}
     )
     -- in no order: sorting them here cost the server more than the worker (PgQueue sorts them)
     select ${claimedJobs(sql, sql`claimed c`, null)} as jobs`
@@ -488,7 +491,8 @@ export const claimReadyIfAll = (sql: Sql, stage: string, limit: number, workerId
       returning j.*
     ), logged as (
       ${logEvents(sql, sql`
-      select org_id, stage, id, subject_id, 'started', attempts + 1, jsonb_build_object('worker', locked_by) from claimed order by id`)}
+      select org_id, stage, id, subject_id, 'started', attempts + 1, null::jsonb from claimed order by id`,
+      sql`jsonb_build_object('worker', ${workerId}::text)`)}
     )
     select (select ok from fits) as fits, ${claimedJobs(sql, sql`claimed c`, null)} as jobs`
 
@@ -673,7 +677,8 @@ export const claimShares = (
       returning j.*
     ), logged as (
       ${logEvents(sql, sql`
-      select org_id, stage, id, subject_id, 'started', attempts + 1, jsonb_build_object('worker', locked_by) from claimed order by id`)}
+      select org_id, stage, id, subject_id, 'started', attempts + 1, null::jsonb from claimed order by id`,
+      sql`jsonb_build_object('worker', ${workerId}::text)`)}
     ), spent as (
       select ${rate.perOrg ? sql`p.org_key` : sql`''`} as org_key, count(*)::int as n
       from claimed c join picked p on p.id = c.id

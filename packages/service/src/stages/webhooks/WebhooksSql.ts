@@ -34,7 +34,8 @@ export const deliveryParts = (sql: Sql, webhookId: string, eventId: string) =>
       (select json_build_object('id', id::text, 'orgId', org_id, 'url', url, 'secret', secret) from webhooks where id = ${webhookId}::bigint) as webhook,
       (select json_build_object('id', ${eventId}::text, 'kind', kind, 'jobId', job_ids[place]::text, 'stage', stage,
                                 'orgId', org_id, 'subjectId', subject_ids[place], 'attempt', attempts[place],
-                                'data', data[place], 'at', at)
+                                -- one element: shared by every event of the row (EventsSql's header)
+                                'data', data[case when cardinality(data) = 1 then 1 else place end], 'at', at)
        -- an event is its row's id × idScale + its 0-based place in the row (EventsSql, migration 0023)
        from job_events, (select (${eventId}::bigint % ${idScale})::int + 1 as place) p
        where id = ${eventId}::bigint / ${idScale} and place <= cardinality(job_ids)) as event`
