@@ -6,7 +6,13 @@
  * than the rate on a loaded machine), the event-log statements the followers sent per 1,000 jobs, and the
  * 1-minute load.
  *
- *   node --import tsx bench/eventsFollow.ts [--rounds 4] [--jobs 20000] [--modes 0,1,3]
+ * Mode `sse` is a subscriber as users open one: the service (`pgfiber start`, the compiled CLI: run `npm run
+ * build` first) in a process of its own on the same database, and an SSE client here on `GET /events` with an
+ * org's key from the log's beginning (`Last-Event-ID: 0`) that counts the events it receives (it does not parse
+ * them: a real subscriber is elsewhere). Its CPU figures add the service's process. Mode `svc` runs the service
+ * with no client: what the service costs the drain by itself.
+ *
+ *   node --import tsx bench/eventsFollow.ts [--rounds 4] [--jobs 20000] [--modes 0,1,3,svc,sse]
  */
 import { Context, Duration, Effect, Exit, Fiber, Layer, Redacted, Schema, Scope, Stream } from "effect"
 import * as Db from "../packages/pgfiber/src/layers/Db.js"
@@ -16,7 +22,12 @@ import * as Queue from "../packages/pgfiber/src/queue/Queue.js"
 import * as EventFeed from "../packages/pgfiber/src/runtime/EventFeed.js"
 import * as Stage from "../packages/pgfiber/src/runtime/Stage.js"
 import * as Worker from "../packages/pgfiber/src/runtime/Worker.js"
+import * as Child from "node:child_process"
+import * as Fs from "node:fs"
+import * as Net from "node:net"
 import * as Os from "node:os"
+import * as Path from "node:path"
+import * as ApiKeys from "../packages/service/src/auth/ApiKeys.js"
 import { connect, log, median, msSince, nowNs, serverCpuMsOf, sleep, startCluster } from "./lib.js"
 
 const args = process.argv.slice(2)
@@ -26,8 +37,10 @@ const option = (name: string) => {
 }
 const rounds = Number(option("rounds") ?? 4)
 const jobs = Number(option("jobs") ?? 20_000)
-/** How many followers each mode runs (0: none). */
-const modes = (option("modes") ?? "0,1,3").split(",").map(Number)
+/** How many followers each mode runs (0: none), or `svc` / `sse` (the service in a process of its own; with an SSE client). */
+type Mode = number | "svc" | "sse"
+const modes: Array<Mode> = (option("modes") ?? "0,1,3").split(",").map((m) => (m === "sse" || m === "svc" ? m : Number(m)))
+const org = "bench-org"
 
 const stage = Stage.make({
   name: "bench_follow",
@@ -39,7 +52,83 @@ const stage = Stage.make({
 /** The followers' statements: the event log's reads and cursors (every one names the snapshot's xmin). */
 const isFollowerStatement = (query: string) => query.includes("pg_snapshot_xmin")
 
-const drainOnce = async (url: string, dataDir: string, followers: number) => {
+const freePort = () =>
+  new Promise<number>((resolve, reject) => {
+    const server = Net.createServer()
+    server.once("error", reject)
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address() as Net.AddressInfo
+      server.close(() => resolve(address.port))
+    })
+  })
+
+/** This process's CPU (user + system), ms, from /proc (Linux). */
+const processCpuMs = (pid: number) => {
+  const stat = Fs.readFileSync(`/proc/${pid}/stat`, "utf8")
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+  return (Number(fields[11]) + Number(fields[12])) * 1000 / 100
+}
+
+/** `pgfiber start` on the bench's database, in a process of its own; resolves once /healthz answers. */
+const startService = async (url: string) => {
+  const port = await freePort()
+  const dataDir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "pgfiber-bench-svc-"))
+  // BENCH_SERVICE_PROFILE=DIR: a CPU profile of the service's process, written when it stops
+  const profile = process.env["BENCH_SERVICE_PROFILE"] ? ["--cpu-prof", "--cpu-prof-dir", process.env["BENCH_SERVICE_PROFILE"]] : []
+  const child = Child.spawn(process.execPath, [...profile, Path.resolve(import.meta.dirname, "../packages/service/dist/cli.js"), "start"], {
+    env: { ...process.env, DATABASE_URL: url, HTTP_HOST: "127.0.0.1", HTTP_PORT: String(port), ADMIN_PORT: "0", LOG_LEVEL: "warning", PGFIBER_DATA_DIR: dataDir },
+    stdio: ["ignore", "ignore", "inherit"]
+  })
+  const base = `http://127.0.0.1:${port}`
+  for (const deadline = Date.now() + 120_000; ;) {
+    if (child.exitCode !== null) throw new Error(`pgfiber start exited with ${child.exitCode}`)
+    const ok = await fetch(`${base}/healthz`).then((r) => r.ok, () => false)
+    if (ok) break
+    if (Date.now() > deadline) throw new Error("pgfiber start did not answer /healthz within 2 minutes")
+    await sleep(100)
+  }
+  return {
+    base,
+    pid: child.pid!,
+    stop: async () => {
+      const exited = new Promise((resolve) => child.once("exit", resolve))
+      child.kill("SIGTERM")
+      await exited
+      Fs.rmSync(dataDir, { recursive: true, force: true })
+    }
+  }
+}
+
+/** An SSE client from the log's beginning: counts the events it receives (frames with an id). */
+const openSse = async (base: string, token: string) => {
+  const abort = new AbortController()
+  const response = await fetch(`${base}/events`, {
+    headers: { authorization: `Bearer ${token}`, accept: "text/event-stream", "last-event-id": "0" },
+    signal: abort.signal
+  })
+  if (response.status !== 200) throw new Error(`GET /events answered ${response.status}`)
+  let events = 0
+  const reading = (async () => {
+    const decoder = new TextDecoder()
+    // the first frame starts the body: as if after a newline
+    let tail = "\n"
+    for await (const chunk of response.body!) {
+      const text = tail + decoder.decode(chunk, { stream: true })
+      let at = 0
+      for (;;) {
+        const i = text.indexOf("\nid: ", at)
+        if (i < 0) break
+        events++
+        at = i + 5
+      }
+      tail = text.slice(Math.max(at, text.length - 5))
+    }
+  })().catch(() => undefined)
+  return { received: () => events, close: async () => { abort.abort(); await reading } }
+}
+
+const drainOnce = async (url: string, dataDir: string, mode: Mode) => {
+  const followers = typeof mode === "number" ? mode : 0
   const scope = Effect.runSync(Scope.make())
   const build = <A, E>(layer: Layer.Layer<A, E, never>) => Effect.runPromise(Layer.buildWithScope(layer, scope))
   let statements = 0
@@ -50,8 +139,14 @@ const drainOnce = async (url: string, dataDir: string, followers: number) => {
   const base = await build(Layer.mergeAll(PgQueue.layer(), EventLog.layer).pipe(Layer.provideMerge(dbLayer)))
   const queue = Context.get(base, Queue.Queue)
   for (let i = 0; i < jobs; i += 1000) {
-    await Effect.runPromise(queue.enqueue(Array.from({ length: Math.min(1000, jobs - i) }, (_, n) => ({ stage: stage.name, payload: { n } }))))
+    await Effect.runPromise(queue.enqueue(Array.from({ length: Math.min(1000, jobs - i) }, (_, n) => ({ stage: stage.name, orgId: org, payload: { n } }))))
   }
+  const service = typeof mode === "number" ? null : await startService(url)
+  const token = service === null ? null : await Effect.runPromise(
+    ApiKeys.make.pipe(Effect.flatMap((keys) => keys.create({ orgId: org })), Effect.provide(Layer.succeedContext(base)))
+  )
+  const sse = service === null || token === null || mode !== "sse" ? null : await openSse(service.base, Redacted.value(token.token))
+  const serviceCpuAtStart = service === null ? 0 : processCpuMs(service.pid)
   const seen = Array.from({ length: followers }, () => 0)
   const options: Worker.WorkerOptions = {
     workerId: `bench-${followers}`,
@@ -84,11 +179,19 @@ const drainOnce = async (url: string, dataDir: string, followers: number) => {
   }
   const ms = msSince(started)
   const cpu = process.cpuUsage(cpuAtStart)
+  const serviceCpu = service === null ? 0 : processCpuMs(service.pid) - serviceCpuAtStart
+  if (sse !== null) {
+    // every event of the drain reaches the client (3 per job, the enqueued ones read from the log's beginning)
+    for (const deadline = Date.now() + 120_000; sse.received() < jobs * 3 && Date.now() < deadline;) await sleep(20)
+    seen.push(sse.received())
+    await sse.close()
+  }
+  if (service !== null) await service.stop()
   const serverMs = (serverCpuMsOf(dataDir) ?? 0) - serverAtStart
   const statementsPer1k = (statements - statementsAtStart) / (jobs / 1000)
   await sql.end({ timeout: 5 })
   await Effect.runPromise(Scope.close(scope, Exit.void))
-  return { rate: (jobs / ms) * 1000, seen, cpuPer1k: ((cpu.user + cpu.system) / 1000) / (jobs / 1000), serverPer1k: serverMs / (jobs / 1000), statementsPer1k }
+  return { rate: (jobs / ms) * 1000, seen, cpuPer1k: ((cpu.user + cpu.system) / 1000 + serviceCpu) / (jobs / 1000), serverPer1k: serverMs / (jobs / 1000), statementsPer1k }
 }
 
 const load1 = () => Os.loadavg()[0]!
@@ -96,7 +199,8 @@ const load1 = () => Os.loadavg()[0]!
 const main = async () => {
   const cluster = await startCluster({ flags: ["-c", "shared_buffers=512MB"] })
   const results = new Map(modes.map((m) => [m, { rate: [] as Array<number>, cpu: [] as Array<number>, server: [] as Array<number>, statements: [] as Array<number>, load: [] as Array<number> }]))
-  const label = (m: number) => (m === 0 ? "no follower" : m === 1 ? "1 follower" : `${m} followers`)
+  const label = (m: Mode) =>
+    m === "sse" ? "an SSE client of the service" : m === "svc" ? "the service, no client" : m === 0 ? "no follower" : m === 1 ? "1 follower" : `${m} followers`
   try {
     for (let r = 0; r < rounds; r++) {
       // rotate which goes first
@@ -114,7 +218,7 @@ const main = async () => {
         m.server.push(serverPer1k)
         m.statements.push(statementsPer1k)
         m.load.push(load)
-        log(`round ${r + 1} ${label(mode)} (load ${load.toFixed(2)}): drain ${Math.round(rate)} jobs/s, this process ${cpuPer1k.toFixed(0)} ms and the server ${serverPer1k.toFixed(0)} ms CPU per 1k jobs${mode > 0 ? `, ${statementsPer1k.toFixed(1)} follower statements per 1k jobs (they read ${seen.join(", ")} events)` : ""}`)
+        log(`round ${r + 1} ${label(mode)} (load ${load.toFixed(2)}): drain ${Math.round(rate)} jobs/s, this process${typeof mode === "string" ? " and the service's" : ""} ${cpuPer1k.toFixed(0)} ms and the server ${serverPer1k.toFixed(0)} ms CPU per 1k jobs${mode !== 0 ? `, ${statementsPer1k.toFixed(1)} follower statements per 1k jobs (they read ${seen.join(", ")} events)` : ""}`)
         await cluster.dropDatabase(name)
       }
     }
