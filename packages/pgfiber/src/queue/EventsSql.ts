@@ -51,7 +51,7 @@ export const readEvents = (sql: Sql, cursor: { readonly tx: string; readonly id:
              coalesce(pg_sequence_last_value(pg_get_serial_sequence('jobs', 'id')::regclass), 0) < 9007199254740992 as ids_fit
     ), scanned as (
       -- the events before each row (its first row's, of which some may be behind the cursor, too), from each
-      -- row's stored size (migration 0024): the arrays are read only for the page's rows
+      -- row's stored size (migration 0025): the arrays are read only for the page's rows
       select e.id, e.tx, sum(e.jobs) over (order by e.tx, e.id) - e.jobs as before
       from job_events e
       where (e.tx, e.id) >= (${cursor.tx}::xid8, ${cursor.id}::bigint / ${idScale})
