@@ -1,7 +1,9 @@
 /**
  * Every statement on the jobs and dead_letters tables, one named function each, with its locking strategy.
  * Table names are unqualified: the pool's search_path is the pgfiber schema. Times come from the database
- * clock (`now()`), so workers on different hosts agree. Each statement that moves a job also logs what it did
+ * clock (`now()`), so workers on different hosts agree: each statement that reads the clock takes `at` and uses
+ * `SqlClock.now(sql, at)`, which is `now()` when `at` is null (production) and `at` in a test on the TestClock.
+ * One statement never mixes the two (SqlClock.ts). Each statement that moves a job also logs what it did
  * to the event log (a `logged` CTE: started, progress, completed, retried, rescheduled, dead, cancelled; the
  * insert trigger logs enqueued), new rows only, so it takes no lock of its own (docs/events.md).
  */
