@@ -184,7 +184,7 @@ export const make = (options: QueueOptions = {}) =>
     const events = yield* Events.current
     const retention = retentionParams(yield* resolveRetention(options))
     // the time each operation's statements run at (SqlClock.ts): the database's own in production (no parameter,
-    // nothing run for it), the caller's Effect Clock in tests; read once per operation, for all of its statements
+    // nothing run for it), the caller's Effect Clock in tests; read for each statement, from the caller's fiber
     const withAt = SqlClock.withAt(yield* SqlClock.SqlClock)
     const run = <A>(query: (sql: Db.Sql, at: SqlClock.At) => PromiseLike<A>) => withAt((at) => db.run((sql) => query(sql, at)))
     const runWithSettings = <A>(

@@ -5,8 +5,9 @@
  * time as a parameter, so `TestClock.adjust` moves the queue's time and the Postgres contract suite sleeps nowhere,
  * as River does (`coalesce(@now::timestamptz, now())`, the parameter null in production).
  *
- * The clock is read once per operation, from the caller's fiber, and every time of that operation comes from it:
- * a job's times compared in one statement (due on claim, due again on retry) must come from one clock.
+ * The clock is read for each statement, from the caller's fiber (PgQueue resolves the reference once, when it is
+ * built, and runs its `now` per statement), and every time in that statement comes from it: a job's times compared
+ * anywhere on its path (due on claim, due again on retry) must come from one clock, never part from `now()`.
  */
 import { Clock, Context, Effect, Layer } from "effect"
 import type { Sql } from "../layers/Db.js"
