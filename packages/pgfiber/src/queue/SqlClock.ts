@@ -16,7 +16,7 @@ import type { Sql } from "../layers/Db.js"
 export type At = Date | null
 
 /**
- * `now`: the effect that reads the time, run in the calling fiber at each operation; null (the default) for the
+ * `now`: the effect that reads the time, run in the calling fiber for each statement; null (the default) for the
  * database's clock, where the statements use `now()` as they always did and no effect runs for it.
  */
 export class SqlClock extends Context.Reference<SqlClock>()("pgfiber/SqlClock", {
