@@ -132,12 +132,12 @@ const main = async () => {
         while (done < segment) {
           const rows = await sql.begin(async (tx) => {
             await tx`select set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true)`
-            return JobsSql.claimReady(tx as unknown as Sql, queueName, batch, `cost-${c}`, 60_000)
+            return JobsSql.claimReady(tx as unknown as Sql, null, queueName, batch, `cost-${c}`, 60_000)
           })
           const jobs = rows[0]?.jobs ?? []
           if (jobs.length === 0) return
           const ids = jobs.map((j) => String(j[claimedAt.id]))
-          const fenced = await JobsSql.completeOutcomes(sql, "pgfiber", {
+          const fenced = await JobsSql.completeOutcomes(sql, null, "pgfiber", {
             ids, leases: jobs.map((j) => Number(j[claimedAt.lease])), outputs: ids.map(() => null), runMs: ids.map(() => 1)
           }, null, { defaultMs: retainMs, byStage: "{}" })
           done += ids.length - fenced.length

@@ -39,8 +39,8 @@ const before = (sql: Sql, names: ReadonlyArray<string>) =>
 
 const variants: Record<string, (sql: Sql) => Promise<unknown>> = {
   "before the registry": (sql) => before(sql, stages),
-  "now, no process to mark": (sql) => JobsSql.nextWake(sql, stages, null),
-  "now, marking a process seen (the sweep's)": (sql) => JobsSql.nextWake(sql, stages, "proc-1")
+  "now, no process to mark": (sql) => JobsSql.nextWake(sql, null, stages, null),
+  "now, marking a process seen (the sweep's)": (sql) => JobsSql.nextWake(sql, null, stages, "proc-1")
 }
 
 const main = async () => {
@@ -57,7 +57,7 @@ const main = async () => {
       insert into jobs (stage, payload, available_at)
       select (array['a','b','c','d','e'])[1 + g % 5], '{}'::jsonb, now() + interval '1 hour' from generate_series(1, 2000) g`
     for (const p of ["proc-1", "proc-2", "proc-3"]) {
-      await Registry.register(sql, { workerId: p, sweepMs: 60_000 }, stages.map((name) => ({
+      await Registry.register(sql, null, { workerId: p, sweepMs: 60_000 }, stages.map((name) => ({
         name, visibility: "internal", concurrency: 4, limits: { fair: true, maxRunning: null, maxRunningPerOrg: null, rate: null },
         retainMs: null, maxAttempts: 5, priority: 50, payloadSchema: { type: "object" }
       })))

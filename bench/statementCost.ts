@@ -62,15 +62,15 @@ const claimAll = async (sql: Sql, fair: boolean | "oneOrg") => {
     let rows: ReadonlyArray<ReadonlyArray<unknown>>
     if (fair === "oneOrg") {
       // what a fair stage's pool sends for a backlog of one org: the plain claim, taken as fair shares would claim the same
-      const [r] = await JobsSql.claimReadyIfAll(sql, stage, batch, "w", 60_000)
+      const [r] = await JobsSql.claimReadyIfAll(sql, null, stage, batch, "w", 60_000)
       if (r!.fits !== true) throw new Error("claimReadyIfAll: one org's backlog did not fit")
       rows = r!.jobs
     } else if (fair) {
-      const [r] = await JobsSql.claimShares(sql, stage, batch, "w", 60_000, shares, cursor)
+      const [r] = await JobsSql.claimShares(sql, null, stage, batch, "w", 60_000, shares, cursor)
       cursor = r!.cursor
       rows = r!.jobs
     } else {
-      rows = (await JobsSql.claimReady(sql, stage, batch, "w", 60_000))[0]!.jobs
+      rows = (await JobsSql.claimReady(sql, null, stage, batch, "w", 60_000))[0]!.jobs
     }
     claimed += rows.map(claimedToJob).length
     if (rows.length === 0) return claimed
@@ -85,11 +85,11 @@ const settleAll = async (sql: Sql, general: boolean) => {
     const none = part.map(() => null)
     // the general statement returns a row per settled job; the completions' statement the ids it did not complete
     settled += general
-      ? (await JobsSql.settleOutcomes(sql, schema, {
+      ? (await JobsSql.settleOutcomes(sql, null, schema, {
         ids: part, leases: part.map(() => 1), kinds: part.map(() => "complete"), delays: part.map(() => 0),
         tags: none, messages: none, outputs: none, runMs: part.map(() => 1), retainMs: none, progress: none, progressMessages: none
       }, { defaultMs: weekMs, byStage: "{}" })).length
-      : part.length - (await JobsSql.completeOutcomes(sql, schema, { ids: part, leases: part.map(() => 1), outputs: none, runMs: part.map(() => 1) },
+      : part.length - (await JobsSql.completeOutcomes(sql, null, schema, { ids: part, leases: part.map(() => 1), outputs: none, runMs: part.map(() => 1) },
         null, { defaultMs: weekMs, byStage: "{}" })).length
   }
   return settled

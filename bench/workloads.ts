@@ -654,7 +654,7 @@ export const pruneWhileDraining = async (
       const pruning = (async () => {
         for (;;) {
           const b0 = nowNs()
-          const [row] = await JobsSql.pruneArchive(sql, 5000)
+          const [row] = await JobsSql.pruneArchive(sql, null, 5000)
           longestBatchMs = Math.max(longestBatchMs, msSince(b0))
           pruned += row?.n ?? 0
           if ((row?.n ?? 0) < 5000) return msSince(t0)
@@ -801,11 +801,11 @@ export const raw = async (cluster: Cluster, run: number, options: { jobs: number
       const t0 = nowNs()
       await Promise.all(Array.from({ length: connections }, async (_, c) => {
         for (;;) {
-          const [{ jobs }] = await JobsSql.claimReady(sql, queueName, batch, `raw-${c}`, 10_000)
+          const [{ jobs }] = await JobsSql.claimReady(sql, null, queueName, batch, `raw-${c}`, 10_000)
           if (jobs.length === 0) return
           const ids = jobs.map((j) => String(j[claimedAt.id]))
           const leases = jobs.map((j) => Number(j[claimedAt.lease]))
-          const fenced = await JobsSql.completeOutcomes(sql, pgfiberSchema, {
+          const fenced = await JobsSql.completeOutcomes(sql, null, pgfiberSchema, {
             ids, leases, outputs: ids.map(() => null), runMs: ids.map(() => null)
           }, null, { defaultMs: 0, byStage: "{}" })
           done += ids.length - fenced.length
@@ -990,13 +990,13 @@ export const searchAtBacklog = async (cluster: Cluster, queued: number): Promise
       const plan = lines.filter((l) => /Scan|Bitmap/.test(l)).map((l) => l.trim().replace(/\s+\(cost.*$/, "")).join(" / ")
       return { what, medianMs: median(ms), rows, plan }
     }
-    const count = (f: Parameters<typeof BulkSql.countApplicable>[1]) => [
-      () => BulkSql.countApplicable(sql, f, { kind: "cancel" }),
-      () => sql`explain ${BulkSql.countApplicable(sql, f, { kind: "cancel" })}`
+    const count = (f: Parameters<typeof BulkSql.countApplicable>[2]) => [
+      () => BulkSql.countApplicable(sql, null, f, { kind: "cancel" }),
+      () => sql`explain ${BulkSql.countApplicable(sql, null, f, { kind: "cancel" })}`
     ] as const
-    const list = (f: Parameters<typeof BulkSql.searchJobs>[1]) => [
-      () => BulkSql.searchJobs(sql, f, null, null, 100),
-      () => sql`explain ${BulkSql.searchJobs(sql, f, null, null, 100)}`
+    const list = (f: Parameters<typeof BulkSql.searchJobs>[2]) => [
+      () => BulkSql.searchJobs(sql, null, f, null, null, 100),
+      () => sql`explain ${BulkSql.searchJobs(sql, null, f, null, null, 100)}`
     ] as const
     const browse = (payload: string | null, error: string | null) => {
       const f = { stage: null, status: null, org: null, subject: null, since: null, until: null, id: null, before: null, payload, error }
@@ -1026,7 +1026,7 @@ export const searchAtBacklog = async (cluster: Cluster, queued: number): Promise
           orgId: null, subjectId: null, priority: 50, delayMs: 0, runAt: null, maxAttempts: 5, dedupeKey: null, dedupeMode: "first" as const, timeoutMs: null,
           dependsOn: [], uniqueForMs: null, batchId: null
         }))
-        await JobsSql.insertJobs(sql, jobs)
+        await JobsSql.insertJobs(sql, null, jobs)
       }
       return 50_000 / (msSince(t0) / 1000)
     }

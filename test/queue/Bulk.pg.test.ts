@@ -1,17 +1,19 @@
 import { describe, expect, layer } from "@effect/vitest"
-import { Effect, Fiber, Layer } from "effect"
+import { Effect, Fiber, Layer, TestClock } from "effect"
 import * as PgQueue from "../../packages/pgfiber/src/queue/PgQueue.js"
 import * as Queue from "../../packages/pgfiber/src/queue/Queue.js"
+import * as SqlClock from "../../packages/pgfiber/src/queue/SqlClock.js"
 import { layerDb } from "../support/pg.js"
 import { waitFor } from "../support/waitFor.js"
 import { bulkContract } from "./BulkContract.js"
 
+// on the TestClock: the statements take its time (SqlClock.layerTest), so nothing sleeps
 bulkContract({
   name: "PgQueue",
-  layer: PgQueue.layer().pipe(Layer.provide(layerDb({ poolMax: 4 }))),
-  fresh: () => PgQueue.layer().pipe(Layer.provide(layerDb({ poolMax: 2 }))),
-  advance: (d) => Effect.sleep(d),
-  live: true
+  layer: PgQueue.layer().pipe(Layer.provide(layerDb({ poolMax: 4 })), Layer.provide(SqlClock.layerTest)),
+  fresh: () => PgQueue.layer().pipe(Layer.provide(layerDb({ poolMax: 2 })), Layer.provide(SqlClock.layerTest)),
+  advance: (d) => TestClock.adjust(d),
+  live: false
 })
 
 describe("PgQueue bulk actions, batch by batch", () => {

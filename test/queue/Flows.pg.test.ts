@@ -1,18 +1,20 @@
 import { describe, expect, layer } from "@effect/vitest"
-import { Context, Deferred, Duration, Effect, Fiber, Layer, Redacted } from "effect"
+import { Context, Deferred, Duration, Effect, Fiber, Layer, Redacted, TestClock } from "effect"
 import * as Db from "../../packages/pgfiber/src/layers/Db.js"
 import * as PgQueue from "../../packages/pgfiber/src/queue/PgQueue.js"
 import * as Queue from "../../packages/pgfiber/src/queue/Queue.js"
+import * as SqlClock from "../../packages/pgfiber/src/queue/SqlClock.js"
 import { databaseUrl, freshSchemaName, layerDb, rawSql } from "../support/pg.js"
 import { waitFor } from "../support/waitFor.js"
 import { flowsContract } from "./flowsContract.js"
 
+// on the TestClock: the statements take its time (SqlClock.layerTest), so nothing sleeps
 flowsContract({
   name: "PgQueue",
-  layer: PgQueue.layer().pipe(Layer.provide(layerDb({ poolMax: 12 }))),
-  fresh: () => PgQueue.layer().pipe(Layer.provide(layerDb({ poolMax: 2 }))),
-  advance: (d) => Effect.sleep(d),
-  live: true
+  layer: PgQueue.layer().pipe(Layer.provide(layerDb({ poolMax: 12 })), Layer.provide(SqlClock.layerTest)),
+  fresh: () => PgQueue.layer().pipe(Layer.provide(layerDb({ poolMax: 2 })), Layer.provide(SqlClock.layerTest)),
+  advance: (d) => TestClock.adjust(d),
+  live: false
 })
 
 const worker = { workerId: "w", leaseFor: Duration.seconds(30) }

@@ -338,9 +338,9 @@ describe("PgQueue (Postgres only)", () => {
       yield* Effect.addFinalizer(() => Effect.promise(() => claimer.end()))
       const shares = { fair: true, maxRunning: null, maxRunningPerOrg: null, rate: null }
       const statements: Record<string, () => PromiseLike<unknown>> = {
-        plain: () => JobsSql.claimReady(claimer as never, "claimed", claimSize, "w", 30_000),
-        ifAll: () => JobsSql.claimReadyIfAll(claimer as never, "claimed", claimSize, "w", 30_000),
-        fair: () => JobsSql.claimShares(claimer as never, "claimed", claimSize, "w", 30_000, shares, null)
+        plain: () => JobsSql.claimReady(claimer as never, null, "claimed", claimSize, "w", 30_000),
+        ifAll: () => JobsSql.claimReadyIfAll(claimer as never, null, "claimed", claimSize, "w", 30_000),
+        fair: () => JobsSql.claimShares(claimer as never, null, "claimed", claimSize, "w", 30_000, shares, null)
       }
       const rowsRead = (plan: { [k: string]: unknown }): number =>
         (plan["Relation Name"] === "jobs" ? Number(plan["Actual Rows"]) * Number(plan["Actual Loops"]) : 0) +
@@ -373,7 +373,7 @@ describe("PgQueue (Postgres only)", () => {
         connection: { ...JobsSql.claimSettings, search_path: schema } as Record<string, string>
       })
       yield* Effect.addFinalizer(() => Effect.promise(() => claimer.end()))
-      const ifFair = () => Effect.promise(() => JobsSql.claimReadyIfAll(claimer as never, "s", 10, "w", 30_000)).pipe(
+      const ifFair = () => Effect.promise(() => JobsSql.claimReadyIfAll(claimer as never, null, "s", 10, "w", 30_000)).pipe(
         Effect.map(([row]) => ({ fits: row!.fits, orgs: row!.jobs.map((j) => j[2] ?? "none") }))
       )
       // 40 jobs of no org, and a job of org "b" of a less urgent priority (fair shares order priorities first)
@@ -388,12 +388,12 @@ describe("PgQueue (Postgres only)", () => {
       const second = yield* ifFair()
       expect(second).toEqual({ fits: false, orgs: [] })
       const [fair] = yield* Effect.promise(() =>
-        JobsSql.claimShares(claimer as never, "s", 10, "w", 30_000, { fair: true, maxRunning: null, maxRunningPerOrg: null, rate: null }, null))
+        JobsSql.claimShares(claimer as never, null, "s", 10, "w", 30_000, { fair: true, maxRunning: null, maxRunningPerOrg: null, rate: null }, null))
       expect(fair!.orgs).toBe(2)
       // and once b's jobs are gone from that priority, one org again
       yield* Effect.promise(() => admin.unsafe(`delete from jobs where org_id = 'b' and priority = 50`))
       const [alone] = yield* Effect.promise(() =>
-        JobsSql.claimShares(claimer as never, "s", 10, "w", 30_000, { fair: true, maxRunning: null, maxRunningPerOrg: null, rate: null }, null))
+        JobsSql.claimShares(claimer as never, null, "s", 10, "w", 30_000, { fair: true, maxRunning: null, maxRunningPerOrg: null, rate: null }, null))
       expect(alone!.orgs).toBe(1)
       // the last 10 of no org (11 ready: one org at the claim's priority, so the plain claim takes the first 10)
       expect(yield* ifFair()).toEqual({ fits: true, orgs: Array(10).fill("none") })

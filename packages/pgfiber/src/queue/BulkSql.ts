@@ -8,6 +8,8 @@
  */
 import { Duration } from "effect"
 import type { Sql } from "../layers/Db.js"
+import * as SqlClock from "./SqlClock.js"
+import type { At } from "./SqlClock.js"
 import { type BulkAction, containsPattern, type JobFilter } from "./Bulk.js"
 import { archiveCancelled, channel, finishedSettled, logEvents } from "./JobsSql.js"
 
@@ -20,41 +22,41 @@ const and = (sql: Sql, parts: ReadonlyArray<Fragment>): Fragment =>
   parts.reduce<Fragment>((acc, p) => sql`${acc} and ${p}`, sql`true`)
 
 /** The filter's conditions on `jobs` (aliased `j`). */
-export const filterConditions = (sql: Sql, f: JobFilter): ReadonlyArray<Fragment> => {
+export const filterConditions = (sql: Sql, at: At, f: JobFilter): ReadonlyArray<Fragment> => {
   const c: Array<Fragment> = []
   if (f.stage !== undefined) c.push(sql`j.stage = ${f.stage}`)
   if (f.hiddenStages !== undefined && f.hiddenStages.length > 0) c.push(sql`j.stage <> all(${[...f.hiddenStages]}::text[])`)
-  if (f.status === "queued") c.push(sql`j.status = 'queued' and j.available_at <= now()`)
-  if (f.status === "delayed") c.push(sql`j.status = 'queued' and j.available_at > now()`)
+  if (f.status === "queued") c.push(sql`j.status = 'queued' and j.available_at <= ${SqlClock.now(sql, at)}`)
+  if (f.status === "delayed") c.push(sql`j.status = 'queued' and j.available_at > ${SqlClock.now(sql, at)}`)
   if (f.status === "running") c.push(sql`j.status = 'running'`)
   if (f.status === "waiting") c.push(sql`j.status = 'waiting'`)
   if (f.org !== undefined) c.push(sql`j.org_id = ${f.org}`)
   if (f.subject !== undefined) c.push(sql`j.subject_id = ${f.subject}`)
   if (f.payload !== undefined) c.push(sql`j.payload @> ${JSON.stringify(f.payload)}::text::jsonb`)
   if (f.error !== undefined) c.push(sql`j.last_error ilike ${containsPattern(f.error)}`)
-  if (f.olderThan !== undefined) c.push(sql`j.created_at < now() - ${Duration.toMillis(f.olderThan)}::float8 * interval '1 millisecond'`)
-  if (f.newerThan !== undefined) c.push(sql`j.created_at >= now() - ${Duration.toMillis(f.newerThan)}::float8 * interval '1 millisecond'`)
+  if (f.olderThan !== undefined) c.push(sql`j.created_at < ${SqlClock.now(sql, at)} - ${Duration.toMillis(f.olderThan)}::float8 * interval '1 millisecond'`)
+  if (f.newerThan !== undefined) c.push(sql`j.created_at >= ${SqlClock.now(sql, at)} - ${Duration.toMillis(f.newerThan)}::float8 * interval '1 millisecond'`)
   return c
 }
 
 /** The jobs an action changes, beyond the filter (Bulk.applies). */
-const applicable = (sql: Sql, a: BulkAction): Fragment => {
+const applicable = (sql: Sql, at: At, a: BulkAction): Fragment => {
   switch (a.kind) {
     case "cancel":
       return sql`j.status in ('waiting', 'queued', 'running')`
     case "retry":
-      return sql`j.status = 'queued' and j.available_at > now() and j.last_error is not null`
+      return sql`j.status = 'queued' and j.available_at > ${SqlClock.now(sql, at)} and j.last_error is not null`
     case "run-now":
-      return sql`j.status = 'queued' and j.available_at > now()`
+      return sql`j.status = 'queued' and j.available_at > ${SqlClock.now(sql, at)}`
     case "priority":
       return sql`j.status = 'queued' and j.priority <> ${a.priority}`
   }
 }
 
 /** How many live jobs the action would change. Locking: none; one read. */
-export const countApplicable = (sql: Sql, f: JobFilter, a: BulkAction) =>
+export const countApplicable = (sql: Sql, at: At, f: JobFilter, a: BulkAction) =>
   sql<Array<{ n: number }>>`
-    select count(*)::int as n from jobs j where ${and(sql, [...filterConditions(sql, f), applicable(sql, a)])}`
+    select count(*)::int as n from jobs j where ${and(sql, [...filterConditions(sql, at, f), applicable(sql, at, a)])}`
 
 /** The newest job id: an action leaves jobs enqueued after it started alone. Locking: none (the primary key's end). */
 export const maxJobId = (sql: Sql) => sql<Array<{ id: string }>>`select coalesce(max(id), 0)::text as id from jobs`
@@ -68,10 +70,10 @@ export const maxJobId = (sql: Sql) => sql<Array<{ id: string }>>`select coalesce
 export const batchPlan: Readonly<Record<string, string>> = { enable_bitmapscan: "off", enable_sort: "off" }
 
 /** The next batch of applicable rows after `afterId`, locked, skipping rows a claim or a settle holds. */
-const nextBatch = (sql: Sql, f: JobFilter, a: BulkAction, afterId: string, maxId: string, limit: number) =>
+const nextBatch = (sql: Sql, at: At, f: JobFilter, a: BulkAction, afterId: string, maxId: string, limit: number) =>
   sql`
     select j.id from jobs j
-    where ${and(sql, [...filterConditions(sql, f), applicable(sql, a)])} and j.id > ${afterId}::bigint and j.id <= ${maxId}::bigint
+    where ${and(sql, [...filterConditions(sql, at, f), applicable(sql, at, a)])} and j.id > ${afterId}::bigint and j.id <= ${maxId}::bigint
     order by j.id
     limit ${limit}
     for update skip locked`
@@ -91,21 +93,21 @@ export interface BatchRow {
  * `JobsSql.cancelJob`), running rows are marked `cancelled` for their worker. Locking: the batch's rows, SKIP LOCKED.
  */
 export const cancelBatch = (
-  sql: Sql, f: JobFilter, afterId: string, maxId: string, limit: number,
+  sql: Sql, at: At, f: JobFilter, afterId: string, maxId: string, limit: number,
   retention: { readonly defaultMs: number; readonly byStage: string }
 ) =>
   sql<Array<BatchRow>>`
-    with picked as (${nextBatch(sql, f, { kind: "cancel" }, afterId, maxId, limit)}),
+    with picked as (${nextBatch(sql, at, f, { kind: "cancel" }, afterId, maxId, limit)}),
     removed as (
       delete from jobs j using picked p where j.id = p.id and j.status in ('queued', 'waiting') returning j.*
     ),
     -- what waits on them is settled as for any cancelled parent (migration 0021), down the chain
     released as (
-      ${finishedSettled(sql, sql`removed`, sql`'cancelled'`, sql`null::text`, retention)}
+      ${finishedSettled(sql, at, sql`removed`, sql`'cancelled'`, sql`null::text`, retention)}
     ),
-    kept as (${archiveCancelled(sql, sql`removed`, retention)}),
+    kept as (${archiveCancelled(sql, at, sql`removed`, retention)}),
     marked as (
-      update jobs j set status = 'cancelled', updated_at = now()
+      update jobs j set status = 'cancelled', updated_at = ${SqlClock.now(sql, at)}
       from picked p where j.id = p.id and j.status = 'running' returning j.id
     ),
     -- the event log (migration 0020), as JobsSql.cancelJob: a running job's 'cancelled' is logged by its settle
@@ -121,11 +123,11 @@ export const cancelBatch = (
  * Retry now, run now or a new priority for one batch; jobs made due wake their stages' workers (NOTIFY per
  * stage; the insert trigger sees inserts only). Locking: the batch's rows, SKIP LOCKED.
  */
-export const updateBatch = (sql: Sql, schema: string, f: JobFilter, a: BulkAction, afterId: string, maxId: string, limit: number) =>
+export const updateBatch = (sql: Sql, at: At, schema: string, f: JobFilter, a: BulkAction, afterId: string, maxId: string, limit: number) =>
   sql<Array<BatchRow>>`
-    with picked as (${nextBatch(sql, f, a, afterId, maxId, limit)}),
+    with picked as (${nextBatch(sql, at, f, a, afterId, maxId, limit)}),
     changed as (
-      update jobs j set ${a.kind === "priority" ? sql`priority = ${a.priority}` : sql`available_at = now()`}, updated_at = now()
+      update jobs j set ${a.kind === "priority" ? sql`priority = ${a.priority}` : sql`available_at = ${SqlClock.now(sql, at)}`}, updated_at = ${SqlClock.now(sql, at)}
       from picked p where j.id = p.id
       returning j.stage
     ),
@@ -137,17 +139,17 @@ export const updateBatch = (sql: Sql, schema: string, f: JobFilter, a: BulkActio
 
 /** Records an action as it starts (nothing changed yet). Locking: a new row. */
 export const insertAction = (
-  sql: Sql,
+  sql: Sql, at: At,
   r: { action: string; filter: string; priority: number | null; orgId: string | null; actor: string; matched: number }
 ) =>
   sql<Array<{ id: string }>>`
-    insert into job_actions (action, filter, priority, org_id, actor, matched, affected)
-    values (${r.action}, ${r.filter}::text::jsonb, ${r.priority}, ${r.orgId}, ${r.actor}, ${r.matched}, 0)
+    insert into job_actions (action, filter, priority, org_id, actor, matched, affected, started_at)
+    values (${r.action}, ${r.filter}::text::jsonb, ${r.priority}, ${r.orgId}, ${r.actor}, ${r.matched}, 0, ${SqlClock.now(sql, at)})
     returning id::text as id`
 
 /** Records how many jobs the action changed, and that it ended (cut short, or not). Locking: that row. */
-export const finishAction = (sql: Sql, id: string, affected: number, interrupted: boolean) =>
-  sql`update job_actions set affected = ${affected}, interrupted = ${interrupted}, finished_at = now() where id = ${id}::bigint`
+export const finishAction = (sql: Sql, at: At, id: string, affected: number, interrupted: boolean) =>
+  sql`update job_actions set affected = ${affected}, interrupted = ${interrupted}, finished_at = ${SqlClock.now(sql, at)} where id = ${id}::bigint`
 
 /** Recorded actions, newest first (a tenant's own under RLS). Locking: none. */
 export const listActions = (sql: Sql, limit: number) =>
@@ -159,11 +161,11 @@ export const listActions = (sql: Sql, limit: number) =>
  * Live jobs matching a search, by id ascending after a cursor (`Queue.list` with a payload or error search);
  * `status` is the stored state (`queued` whether due or not). Locking: none.
  */
-export const searchJobs = (sql: Sql, f: JobFilter, status: string | null, afterId: string | null, limit: number) =>
+export const searchJobs = (sql: Sql, at: At, f: JobFilter, status: string | null, afterId: string | null, limit: number) =>
   sql<Array<Record<string, unknown>>>`
     select * from jobs j
     where ${and(sql, [
-      ...filterConditions(sql, f),
+      ...filterConditions(sql, at, f),
       ...(status === null ? [] : [sql`j.status = ${status}` as Fragment]),
       ...(afterId === null ? [] : [sql`j.id > ${afterId}::bigint` as Fragment])
     ])}

@@ -1,13 +1,17 @@
 /**
  * Every statement on the jobs and dead_letters tables, one named function each, with its locking strategy.
  * Table names are unqualified: the pool's search_path is the pgfiber schema. Times come from the database
- * clock (`now()`), so workers on different hosts agree. Each statement that moves a job also logs what it did
+ * clock (`now()`), so workers on different hosts agree: each statement that reads the clock takes `at` and uses
+ * `SqlClock.now(sql, at)`, which is `now()` when `at` is null (production) and `at` in a test on the TestClock.
+ * One statement never mixes the two (SqlClock.ts). Each statement that moves a job also logs what it did
  * to the event log (a `logged` CTE: started, progress, completed, retried, rescheduled, dead, cancelled; the
  * insert trigger logs enqueued), new rows only, so it takes no lock of its own (docs/events.md).
  */
 import type { Sql } from "../layers/Db.js"
 import { jobsPerRow } from "./EventsSql.js"
 import type { ValidJob } from "./Job.js"
+import * as SqlClock from "./SqlClock.js"
+import type { At } from "./SqlClock.js"
 import { laterTopic } from "./Queue.js"
 
 export const channel = (schema: string) => `${schema}_jobs`
@@ -53,16 +57,17 @@ const columns = (jobs: ReadonlyArray<ValidJob>) => ({
  * `available_at` its run time or now + its delay. The target is named `j` for the conflict clause that each
  * statement adds after it (what a duplicate does), and its returning list.
  */
-const insertBatch = (sql: Sql, jobs: ReadonlyArray<ValidJob>, waitingOn?: ReadonlyArray<number>) => {
+const insertBatch = (sql: Sql, at: At, jobs: ReadonlyArray<ValidJob>, waitingOn?: ReadonlyArray<number>) => {
   const c = columns(jobs)
   // jobs with parents still to finish start `waiting` (the insert trigger wakes no one for them); jobs of a batch
   if (waitingOn !== undefined) {
     return sql`
     insert into jobs as j (stage, org_id, subject_id, payload, priority, available_at, max_attempts, dedupe_key, timeout_ms,
-                           status, waiting_on, batch_id)
+                           status, waiting_on, batch_id, created_at, updated_at)
     select stage, org_id, subject_id, payload::jsonb, priority,
-           coalesce(run_at, now() + delay_ms * interval '1 millisecond'), max_attempts, dedupe_key, timeout_ms,
-           case when waiting_on > 0 then 'waiting' else 'queued' end, nullif(waiting_on, 0), batch_id
+           coalesce(run_at, ${SqlClock.now(sql, at)} + delay_ms * interval '1 millisecond'), max_attempts, dedupe_key, timeout_ms,
+           case when waiting_on > 0 then 'waiting' else 'queued' end, nullif(waiting_on, 0), batch_id,
+           ${SqlClock.now(sql, at)}, ${SqlClock.now(sql, at)}
     from unnest(${c.stages}::text[], ${c.orgs}::text[], ${c.subjects}::text[], ${c.payloads}::text[],
                 ${c.priorities}::int[], ${c.delays}::float8[], ${c.runAts}::timestamptz[], ${c.maxAttempts}::int[],
                 ${c.dedupeKeys}::text[], ${c.timeouts}::int[], ${waitingOn}::int[], ${jobs.map((j) => j.batchId)}::bigint[])
@@ -72,9 +77,11 @@ const insertBatch = (sql: Sql, jobs: ReadonlyArray<ValidJob>, waitingOn?: Readon
     order by ord`
   }
   return sql`
-    insert into jobs as j (stage, org_id, subject_id, payload, priority, available_at, max_attempts, dedupe_key, timeout_ms)
+    insert into jobs as j (stage, org_id, subject_id, payload, priority, available_at, max_attempts, dedupe_key, timeout_ms,
+                           created_at, updated_at)
     select stage, org_id, subject_id, payload::jsonb, priority,
-           coalesce(run_at, now() + delay_ms * interval '1 millisecond'), max_attempts, dedupe_key, timeout_ms
+           coalesce(run_at, ${SqlClock.now(sql, at)} + delay_ms * interval '1 millisecond'), max_attempts, dedupe_key, timeout_ms,
+           ${SqlClock.now(sql, at)}, ${SqlClock.now(sql, at)}
     from unnest(${c.stages}::text[], ${c.orgs}::text[], ${c.subjects}::text[], ${c.payloads}::text[],
                 ${c.priorities}::int[], ${c.delays}::float8[], ${c.runAts}::timestamptz[], ${c.maxAttempts}::int[],
                 ${c.dedupeKeys}::text[], ${c.timeouts}::int[]) with ordinality
@@ -87,9 +94,9 @@ const insertBatch = (sql: Sql, jobs: ReadonlyArray<ValidJob>, waitingOn?: Readon
  * unique on (org_id, dedupe_key), no-org jobs in a space of their own) takes the live row's lock for a no-op
  * update so its id comes back (`deduped`), which waits for a concurrent completion to settle.
  */
-export const insertJobs = (sql: Sql, jobs: ReadonlyArray<ValidJob>) =>
+export const insertJobs = (sql: Sql, at: At, jobs: ReadonlyArray<ValidJob>) =>
   sql<Array<{ id: string; deduped: boolean }>>`
-    ${insertBatch(sql, jobs)}
+    ${insertBatch(sql, at, jobs)}
     on conflict (org_id, dedupe_key) where dedupe_key is not null do update set dedupe_key = excluded.dedupe_key
     returning id, (xmax <> 0) as deduped`
 
@@ -98,9 +105,9 @@ export const insertJobs = (sql: Sql, jobs: ReadonlyArray<ValidJob>) =>
  * once); a dedupe-key conflict returns the live job as `insertJobs` does. The edges follow (`insertEdges`), in
  * the same transaction, after `lockParents`. Locking: new rows only, and a conflicting live row.
  */
-export const insertWaitingJobs = (sql: Sql, jobs: ReadonlyArray<ValidJob>, waitingOn: ReadonlyArray<number>) =>
+export const insertWaitingJobs = (sql: Sql, at: At, jobs: ReadonlyArray<ValidJob>, waitingOn: ReadonlyArray<number>) =>
   sql<Array<{ id: string; deduped: boolean }>>`
-    ${insertBatch(sql, jobs, waitingOn)}
+    ${insertBatch(sql, at, jobs, waitingOn)}
     on conflict (org_id, dedupe_key) where dedupe_key is not null do update set dedupe_key = excluded.dedupe_key
     returning id, (xmax <> 0) as deduped`
 
@@ -111,7 +118,7 @@ export const insertWaitingJobs = (sql: Sql, jobs: ReadonlyArray<ValidJob>, waiti
  * for committed after this statement's snapshot). Locking: the new window rows; ON CONFLICT waits for a
  * concurrent insert of the same window to commit or roll back.
  */
-export const claimWindows = (sql: Sql, w: {
+export const claimWindows = (sql: Sql, at: At, w: {
   readonly orgs: ReadonlyArray<string | null>
   readonly keys: ReadonlyArray<string>
   readonly periods: ReadonlyArray<number>
@@ -119,7 +126,7 @@ export const claimWindows = (sql: Sql, w: {
   sql<Array<{ ord: number; window_start: Date; fresh: boolean }>>`
     with w as (
       select ord::int, org_id, dedupe_key, period_ms,
-             to_timestamp(floor(extract(epoch from now()) * 1000 / period_ms) * period_ms / 1000) as window_start
+             to_timestamp(floor(extract(epoch from ${SqlClock.now(sql, at)}) * 1000 / period_ms) * period_ms / 1000) as window_start
       from unnest(${w.orgs}::text[], ${w.keys}::text[], ${w.periods}::float8[]) with ordinality as t(org_id, dedupe_key, period_ms, ord)
     ), ins as (
       insert into job_unique_windows (org_key, org_id, dedupe_key, window_start, expires_at)
@@ -159,11 +166,11 @@ export const setWindowJobs = (sql: Sql, w: {
     where u.org_key = coalesce(t.org_id, '') and u.dedupe_key = t.dedupe_key and u.window_start = t.window_start`
 
 /** Windows that have passed. Locking: SKIP LOCKED on the rows it takes. */
-export const pruneWindows = (sql: Sql, limit: number) =>
+export const pruneWindows = (sql: Sql, at: At, limit: number) =>
   sql<Array<{ n: number }>>`
     with gone as (
       delete from job_unique_windows where ctid = any(array(
-        select ctid from job_unique_windows where expires_at < now() order by expires_at limit ${limit} for update skip locked))
+        select ctid from job_unique_windows where expires_at < ${SqlClock.now(sql, at)} order by expires_at limit ${limit} for update skip locked))
       returning 1
     )
     select count(*)::int as n from gone`
@@ -192,16 +199,16 @@ export const addToBatchTotals = (sql: Sql, ids: ReadonlyArray<string>, counts: R
  * Seals a batch: no more jobs join; when all have finished already it finishes now (`enqueueFinishedCallbacks`
  * follows in the same transaction). Locking: the batch row.
  */
-export const sealBatch = (sql: Sql, id: string) =>
+export const sealBatch = (sql: Sql, at: At, id: string) =>
   sql<Array<{ id: string; finished: boolean }>>`
     update job_batches set sealed = true,
-      finished_at = case when completed + failed >= total then now() end
+      finished_at = case when completed + failed >= total then ${SqlClock.now(sql, at)} end
     where id = ${id} and not sealed
     returning id::text, finished_at is not null as finished`
 
 /** The callbacks of a batch that finished as it was sealed. Locking: the batch row, new job rows. */
-export const enqueueFinishedCallbacks = (sql: Sql, id: string) =>
-  sql`select enqueue_batch_callbacks(array[${id}::bigint]) as n`
+export const enqueueFinishedCallbacks = (sql: Sql, at: At, id: string) =>
+  sql`select enqueue_batch_callbacks(array[${id}::bigint], ${SqlClock.now(sql, at)}) as n`
 
 export const selectBatch = (sql: Sql, id: string) =>
   sql<Array<Record<string, unknown>>>`select * from job_batches where id = ${id}`
@@ -281,7 +288,7 @@ export const pruneDependencies = (sql: Sql, limit: number) =>
  * its columns.
  */
 export const finishedSettled = (
-  sql: Sql,
+  sql: Sql, at: At,
   rows: ReturnType<Sql>,
   fate: ReturnType<Sql>,
   reason: ReturnType<Sql>,
@@ -289,7 +296,7 @@ export const finishedSettled = (
 ) =>
   sql`
       select settle_finished(array_agg(id), array_agg((${fate})::text), array_agg((${reason})::text), array_agg(batch_id),
-                             ${retention.defaultMs}::float8, ${retention.byStage}::text::jsonb) as n
+                             ${retention.defaultMs}::float8, ${retention.byStage}::text::jsonb, ${SqlClock.now(sql, at)}) as n
       from ${rows} where has_dependents or batch_id is not null having count(*) > 0`
 
 /**
@@ -298,10 +305,10 @@ export const finishedSettled = (
  * is left as it is. Updated rows' stages are NOTIFYed (the insert trigger sees only inserted rows), since a
  * run time may have moved earlier (and 'pgfiber:later' when one is not due yet). Locking: new rows, and the live row of each conflicting key.
  */
-export const insertJobsReplacing = (sql: Sql, schema: string, jobs: ReadonlyArray<ValidJob>, mode: "replace" | "debounce") =>
+export const insertJobsReplacing = (sql: Sql, at: At, schema: string, jobs: ReadonlyArray<ValidJob>, mode: "replace" | "debounce") =>
   sql<Array<{ id: string; deduped: boolean; org_id: string | null; dedupe_key: string }>>`
     with written as (
-      ${insertBatch(sql, jobs)}
+      ${insertBatch(sql, at, jobs)}
       on conflict (org_id, dedupe_key) where dedupe_key is not null do update set
         payload = case when j.status = 'queued' then excluded.payload else j.payload end,
         priority = case when j.status = 'queued' then excluded.priority else j.priority end,
@@ -309,13 +316,13 @@ export const insertJobsReplacing = (sql: Sql, schema: string, jobs: ReadonlyArra
           when j.status <> 'queued' then j.available_at
           when ${mode}::text = 'debounce' then greatest(j.available_at, excluded.available_at)
           else excluded.available_at end,
-        updated_at = case when j.status = 'queued' then now() else j.updated_at end
+        updated_at = case when j.status = 'queued' then ${SqlClock.now(sql, at)} else j.updated_at end
       returning j.id, j.stage, j.org_id, j.dedupe_key, (j.xmax <> 0) as deduped, j.available_at
     ), woken as (
       select pg_notify(${channel(schema)}, stage) from (select distinct stage from written where deduped) s
       -- an updated job now due later: the workers' next-due timers re-arm (0017 does this for inserted rows)
       union all
-      select pg_notify(${channel(schema)}, ${laterTopic}) where exists (select 1 from written where deduped and available_at > now())
+      select pg_notify(${channel(schema)}, ${laterTopic}) where exists (select 1 from written where deduped and available_at > ${SqlClock.now(sql, at)})
     )
     select written.id, written.deduped, written.org_id, written.dedupe_key from written cross join (select count(*) from woken) w`
 
@@ -354,10 +361,10 @@ export const sharesClaimPlan: Readonly<Record<string, string>> = { ...claimPlan,
 export const claimSettings: Readonly<Record<string, string>> = { ...sharesClaimPlan, synchronous_commit: "off" }
 
 /** The plain claims' pick: the stage's first `limit` ready jobs in claim order, locked, skipping locked ones. */
-const readyIds = (sql: Sql, stage: string, limit: number) =>
+const readyIds = (sql: Sql, at: At, stage: string, limit: number) =>
   sql`
       select id from jobs
-      where stage = ${stage} and status = 'queued' and available_at <= now()
+      where stage = ${stage} and status = 'queued' and available_at <= ${SqlClock.now(sql, at)}
         and (select set_config('synchronous_commit', 'off', true)) = 'off'
         -- a paused stage claims nothing (the pools stop asking; this guards the moment before they hear it)
         and not exists (select 1 from stage_controls c where c.stage = ${stage} and c.paused)
@@ -404,22 +411,22 @@ const archiveColumns = (sql: Sql) =>
  * for their stage's retention (none when it is 0); returns a row per job kept. Used by a cancel and a bulk cancel.
  */
 export const archiveCancelled = (
-  sql: Sql, rows: ReturnType<Sql>, retention: { readonly defaultMs: number; readonly byStage: string }
+  sql: Sql, at: At, rows: ReturnType<Sql>, retention: { readonly defaultMs: number; readonly byStage: string }
 ) =>
   sql`
       insert into jobs_archive (${archiveColumns(sql)})
       -- a job that never finished a run: no output
       select id, stage, org_id, subject_id, payload, priority, 'cancelled', attempts, max_attempts, polls, dedupe_key,
-             errors, last_error, null, progress, progress_message, timeout_ms, created_at, started_at, now(), last_run_ms,
-             now() + coalesce((${retention.byStage}::text::jsonb ->> stage)::float8, ${retention.defaultMs}::float8) * interval '1 millisecond'
+             errors, last_error, null, progress, progress_message, timeout_ms, created_at, started_at, ${SqlClock.now(sql, at)}, last_run_ms,
+             ${SqlClock.now(sql, at)} + coalesce((${retention.byStage}::text::jsonb ->> stage)::float8, ${retention.defaultMs}::float8) * interval '1 millisecond'
       from ${rows}
       where coalesce((${retention.byStage}::text::jsonb ->> stage)::float8, ${retention.defaultMs}::float8) > 0
       returning 1`
 
 /** What the plain claims write on each claimed row (`update jobs j set …`): a new lease for `workerId`. */
-const claimedBy = (sql: Sql, workerId: string, leaseMs: number) =>
-  sql`status = 'running', locked_by = ${workerId}, locked_until = now() + ${leaseMs} * interval '1 millisecond',
-        lease = j.lease + 1, updated_at = now(), started_at = coalesce(j.started_at, now())`
+const claimedBy = (sql: Sql, at: At, workerId: string, leaseMs: number) =>
+  sql`status = 'running', locked_by = ${workerId}, locked_until = ${SqlClock.now(sql, at)} + ${leaseMs} * interval '1 millisecond',
+        lease = j.lease + 1, updated_at = ${SqlClock.now(sql, at)}, started_at = coalesce(j.started_at, ${SqlClock.now(sql, at)})`
 
 /**
  * Claims due jobs. Locking: FOR UPDATE SKIP LOCKED on the ready index, so claimers never wait on each other.
@@ -427,12 +434,12 @@ const claimedBy = (sql: Sql, workerId: string, leaseMs: number) =>
  * a crash can lose only the lease, which leaves the job queued or lets the reaper requeue it, and the fence
  * refuses any outcome written under a lost lease. It saves a flush on every wake-up.
  */
-export const claimReady = (sql: Sql, stage: string, limit: number, workerId: string, leaseMs: number) =>
+export const claimReady = (sql: Sql, at: At, stage: string, limit: number, workerId: string, leaseMs: number) =>
   sql<Array<{ jobs: ReadonlyArray<ReadonlyArray<unknown>> }>>`
-    with next as (${readyIds(sql, stage, limit)}
+    with next as (${readyIds(sql, at, stage, limit)}
     ), claimed as (
       update jobs j
-      set ${claimedBy(sql, workerId, leaseMs)}
+      set ${claimedBy(sql, at, workerId, leaseMs)}
       -- by primary key, one lookup per claimed id: a join with \`next\` planned generically (the claim's sessions
       -- force generic plans) merge-joined the whole primary key, 75-100 ms a claim at 300,000 rows
       where j.id = any(array(select id from next))
@@ -469,11 +476,11 @@ const otherOrg = (sql: Sql, stage: string, side: ReturnType<Sql>) => sql`
         order by coalesce(o.org_id, ''), o.available_at, o.id
         limit 1`
 
-export const claimReadyIfAll = (sql: Sql, stage: string, limit: number, workerId: string, leaseMs: number) =>
+export const claimReadyIfAll = (sql: Sql, at: At, stage: string, limit: number, workerId: string, leaseMs: number) =>
   sql<Array<{ fits: boolean; jobs: ReadonlyArray<ReadonlyArray<unknown>> }>>`
     with next as (
       select id, priority, coalesce(org_id, '') as org_key from jobs
-      where stage = ${stage} and status = 'queued' and available_at <= now()
+      where stage = ${stage} and status = 'queued' and available_at <= ${SqlClock.now(sql, at)}
         and (select set_config('synchronous_commit', 'off', true)) = 'off'
         and not exists (select 1 from stage_controls c where c.stage = ${stage} and c.paused)
       order by priority, available_at, id
@@ -486,7 +493,7 @@ export const claimReadyIfAll = (sql: Sql, stage: string, limit: number, workerId
           or ((${otherOrg(sql, stage, sql`>`)}) is null and (${otherOrg(sql, stage, sql`<`)}) is null) as ok
     ), claimed as (
       update jobs j
-      set ${claimedBy(sql, workerId, leaseMs)}
+      set ${claimedBy(sql, at, workerId, leaseMs)}
       where j.id = any(array(select id from next limit ${limit})) and (select ok from fits)
       returning j.*
     ), logged as (
@@ -528,14 +535,14 @@ export const lockStageLimits = (sql: Sql, schema: string, stage: string) =>
  * is skipped, as a locked one is, and left to a later claim. The bucket rows it spends.
  */
 export const claimShares = (
-  sql: Sql, stage: string, limit: number, workerId: string, leaseMs: number, s: ClaimShares, cursor: string | null
+  sql: Sql, at: At, stage: string, limit: number, workerId: string, leaseMs: number, s: ClaimShares, cursor: string | null
 ) => {
   const byOrg = s.fair || s.maxRunningPerOrg !== null || (s.rate?.perOrg ?? false)
   const rate = s.rate ?? { limit: 1, perMs: 1000, burst: 1, perOrg: false }
   const limited = s.rate !== null
   // tokens in a bucket row at this statement's start, refilled since it was last spent and capped at the burst
   const refilled = (b: string) =>
-    sql`least(${rate.burst}::float8, coalesce(${sql(b)}.tokens + greatest(0, extract(epoch from statement_timestamp() - ${sql(b)}.refilled_at)) * 1000
+    sql`least(${rate.burst}::float8, coalesce(${sql(b)}.tokens + greatest(0, extract(epoch from ${SqlClock.now(sql, at, "statement")} - ${sql(b)}.refilled_at)) * 1000
           * ${rate.limit}::float8 / ${rate.perMs}::float8, ${rate.burst}::float8))`
   const perOrgLimits = s.maxRunningPerOrg !== null || rate.perOrg && limited
   // the first queued job of the next org in index order: one descent lands on the org and on its oldest job
@@ -577,13 +584,13 @@ export const claimShares = (
       ), shares as (
         -- each org's head job (found by the walk), then its next ready ones up to its share
         select f.org_key, f.room, f.offer, f.id, f.tid, f.available_at, (select priority from prio) as priority
-        from offers f where f.offer >= 1 and f.available_at <= now()
+        from offers f where f.offer >= 1 and f.available_at <= ${SqlClock.now(sql, at)}
         union all
         select f.org_key, f.room, f.offer, c.id, c.tid, c.available_at, c.priority
         from offers f cross join lateral (
           select j.id, j.ctid as tid, j.available_at, j.priority from jobs j
           where j.stage = ${stage} and j.status = 'queued' and j.priority = (select priority from prio)
-            and coalesce(j.org_id, '') = f.org_key and j.available_at <= now()
+            and coalesce(j.org_id, '') = f.org_key and j.available_at <= ${SqlClock.now(sql, at)}
             -- the org's key leads the row comparison (the same order, as the key is equal): only jobs_ready_by_org
             -- can serve it. With (available_at, id) alone, the planner (15 and 18) took jobs_due for a range from
             -- the head's available_at, guessing it narrow, and an incremental sort (which enable_sort = off does
@@ -593,7 +600,7 @@ export const claimShares = (
           order by j.available_at, j.id
           limit f.offer - 1
         ) c
-        where f.offer > 1 and f.available_at <= now()
+        where f.offer > 1 and f.available_at <= ${SqlClock.now(sql, at)}
       ), filled as (
         -- orgs with fewer ready jobs than their share leave the claim short: the orgs that filled theirs
         -- offer more, up to that shortfall each (still round by round: these rank after every first share)
@@ -605,7 +612,7 @@ export const claimShares = (
         from filled f cross join lateral (
           select j.id, j.ctid as tid, j.available_at, j.priority from jobs j
           where j.stage = ${stage} and j.status = 'queued' and j.priority = (select priority from prio)
-            and coalesce(j.org_id, '') = f.org_key and j.available_at <= now()
+            and coalesce(j.org_id, '') = f.org_key and j.available_at <= ${SqlClock.now(sql, at)}
           order by j.available_at, j.id
           offset f.offer
           limit least(f.more, ${limit}::int - (select count(*) from shares))
@@ -614,7 +621,7 @@ export const claimShares = (
       ), rest as (
         -- the most urgent priority could not fill the claim: the next ones, in claim order (not by org)
         select coalesce(j.org_id, '') as org_key, j.id, j.ctid as tid, j.available_at, j.priority from jobs j
-        where ${!perOrgLimits} and j.stage = ${stage} and j.status = 'queued' and j.available_at <= now()
+        where ${!perOrgLimits} and j.stage = ${stage} and j.status = 'queued' and j.available_at <= ${SqlClock.now(sql, at)}
           and j.priority > (select priority from prio)
           and (select count(*) from shares) + (select count(*) from extra) < ${limit}::int
         order by j.priority, j.available_at, j.id
@@ -629,7 +636,7 @@ export const claimShares = (
     : sql`
       candidates as (
         select j.id, j.ctid as tid, coalesce(j.org_id, '') as org_key, j.available_at, j.priority, 1::bigint as org_rank from jobs j
-        where j.stage = ${stage} and j.status = 'queued' and j.available_at <= now()
+        where j.stage = ${stage} and j.status = 'queued' and j.available_at <= ${SqlClock.now(sql, at)}
         order by j.priority, j.available_at, j.id
         limit ${limit}
       )`
@@ -643,7 +650,7 @@ export const claimShares = (
     with recursive
     prio as (
       select priority from jobs
-      where stage = ${stage} and status = 'queued' and available_at <= now()
+      where stage = ${stage} and status = 'queued' and available_at <= ${SqlClock.now(sql, at)}
         -- a paused stage claims nothing (the pools stop asking; this guards the moment before they hear it)
         and not exists (select 1 from stage_controls c where c.stage = ${stage} and c.paused)
       order by priority, available_at, id limit 1
@@ -671,8 +678,8 @@ export const claimShares = (
       for update skip locked
     ), claimed as (
       update jobs j
-      set status = 'running', locked_by = ${workerId}, locked_until = now() + ${leaseMs} * interval '1 millisecond',
-          lease = j.lease + 1, updated_at = statement_timestamp(), started_at = coalesce(j.started_at, statement_timestamp())
+      set status = 'running', locked_by = ${workerId}, locked_until = ${SqlClock.now(sql, at)} + ${leaseMs} * interval '1 millisecond',
+          lease = j.lease + 1, updated_at = ${SqlClock.now(sql, at, "statement")}, started_at = coalesce(j.started_at, ${SqlClock.now(sql, at, "statement")})
       where j.ctid = any(array(select tid from locked))
       returning j.*
     ), logged as (
@@ -690,7 +697,7 @@ export const claimShares = (
              case when t.tokens < 1 then t.at + (1 - t.tokens) * ${rate.perMs}::float8 / ${rate.limit}::float8 * interval '1 millisecond' end
       from (
         select s.org_key, ${refilled("prev")} - s.n as tokens,
-               greatest(statement_timestamp(), coalesce(prev.refilled_at, statement_timestamp())) as at
+               greatest(${SqlClock.now(sql, at, "statement")}, coalesce(prev.refilled_at, ${SqlClock.now(sql, at, "statement")})) as at
         from spent s left join rate_buckets prev on prev.stage = ${stage} and prev.org_key = s.org_key
       ) t
       on conflict (stage, org_key) do update
@@ -721,7 +728,7 @@ export const claimShares = (
 export const selectLimitOverrides = (sql: Sql) => sql<Array<Record<string, unknown>>>`select * from stage_limits order by stage`
 
 /** Merges fields into a stage's override (nulls keep the stored value). Locking: that row. */
-export const upsertLimitOverride = (sql: Sql, stage: string, o: {
+export const upsertLimitOverride = (sql: Sql, at: At, stage: string, o: {
   fair: boolean | null; maxRunning: number | null; maxRunningPerOrg: number | null; rateLimit: number | null
   ratePerMs: number | null; rateBurst: number | null; ratePerOrg: boolean | null
 }) =>
@@ -736,7 +743,7 @@ export const upsertLimitOverride = (sql: Sql, stage: string, o: {
       rate_per_ms = coalesce(excluded.rate_per_ms, l.rate_per_ms),
       rate_burst = coalesce(excluded.rate_burst, l.rate_burst),
       rate_per_org = coalesce(excluded.rate_per_org, l.rate_per_org),
-      updated_at = now()
+      updated_at = ${SqlClock.now(sql, at)}
     returning *`
 
 /** Drops a stage's override and its buckets (a changed rate starts from a full bucket). Locking: those rows. */
@@ -755,7 +762,7 @@ export const deleteLimitOverride = (sql: Sql, stage: string) =>
  * columns, so HOT.
  */
 export const extendLeases = (
-  sql: Sql,
+  sql: Sql, at: At,
   ids: ReadonlyArray<string>,
   leases: ReadonlyArray<number>,
   leaseMs: number,
@@ -778,7 +785,7 @@ export const extendLeases = (
       where j.status = 'running'
       for update of j skip locked
     ), extended as (
-      update jobs j set locked_until = now() + ${leaseMs} * interval '1 millisecond', updated_at = now(),
+      update jobs j set locked_until = ${SqlClock.now(sql, at)} + ${leaseMs} * interval '1 millisecond', updated_at = ${SqlClock.now(sql, at)},
         progress = case when free.reported = 1 then free.progress else j.progress end,
         progress_message = case when free.reported = 1 then free.message else j.progress_message end
       from free where j.id = free.id
@@ -807,7 +814,7 @@ export const extendLeases = (
  * new (keyed by job id).
  */
 export const settleOutcomes = (
-  sql: Sql,
+  sql: Sql, at: At,
   schema: string,
   o: {
     readonly ids: ReadonlyArray<string>
@@ -855,13 +862,13 @@ export const settleOutcomes = (
         h.reported, h.progress as progress_now, h.progress_message as progress_message_now,
         case when j.attempts >= j.max_attempts then j.attempts else j.attempts + 1 end as final_attempts,
         case when j.attempts >= j.max_attempts then j.errors
-             else j.errors || jsonb_build_array(jsonb_build_object('attempt', j.attempts + 1, 'at', now(),
+             else j.errors || jsonb_build_array(jsonb_build_object('attempt', j.attempts + 1, 'at', ${SqlClock.now(sql, at)},
                     'tag', h.tag, 'message', h.message, 'worker', j.locked_by)) end as final_errors
     ), buried as (
       insert into dead_letters (job_id, stage, org_id, subject_id, payload, priority, attempts, max_attempts,
-                                dedupe_key, reason, error_history, job_created_at)
+                                dedupe_key, reason, error_history, job_created_at, dead_at)
       select id, stage, org_id, subject_id, payload, priority, final_attempts, max_attempts, dedupe_key, dead_message,
-             final_errors, created_at
+             final_errors, created_at, ${SqlClock.now(sql, at)}
       from died
       returning job_id, reason
     ), kept as (
@@ -871,20 +878,20 @@ export const settleOutcomes = (
              dedupe_key, errors, last_error, case when action = 'complete' then result::jsonb end,
              case when reported then progress_now else progress end,
              case when reported then progress_message_now else progress_message end,
-             timeout_ms, created_at, started_at, now(), coalesce(run_ms_now, last_run_ms),
-             now() + keep_ms * interval '1 millisecond'
+             timeout_ms, created_at, started_at, ${SqlClock.now(sql, at)}, coalesce(run_ms_now, last_run_ms),
+             ${SqlClock.now(sql, at)} + keep_ms * interval '1 millisecond'
       from deleted where keep_ms > 0
       union all
       select id, stage, org_id, subject_id, payload, priority, 'dead', final_attempts, max_attempts, polls,
              dedupe_key, final_errors, dead_message, null,
              case when reported then progress_now else progress end,
              case when reported then progress_message_now else progress_message end, timeout_ms,
-             created_at, started_at, now(), coalesce(run_ms_now, last_run_ms), now() + keep_ms * interval '1 millisecond'
+             created_at, started_at, ${SqlClock.now(sql, at)}, coalesce(run_ms_now, last_run_ms), ${SqlClock.now(sql, at)} + keep_ms * interval '1 millisecond'
       from died where keep_ms > 0
     ), requeued as (
       update jobs j
-      set status = 'queued', locked_by = null, locked_until = null, updated_at = now(),
-          available_at = now() + h.delay_ms * interval '1 millisecond',
+      set status = 'queued', locked_by = null, locked_until = null, updated_at = ${SqlClock.now(sql, at)},
+          available_at = ${SqlClock.now(sql, at)} + h.delay_ms * interval '1 millisecond',
           attempts = j.attempts + (h.action = 'retry')::int,
           polls = j.polls + (h.action = 'reschedule')::int,
           last_run_ms = coalesce(h.run_ms, j.last_run_ms),
@@ -893,7 +900,7 @@ export const settleOutcomes = (
           last_error = case when h.action = 'retry' then h.message else j.last_error end,
           errors = case when h.action = 'retry'
                         then j.errors || jsonb_build_array(jsonb_build_object(
-                          'attempt', j.attempts + 1, 'at', now(), 'tag', h.tag, 'message', h.message, 'worker', j.locked_by))
+                          'attempt', j.attempts + 1, 'at', ${SqlClock.now(sql, at)}, 'tag', h.tag, 'message', h.message, 'worker', j.locked_by))
                         else j.errors end
       from held h where j.id = h.id and h.action in ('retry', 'reschedule', 'release')
       returning j.id, j.stage, h.action, h.delay_ms, j.org_id, j.subject_id, j.attempts, h.tag, h.message
@@ -928,9 +935,9 @@ export const settleOutcomes = (
       union all
       select pg_notify(${channel(schema)}, ${laterTopic}) where exists (select 1 from requeued where delay_ms > 0)
     ), released as (
-      ${finishedSettled(sql, sql`deleted`, sql`case when action = 'complete' then 'completed' else 'cancelled' end`, sql`null::text`, retention)}
+      ${finishedSettled(sql, at, sql`deleted`, sql`case when action = 'complete' then 'completed' else 'cancelled' end`, sql`null::text`, retention)}
       union all
-      ${finishedSettled(sql, sql`died`, sql`'dead'`, sql`dead_message`, retention)}
+      ${finishedSettled(sql, at, sql`died`, sql`'dead'`, sql`dead_message`, retention)}
     )
     select id::text, action, null::text as reason from deleted
     union all select job_id::text, 'dead', reason from buried
@@ -952,7 +959,7 @@ export const settleOutcomes = (
  * settled by one statement). A row whose lease moved on is never locked. Archive rows are new (keyed by job id).
  */
 export const completeOutcomes = (
-  sql: Sql,
+  sql: Sql, at: At,
   schema: string,
   o: {
     readonly ids: ReadonlyArray<string>
@@ -975,7 +982,7 @@ export const completeOutcomes = (
       insert into jobs_archive (${archiveColumns(sql)})
       select id, stage, org_id, subject_id, payload, priority, 'completed', attempts, max_attempts, polls,
              dedupe_key, errors, last_error, result::jsonb, progress, progress_message, timeout_ms,
-             created_at, started_at, now(), coalesce(run_ms_now, last_run_ms), now() + keep_ms * interval '1 millisecond'
+             created_at, started_at, ${SqlClock.now(sql, at)}, coalesce(run_ms_now, last_run_ms), ${SqlClock.now(sql, at)} + keep_ms * interval '1 millisecond'
       from deleted where keep_ms > 0
     ), logged as (
       ${logEvents(sql, sql`
@@ -986,7 +993,7 @@ export const completeOutcomes = (
     ), woken as (
       select pg_notify(${channel(schema)}, stage) from (select distinct stage from deleted where ${wakeFreed}) s
     ), released as (
-      ${finishedSettled(sql, sql`deleted`, sql`'completed'`, sql`null::text`, retention)}
+      ${finishedSettled(sql, at, sql`deleted`, sql`'completed'`, sql`null::text`, retention)}
     )
     select i.id::text from unnest(${o.ids}::bigint[]) as i(id) where not exists (select 1 from deleted d where d.id = i.id)
     -- the aggregates force the notify and release CTEs to run
@@ -998,14 +1005,14 @@ export const tryReaperLock = (sql: Sql, schema: string) =>
   sql<Array<{ locked: boolean }>>`select pg_try_advisory_xact_lock(hashtext(${`pgfiber.reaper.${schema}`})) as locked`
 
 /** Removes cancelled jobs whose worker is gone. Locking: SKIP LOCKED, so a live worker's row is left alone. */
-export const removeExpiredCancelled = (sql: Sql, retention: { readonly defaultMs: number; readonly byStage: string }) =>
+export const removeExpiredCancelled = (sql: Sql, at: At, retention: { readonly defaultMs: number; readonly byStage: string }) =>
   sql<Array<{ id: string }>>`
     with removed as (
       delete from jobs where id in (
-        select id from jobs where status = 'cancelled' and locked_until < now() for update skip locked)
+        select id from jobs where status = 'cancelled' and locked_until < ${SqlClock.now(sql, at)} for update skip locked)
       returning id, has_dependents, batch_id
     ), released as (
-      ${finishedSettled(sql, sql`removed`, sql`'cancelled'`, sql`null::text`, retention)}
+      ${finishedSettled(sql, at, sql`removed`, sql`'cancelled'`, sql`null::text`, retention)}
     )
     select removed.id from removed cross join (select count(*) from released) r`
 
@@ -1014,16 +1021,16 @@ export const removeExpiredCancelled = (sql: Sql, retention: { readonly defaultMs
  * requeued too (attempts = max_attempts): the reaper may run in a process that lacks the stage, so the
  * stage's own claim dead-letters it and runs its onDeadLetter. Locking: SKIP LOCKED over expired rows.
  */
-export const requeueExpired = (sql: Sql, schema: string) =>
+export const requeueExpired = (sql: Sql, at: At, schema: string) =>
   sql<Array<{ id: string }>>`
     with expired as (
-      update jobs set status = 'queued', attempts = attempts + 1, available_at = now(),
+      update jobs set status = 'queued', attempts = attempts + 1, available_at = ${SqlClock.now(sql, at)},
         last_error = 'lease expired: the worker ' || coalesce(locked_by, '?') || ' stopped heartbeating',
-        errors = errors || jsonb_build_array(jsonb_build_object('attempt', attempts + 1, 'at', now(), 'tag', 'LeaseExpired',
+        errors = errors || jsonb_build_array(jsonb_build_object('attempt', attempts + 1, 'at', ${SqlClock.now(sql, at)}, 'tag', 'LeaseExpired',
           'message', 'lease expired: the worker ' || coalesce(locked_by, '?') || ' stopped heartbeating', 'worker', locked_by)),
-        locked_by = null, locked_until = null, updated_at = now()
+        locked_by = null, locked_until = null, updated_at = ${SqlClock.now(sql, at)}
       where id in (
-        select id from jobs where status = 'running' and locked_until < now() for update skip locked)
+        select id from jobs where status = 'running' and locked_until < ${SqlClock.now(sql, at)} for update skip locked)
       returning id, stage, org_id, subject_id, attempts, last_error
     ), logged as (
       ${logEvents(sql, sql`
@@ -1041,19 +1048,19 @@ export const requeueExpired = (sql: Sql, schema: string) =>
  * refresh costs no statement of its own; every other call sends the plain question (bench/nextWakeCost.ts).
  * Locking: none on jobs (reads on two partial indexes); with `seenBy`, that process's registry rows.
  */
-export const nextWake = (sql: Sql, stages: ReadonlyArray<string>, seenBy: string | null) => {
+export const nextWake = (sql: Sql, at: At, stages: ReadonlyArray<string>, seenBy: string | null) => {
   const due = sql`
       (extract(epoch from (
         select min(d.at) from unnest(${stages}::text[]) as s(stage)
         cross join lateral (select min(available_at) as at from jobs
-                            where jobs.stage = s.stage and status = 'queued') d) - now()) * 1000)::float8
+                            where jobs.stage = s.stage and status = 'queued') d) - ${SqlClock.now(sql, at)}) * 1000)::float8
         as job_due_in_ms,
-      (extract(epoch from (select min(locked_until) from jobs where status <> 'queued') - now()) * 1000)::float8
+      (extract(epoch from (select min(locked_until) from jobs where status <> 'queued') - ${SqlClock.now(sql, at)}) * 1000)::float8
         as lease_expires_in_ms`
   return seenBy === null
     ? sql<Array<{ job_due_in_ms: number | null; lease_expires_in_ms: number | null }>>`select ${due}`
     : sql<Array<{ job_due_in_ms: number | null; lease_expires_in_ms: number | null }>>`
-      with seen as (update stage_processes set last_seen_at = now() where worker_id = ${seenBy} returning 1)
+      with seen as (update stage_processes set last_seen_at = ${SqlClock.now(sql, at)} where worker_id = ${seenBy} returning 1)
       select (select count(*) from seen)::int as seen, ${due}`
 }
 
@@ -1061,17 +1068,17 @@ export const nextWake = (sql: Sql, stages: ReadonlyArray<string>, seenBy: string
  * Cancels a job: a queued one is deleted (into the history, as `cancelled`, when its stage keeps any), a
  * running one is marked for its worker. Locking: that row.
  */
-export const cancelJob = (sql: Sql, id: string, retention: { readonly defaultMs: number; readonly byStage: string }) =>
+export const cancelJob = (sql: Sql, at: At, id: string, retention: { readonly defaultMs: number; readonly byStage: string }) =>
   sql<Array<{ outcome: string; stage: string | null; org_id: string | null }>>`
     with target as (select id, status, stage, org_id from jobs where id = ${id} for update),
     removed as (delete from jobs j using target t where j.id = t.id and t.status in ('queued', 'waiting') returning j.*),
     -- its dependents are cancelled (or dead-lettered, or released) down their chains, as for any cancelled parent
     released as (
-      ${finishedSettled(sql, sql`removed`, sql`'cancelled'`, sql`null::text`, retention)}
+      ${finishedSettled(sql, at, sql`removed`, sql`'cancelled'`, sql`null::text`, retention)}
     ),
-    kept as (${archiveCancelled(sql, sql`removed`, retention)}),
+    kept as (${archiveCancelled(sql, at, sql`removed`, retention)}),
     marked as (
-      update jobs j set status = 'cancelled', updated_at = now()
+      update jobs j set status = 'cancelled', updated_at = ${SqlClock.now(sql, at)}
       from target t where j.id = t.id and t.status = 'running' returning j.id),
     logged as (
       ${logEvents(sql, sql`
@@ -1086,11 +1093,11 @@ export const cancelJob = (sql: Sql, id: string, retention: { readonly defaultMs:
  * Makes one delayed job due now ("run now"): a queued job whose run time is later gets it now, and its stage is
  * NOTIFYed so a worker claims it at once. Locking: that row (SKIP LOCKED: a claim in flight wins).
  */
-export const makeDue = (sql: Sql, schema: string, id: string) =>
+export const makeDue = (sql: Sql, at: At, schema: string, id: string) =>
   sql<Array<{ outcome: string; stage: string | null }>>`
-    with target as (select id, stage, status, available_at > now() as later from jobs where id = ${id}),
+    with target as (select id, stage, status, available_at > ${SqlClock.now(sql, at)} as later from jobs where id = ${id}),
     due as (
-      update jobs j set available_at = now(), updated_at = now()
+      update jobs j set available_at = ${SqlClock.now(sql, at)}, updated_at = ${SqlClock.now(sql, at)}
       from target t where j.id = t.id and t.status = 'queued' and t.later
       returning j.stage
     ), woken as (select pg_notify(${channel(schema)}, stage) from due)
@@ -1125,7 +1132,7 @@ export const listArchivedJobs = (sql: Sql, stage: string | null, status: string 
  * SKIP LOCKED on the rows it takes, so two pruners (a worker's housekeeping, pg_cron) share the work; a batch
  * per statement keeps each transaction short, so pruning a large history never holds the settle's inserts.
  */
-export const pruneArchive = (sql: Sql, limit: number) =>
+export const pruneArchive = (sql: Sql, at: At, limit: number) =>
   sql<Array<{ n: number }>>`
     with recursive stages as (
       (select stage from jobs_archive order by stage limit 1)
@@ -1138,10 +1145,10 @@ export const pruneArchive = (sql: Sql, limit: number) =>
       delete from jobs_archive where id = any(array(
         select due.id from stages s cross join part cross join lateral (
           select case when (select a.keep_until - a.finished_at from jobs_archive a where a.stage = s.stage
-                            order by a.keep_until desc limit 1) < part.width then now() else now() - part.width end as upto
+                            order by a.keep_until desc limit 1) < part.width then ${SqlClock.now(sql, at)} else ${SqlClock.now(sql, at)} - part.width end as upto
         ) kind cross join lateral (
           select a.id from jobs_archive a where a.stage = s.stage and a.keep_until <= kind.upto
-            and (a.keep_until - a.finished_at < part.width or a.keep_until <= now() - part.width)
+            and (a.keep_until - a.finished_at < part.width or a.keep_until <= ${SqlClock.now(sql, at)} - part.width)
           order by a.keep_until limit ${limit} for update skip locked) due
         where s.stage is not null
         limit ${limit}))
@@ -1155,10 +1162,10 @@ export const selectStageControls = (sql: Sql) =>
     select stage, paused, changed_by, changed_at from stage_controls order by stage`
 
 /** Pauses or resumes a stage; the table's trigger NOTIFYs every worker. Locking: that stage's control row. */
-export const setStagePaused = (sql: Sql, stage: string, paused: boolean, by: string | null) =>
+export const setStagePaused = (sql: Sql, at: At, stage: string, paused: boolean, by: string | null) =>
   sql`
-    insert into stage_controls (stage, paused, changed_by, changed_at) values (${stage}, ${paused}, ${by}, now())
-    on conflict (stage) do update set paused = excluded.paused, changed_by = excluded.changed_by, changed_at = now()`
+    insert into stage_controls (stage, paused, changed_by, changed_at) values (${stage}, ${paused}, ${by}, ${SqlClock.now(sql, at)})
+    on conflict (stage) do update set paused = excluded.paused, changed_by = excluded.changed_by, changed_at = ${SqlClock.now(sql, at)}`
 
 /**
  * Deletes a stage's queued jobs (running ones finish); each goes to the history as `cancelled`, its last error
@@ -1166,7 +1173,7 @@ export const setStagePaused = (sql: Sql, stage: string, paused: boolean, by: str
  * on them is settled as for cancelled parents. Locking: SKIP LOCKED, so a claim in flight keeps its rows.
  */
 export const purgeQueued = (
-  sql: Sql, stage: string, by: string, retention: { readonly defaultMs: number; readonly byStage: string }
+  sql: Sql, at: At, stage: string, by: string, retention: { readonly defaultMs: number; readonly byStage: string }
 ) =>
   sql<Array<{ n: number }>>`
     with gone as (
@@ -1181,8 +1188,8 @@ export const purgeQueued = (
     ), kept as (
       insert into jobs_archive (${archiveColumns(sql)})
       select id, stage, org_id, subject_id, payload, priority, 'cancelled', attempts, max_attempts, polls, dedupe_key,
-             errors, ${`purged by ${by}`}, null, progress, progress_message, timeout_ms, created_at, started_at, now(), last_run_ms,
-             now() + keep.ms * interval '1 millisecond'
+             errors, ${`purged by ${by}`}, null, progress, progress_message, timeout_ms, created_at, started_at, ${SqlClock.now(sql, at)}, last_run_ms,
+             ${SqlClock.now(sql, at)} + keep.ms * interval '1 millisecond'
       from gone cross join keep
       where keep.ms > 0
     ), logged as (
@@ -1190,7 +1197,7 @@ export const purgeQueued = (
       select org_id, stage, id, subject_id, 'cancelled', attempts, jsonb_build_object('message', ${`purged by ${by}`}::text)
       from gone order by id`)}
     ), released as (
-      ${finishedSettled(sql, sql`gone`, sql`'cancelled'`, sql`'purged'::text`, retention)}
+      ${finishedSettled(sql, at, sql`gone`, sql`'cancelled'`, sql`'purged'::text`, retention)}
     )
     select count(*)::int as n from gone cross join (select count(*) from released) r`
 
@@ -1205,7 +1212,7 @@ export const listJobs = (
     order by id limit ${limit}`
 
 /** Depth per stage and state. Locking: none; one pass over the live table plus open dead letters. */
-export const stageStats = (sql: Sql) =>
+export const stageStats = (sql: Sql, at: At) =>
   sql<Array<{
     stage: string
     ready: string
@@ -1219,11 +1226,11 @@ export const stageStats = (sql: Sql) =>
   }>>`
     with live as (
       select stage,
-        count(*) filter (where status = 'queued' and available_at <= now()) as ready,
-        count(*) filter (where status = 'queued' and available_at > now()) as scheduled,
+        count(*) filter (where status = 'queued' and available_at <= ${SqlClock.now(sql, at)}) as ready,
+        count(*) filter (where status = 'queued' and available_at > ${SqlClock.now(sql, at)}) as scheduled,
         count(*) filter (where status = 'running') as running,
         count(*) filter (where status = 'cancelled') as cancelling,
-        extract(epoch from now() - min(available_at) filter (where status = 'queued' and available_at <= now())) * 1000
+        extract(epoch from ${SqlClock.now(sql, at)} - min(available_at) filter (where status = 'queued' and available_at <= ${SqlClock.now(sql, at)})) * 1000
           as oldest_ready_ms
       from jobs group by stage
     ), dead as (
@@ -1232,7 +1239,7 @@ export const stageStats = (sql: Sql) =>
       select coalesce(live.stage, dead.stage) as stage, ready, scheduled, running, cancelling, dead_letters, oldest_ready_ms
       from live full join dead on live.stage = dead.stage
     ), limited as (
-      select distinct stage from rate_buckets where next_token_at > now()
+      select distinct stage from rate_buckets where next_token_at > ${SqlClock.now(sql, at)}
     )
     select coalesce(known.stage, c.stage) as stage,
            coalesce(ready, 0) as ready, coalesce(scheduled, 0) as scheduled, coalesce(running, 0) as running,
@@ -1256,19 +1263,19 @@ export const listDeadLetters = (
     order by id limit ${limit}`
 
 /** Marks a dead letter retried with the id of the new job. Locking: that dead letter's row. */
-export const markDeadLetterRetried = (sql: Sql, id: string, jobId: string) =>
+export const markDeadLetterRetried = (sql: Sql, at: At, id: string, jobId: string) =>
   sql<Array<{ id: string }>>`
-    update dead_letters set resolution_status = 'retried', resolved_at = now(), retried_job_id = ${jobId}
+    update dead_letters set resolution_status = 'retried', resolved_at = ${SqlClock.now(sql, at)}, retried_job_id = ${jobId}
     where id = ${id} returning id`
 
-export const markDeadLetterResolved = (sql: Sql, id: string, notes: string | null) =>
+export const markDeadLetterResolved = (sql: Sql, at: At, id: string, notes: string | null) =>
   sql<Array<{ id: string }>>`
-    update dead_letters set resolution_status = 'resolved', resolved_at = now(), resolution_notes = ${notes}
+    update dead_letters set resolution_status = 'resolved', resolved_at = ${SqlClock.now(sql, at)}, resolution_notes = ${notes}
     where id = ${id} returning id`
 
-export const purgeDeadLetters = (sql: Sql, olderThanMs: number | null, includeUnresolved: boolean) =>
+export const purgeDeadLetters = (sql: Sql, at: At, olderThanMs: number | null, includeUnresolved: boolean) =>
   sql<Array<{ id: string }>>`
     delete from dead_letters
     where (${includeUnresolved}::boolean or resolution_status is not null)
-      and (${olderThanMs}::float8 is null or dead_at < now() - ${olderThanMs}::float8 * interval '1 millisecond')
+      and (${olderThanMs}::float8 is null or dead_at < ${SqlClock.now(sql, at)} - ${olderThanMs}::float8 * interval '1 millisecond')
     returning id`

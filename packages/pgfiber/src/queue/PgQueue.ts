@@ -17,6 +17,7 @@ import * as Outcome from "./Outcome.js"
 import type { DeadLettered, Settled, SettleOptions } from "./Outcome.js"
 import * as Queue from "./Queue.js"
 import * as Registry from "./Registry.js"
+import * as SqlClock from "./SqlClock.js"
 import { type OnDead, type QueueOptions, resolveRetention, retentionParams, type Wakeups } from "./Queue.js"
 
 /** Spans for queue operations, without `Effect.fn`'s two stack captures per call (~0.06 ms on a wake-up's claim). */
@@ -182,6 +183,15 @@ export const make = (options: QueueOptions = {}) =>
     const db = yield* Db.Db
     const events = yield* Events.current
     const retention = retentionParams(yield* resolveRetention(options))
+    // the time each operation's statements run at (SqlClock.ts): the database's own in production (no parameter,
+    // nothing run for it), the caller's Effect Clock in tests; read for each statement, from the caller's fiber
+    const withAt = SqlClock.withAt(yield* SqlClock.SqlClock)
+    const run = <A>(query: (sql: Db.Sql, at: SqlClock.At) => PromiseLike<A>) => withAt((at) => db.run((sql) => query(sql, at)))
+    const runWithSettings = <A>(
+      settings: Readonly<Record<string, string>>,
+      query: (sql: Db.Sql, at: SqlClock.At) => PromiseLike<A>,
+      runOptions?: { readonly atomic?: boolean }
+    ) => withAt((at) => db.runWithSettings(settings, (sql) => query(sql, at), runOptions))
     let savepoints = 0
     const validation = {
       maxPayloadBytes: options.maxPayloadBytes ?? defaultMaxPayloadBytes,
@@ -198,8 +208,8 @@ export const make = (options: QueueOptions = {}) =>
       if (windowed.length === 0) return enqueueUnwindowed(jobs)
       return db.transaction(Effect.gen(function*() {
         const ws = windowed.map((i) => jobs[i]!)
-        const claimed = yield* db.run((sql) =>
-          JobsSql.claimWindows(sql, { orgs: ws.map((j) => j.orgId), keys: ws.map((j) => j.dedupeKey!), periods: ws.map((j) => j.uniqueForMs!) })
+        const claimed = yield* run((sql, at) =>
+          JobsSql.claimWindows(sql, at, { orgs: ws.map((j) => j.orgId), keys: ws.map((j) => j.dedupeKey!), periods: ws.map((j) => j.uniqueForMs!) })
         )
         const windowKey = (k: number) => JSON.stringify([ws[k]!.orgId, ws[k]!.dedupeKey, claimed[k]!.window_start.toISOString()])
         // the first job of each fresh window is written; later ones in the batch follow it
@@ -276,7 +286,7 @@ export const make = (options: QueueOptions = {}) =>
         const write = Effect.gen(function*() {
           const rows = new Map<import("./Job.js").ValidJob, { id: string; deduped: boolean }>()
           if (plain.length > 0) {
-            const inserted = yield* db.run((sql) => JobsSql.insertJobs(sql, plain))
+            const inserted = yield* run((sql, at) => JobsSql.insertJobs(sql, at, plain))
             plain.forEach((j, i) => rows.set(j, { id: String(inserted[i]!.id), deduped: inserted[i]!.deduped }))
           }
           if (dependent.length > 0) {
@@ -284,7 +294,7 @@ export const make = (options: QueueOptions = {}) =>
             dependent.forEach((j, i) => rows.set(j, written[i]!))
           }
           for (const [mode, js] of replacing) {
-            const written = yield* db.run((sql) => JobsSql.insertJobsReplacing(sql, db.schema, js, mode))
+            const written = yield* run((sql, at) => JobsSql.insertJobsReplacing(sql, at, db.schema, js, mode))
             const byDedupeKey = new Map(written.map((r) => [JSON.stringify([r.org_id, r.dedupe_key]), r]))
             for (const j of js) {
               const r = byDedupeKey.get(JSON.stringify([j.orgId, j.dedupeKey]))!
@@ -354,7 +364,7 @@ export const make = (options: QueueOptions = {}) =>
             }
             return Effect.succeed(waiting)
           }))
-        const inserted = yield* db.run((sql) => JobsSql.insertWaitingJobs(sql, jobs, waitingOn))
+        const inserted = yield* run((sql, at) => JobsSql.insertWaitingJobs(sql, at, jobs, waitingOn))
         const edges = { jobIds: [] as Array<string>, parentIds: [] as Array<string>, orgs: [] as Array<string | null>, onFailure: [] as Array<string> }
         jobs.forEach((job, i) => {
           if (inserted[i]!.deduped) return
@@ -440,18 +450,18 @@ export const make = (options: QueueOptions = {}) =>
         const shares = Limits.applyOverride(claimOptions.shares ?? Limits.defaultShares, yield* overrideFor(stage))
         const leaseMs = ms(claimOptions.leaseFor)
         if (!shares.fair && !Limits.isLimited(shares)) {
-          const rows = yield* db.runWithSettings(
+          const rows = yield* runWithSettings(
             JobsSql.claimSettings,
-            (sql) => JobsSql.claimReady(sql, stage, limit, claimOptions.workerId, leaseMs)
+            (sql, at) => JobsSql.claimReady(sql, at, stage, limit, claimOptions.workerId, leaseMs)
           )
           return { jobs: (rows[0]?.jobs ?? []).map(claimedToJob).sort(byClaimOrder), rateLimitedForMs: null, capped: false }
         }
         const limited = Limits.isLimited(shares)
         if (!limited && (ranDry.has(stage) || !cursors.has(stage))) {
           // every ready job fits in this claim, or they are one org's: fair shares would take the same, without the walk
-          const rows = yield* db.runWithSettings(
+          const rows = yield* runWithSettings(
             JobsSql.claimSettings,
-            (sql) => JobsSql.claimReadyIfAll(sql, stage, limit, claimOptions.workerId, leaseMs)
+            (sql, at) => JobsSql.claimReadyIfAll(sql, at, stage, limit, claimOptions.workerId, leaseMs)
           )
           if (rows[0]?.fits === true) {
             const jobs = (rows[0].jobs ?? []).map(claimedToJob).sort(byClaimOrder)
@@ -465,9 +475,9 @@ export const make = (options: QueueOptions = {}) =>
         // one statement, as the plain claim; a limited stage's claim is a transaction (porsager's own, no reservation):
         // counting and spending are exact only with this stage's claims in line, each seeing the last one's commit
         // (the lock, then the claim's snapshot)
-        const [row] = yield* db.runWithSettings(JobsSql.claimSettings, async (sql) => {
+        const [row] = yield* runWithSettings(JobsSql.claimSettings, async (sql, at) => {
           if (limited) await JobsSql.lockStageLimits(sql, db.schema, stage)
-          return await JobsSql.claimShares(sql, stage, limit, claimOptions.workerId, leaseMs, shares, cursor)
+          return await JobsSql.claimShares(sql, at, stage, limit, claimOptions.workerId, leaseMs, shares, cursor)
         }, { atomic: limited })
         // in claim order: by priority, then round by round across orgs
         const jobs = (row?.jobs ?? []).map(claimedToJob)
@@ -489,7 +499,7 @@ export const make = (options: QueueOptions = {}) =>
     const limits = {
       list: listOverrides,
       set: (stage: string, o: Partial<Limits.Override>) =>
-        db.run((sql) => JobsSql.upsertLimitOverride(sql, stage, { ...Limits.emptyOverride, ...o })).pipe(
+        run((sql, at) => JobsSql.upsertLimitOverride(sql, at, stage, { ...Limits.emptyOverride, ...o })).pipe(
           Effect.map(([row]) => rowToOverride(row!)),
           Effect.tap(() => Effect.sync(() => {
             overrides = null
@@ -519,7 +529,7 @@ export const make = (options: QueueOptions = {}) =>
         values: leases.map((l) => l.reported?.value ?? null),
         messages: leases.map((l) => l.reported?.message ?? null)
       }
-      return db.run((sql) => JobsSql.extendLeases(sql, ids, tokens, ms(leaseFor), progress)).pipe(
+      return run((sql, at) => JobsSql.extendLeases(sql, at, ids, tokens, ms(leaseFor), progress)).pipe(
         Effect.map((rows) => rows.map((r) => String(r.id))),
         Effect.withSpan("Queue.heartbeat")
       )
@@ -556,8 +566,8 @@ export const make = (options: QueueOptions = {}) =>
         runMs[i] = o.runMs ?? null
       }
       const retainMs = settleOptions.retain === undefined ? null : Math.max(0, Duration.toMillis(settleOptions.retain))
-      return db.run((sql) =>
-        JobsSql.completeOutcomes(sql, db.schema, { ids, leases, outputs, runMs }, retainMs, retention, settleOptions.wakeFreed ?? false)
+      return run((sql, at) =>
+        JobsSql.completeOutcomes(sql, at, db.schema, { ids, leases, outputs, runMs }, retainMs, retention, settleOptions.wakeFreed ?? false)
       ).pipe(
         Effect.map((rows) => {
           if (rows.length === 0) return ids.map((): Settled => "completed")
@@ -627,8 +637,8 @@ export const make = (options: QueueOptions = {}) =>
         input.progressMessages.push(o.progress?.message ?? null)
       })
       const write = Effect.gen(function*() {
-        const rows = yield* db.run((sql) =>
-          JobsSql.settleOutcomes(sql, db.schema, input, retention, settleOptions.wakeFreed ?? false)
+        const rows = yield* run((sql, at) =>
+          JobsSql.settleOutcomes(sql, at, db.schema, input, retention, settleOptions.wakeFreed ?? false)
         )
         const byId = new Map(rows.map((r) => [r.id, r]))
         const results = outcomes.map((o): Settled => {
@@ -717,15 +727,15 @@ export const make = (options: QueueOptions = {}) =>
       Effect.gen(function*() {
         const [lock] = yield* db.run((sql) => JobsSql.tryReaperLock(sql, db.schema))
         if (!lock?.locked) return { requeued: 0, deadLettered: 0, removedCancelled: 0, ran: false }
-        const removed = yield* db.run((sql) => JobsSql.removeExpiredCancelled(sql, retention))
+        const removed = yield* run((sql, at) => JobsSql.removeExpiredCancelled(sql, at, retention))
         // exhausted ones too: their stage's claim dead-letters them, with the stage's onDeadLetter
-        const requeued = yield* db.run((sql) => JobsSql.requeueExpired(sql, db.schema))
+        const requeued = yield* run((sql, at) => JobsSql.requeueExpired(sql, at, db.schema))
         return { requeued: requeued.length, deadLettered: 0, removedCancelled: removed.length, ran: true }
       })
     ).pipe(Effect.withSpan("Queue.reapExpired"))
 
     const nextWake = (stages: ReadonlyArray<string>, options?: { readonly seenBy?: string | undefined }) =>
-      db.run((sql) => JobsSql.nextWake(sql, stages, options?.seenBy ?? null)).pipe(
+      run((sql, at) => JobsSql.nextWake(sql, at, stages, options?.seenBy ?? null)).pipe(
         Effect.map(([row]) => ({
           jobDueInMs: row?.job_due_in_ms == null ? null : Math.max(0, row.job_due_in_ms),
           leaseExpiresInMs: row?.lease_expires_in_ms == null ? null : Math.max(0, row.lease_expires_in_ms)
@@ -734,7 +744,7 @@ export const make = (options: QueueOptions = {}) =>
 
     const cancel = (id: string) =>
       isId(id)
-        ? db.run((sql) => JobsSql.cancelJob(sql, id, retention)).pipe(
+        ? run((sql, at) => JobsSql.cancelJob(sql, at, id, retention)).pipe(
           Effect.map((rows) => {
             const row = rows[0]
             if (row?.outcome === "cancelled" && row.stage !== null && events.active()) {
@@ -748,7 +758,7 @@ export const make = (options: QueueOptions = {}) =>
 
     const runNow = (id: string) =>
       isId(id)
-        ? db.run((sql) => JobsSql.makeDue(sql, db.schema, id)).pipe(
+        ? run((sql, at) => JobsSql.makeDue(sql, at, db.schema, id)).pipe(
           Effect.map(([row]) => (row?.outcome ?? "not-found") as "due" | "not-delayed" | "not-found"),
           Effect.withSpan("Queue.runNow")
         )
@@ -810,8 +820,8 @@ export const make = (options: QueueOptions = {}) =>
       isId(id) ? db.run((sql) => JobsSql.selectBatch(sql, id)).pipe(Effect.map((rows) => (rows[0] ? rowToBatch(rows[0]) : null))) : Effect.succeed(null)
     const seal = (id: string) =>
       db.transaction(Effect.gen(function*() {
-        const [sealed] = isId(id) ? yield* db.run((sql) => JobsSql.sealBatch(sql, id)) : []
-        if (sealed?.finished) yield* db.run((sql) => JobsSql.enqueueFinishedCallbacks(sql, id))
+        const [sealed] = isId(id) ? yield* run((sql, at) => JobsSql.sealBatch(sql, at, id)) : []
+        if (sealed?.finished) yield* run((sql, at) => JobsSql.enqueueFinishedCallbacks(sql, at, id))
         const batch = yield* getBatch(id)
         if (batch === null) return yield* new JobNotFound({ message: `batch ${id} not found` })
         return batch
@@ -828,7 +838,7 @@ export const make = (options: QueueOptions = {}) =>
           const maxBatches = Math.max(1, o.maxBatches ?? 1000)
           let total = 0
           for (let i = 0; i < maxBatches; i++) {
-            const [row] = yield* db.run((sql) => JobsSql.pruneArchive(sql, batch))
+            const [row] = yield* run((sql, at) => JobsSql.pruneArchive(sql, at, batch))
             const n = row?.n ?? 0
             total += n
             if (n < batch) break
@@ -840,7 +850,7 @@ export const make = (options: QueueOptions = {}) =>
             if ((row?.n ?? 0) < batch) break
           }
           for (let i = 0; i < maxBatches; i++) {
-            const [row] = yield* db.run((sql) => JobsSql.pruneWindows(sql, batch))
+            const [row] = yield* run((sql, at) => JobsSql.pruneWindows(sql, at, batch))
             if ((row?.n ?? 0) < batch) break
           }
           return total
@@ -852,31 +862,31 @@ export const make = (options: QueueOptions = {}) =>
         Effect.map((rows) => rows.map((r) => ({ stage: r.stage, paused: r.paused, changedBy: r.changed_by, changedAt: date(r.changed_at) })))
       ),
       setPaused: (stage: string, paused: boolean, by?: string) =>
-        db.run((sql) => JobsSql.setStagePaused(sql, stage, paused, by ?? null)).pipe(Effect.asVoid),
+        run((sql, at) => JobsSql.setStagePaused(sql, at, stage, paused, by ?? null)).pipe(Effect.asVoid),
       purge: (stage: string, by?: string) =>
-        db.run((sql) => JobsSql.purgeQueued(sql, stage, by ?? "an operator", retention)).pipe(Effect.map(([row]) => row?.n ?? 0))
+        run((sql, at) => JobsSql.purgeQueued(sql, at, stage, by ?? "an operator", retention)).pipe(Effect.map(([row]) => row?.n ?? 0))
     }
 
     const decodeRegistered = Schema.decodeUnknownSync(Schema.Array(Registry.RegisteredRow))
     const registry = {
       register: (presence: Registry.Presence, entries: ReadonlyArray<Registry.StageEntry>) =>
-        entries.length === 0 ? Effect.void : db.run((sql) => Registry.register(sql, presence, entries)).pipe(Effect.asVoid),
+        entries.length === 0 ? Effect.void : run((sql, at) => Registry.register(sql, at, presence, entries)).pipe(Effect.asVoid),
       unregister: (workerId: string, names: ReadonlyArray<string>) =>
         names.length === 0 ? Effect.void : db.run((sql) => Registry.unregister(sql, workerId, names)).pipe(Effect.asVoid),
-      list: db.run((sql) => Registry.list(sql)).pipe(Effect.map((rows) => decodeRegistered(rows).map(Registry.fromRow)))
+      list: run((sql, at) => Registry.list(sql, at)).pipe(Effect.map((rows) => decodeRegistered(rows).map(Registry.fromRow)))
     }
 
     const list = (o: import("./Job.js").ListOptions = {}) =>
-      db.run((sql) => {
+      run((sql, at) => {
         const afterId = o.afterId && isId(o.afterId) ? o.afterId : null
         return o.payload === undefined && o.error === undefined
           ? JobsSql.listJobs(sql, o.stage ?? null, o.status ?? null, afterId, clampLimit(o.limit, 100))
-          : BulkSql.searchJobs(sql, { stage: o.stage, payload: o.payload, error: o.error }, o.status ?? null, afterId, clampLimit(o.limit, 100))
+          : BulkSql.searchJobs(sql, at, { stage: o.stage, payload: o.payload, error: o.error }, o.status ?? null, afterId, clampLimit(o.limit, 100))
       }).pipe(Effect.map((rows) => rows.map(rowToJob)))
 
     const bulk = {
       preview: (filter: Bulk.JobFilter, action: Bulk.BulkAction) =>
-        db.run((sql) => BulkSql.countApplicable(sql, filter, action)).pipe(
+        run((sql, at) => BulkSql.countApplicable(sql, at, filter, action)).pipe(
           Effect.map(([row]) => row?.n ?? 0),
           Effect.withSpan("Queue.bulk.preview", { attributes: { action: action.kind } })
         ),
@@ -886,13 +896,13 @@ export const make = (options: QueueOptions = {}) =>
           const pace = Math.max(0, Math.min(o.pace ?? Bulk.defaultPace, 100))
           const [top] = yield* db.run((sql) => BulkSql.maxJobId(sql))
           const maxId = top?.id ?? "0"
-          const [counted] = yield* db.run((sql) => BulkSql.countApplicable(sql, filter, action))
+          const [counted] = yield* run((sql, at) => BulkSql.countApplicable(sql, at, filter, action))
           const matched = counted?.n ?? 0
           const org = yield* Db.currentOrgId
           // recorded before the first batch, finished after the last: an action cut short (a client gone, the
           // database lost) stays in the record with what it changed, marked interrupted
-          const [recorded] = yield* db.run((sql) =>
-            BulkSql.insertAction(sql, {
+          const [recorded] = yield* run((sql, at) =>
+            BulkSql.insertAction(sql, at, {
               action: action.kind,
               filter: JSON.stringify(Bulk.filterRecord(filter)),
               priority: action.kind === "priority" ? action.priority : null,
@@ -909,10 +919,10 @@ export const make = (options: QueueOptions = {}) =>
             for (let pass = 0; pass < 2 && (pass === 0 || affected < matched); pass++) {
               let after = "0"
               while (true) {
-                const [[row], took] = yield* Effect.timed(db.runWithSettings(BulkSql.batchPlan, (sql) =>
+                const [[row], took] = yield* Effect.timed(runWithSettings(BulkSql.batchPlan, (sql, at) =>
                   action.kind === "cancel"
-                    ? BulkSql.cancelBatch(sql, filter, after, maxId, batch, retention)
-                    : BulkSql.updateBatch(sql, db.schema, filter, action, after, maxId, batch)
+                    ? BulkSql.cancelBatch(sql, at, filter, after, maxId, batch, retention)
+                    : BulkSql.updateBatch(sql, at, db.schema, filter, action, after, maxId, batch)
                 )).pipe(Effect.map(([d, rows]) => [rows, d] as const))
                 if (row === undefined || row.last === null) break
                 affected += row.changed
@@ -928,7 +938,7 @@ export const make = (options: QueueOptions = {}) =>
           })
           yield* batches.pipe(
             Effect.onExit((exit) =>
-              db.run((sql) => BulkSql.finishAction(sql, actionId, affected, !Exit.isSuccess(exit))).pipe(
+              run((sql, at) => BulkSql.finishAction(sql, at, actionId, affected, !Exit.isSuccess(exit))).pipe(
                 Effect.catchAll((e) => Effect.logWarning("bulk action: its record could not be finished", e.message))
               )
             )
@@ -955,7 +965,7 @@ export const make = (options: QueueOptions = {}) =>
         )
     }
 
-    const stats = db.run((sql) => JobsSql.stageStats(sql)).pipe(
+    const stats = run((sql, at) => JobsSql.stageStats(sql, at)).pipe(
       Effect.map((rows): ReadonlyArray<StageStats> =>
         rows.map((r) => ({
           stage: r.stage,
@@ -988,17 +998,17 @@ export const make = (options: QueueOptions = {}) =>
             const dl = yield* getDead(id)
             if (dl === null) return yield* new JobNotFound({ message: `dead letter ${id} not found` })
             const [created] = yield* enqueue([yield* jobFromDeadLetter(dl)])
-            yield* db.run((sql) => JobsSql.markDeadLetterRetried(sql, id, created!.id))
+            yield* run((sql, at) => JobsSql.markDeadLetterRetried(sql, at, id, created!.id))
             return created!.id
           })
         ).pipe(Effect.withSpan("Queue.deadLetters.retry")),
       resolve: (id: string, notes?: string) =>
         Effect.gen(function*() {
-          const rows = isId(id) ? yield* db.run((sql) => JobsSql.markDeadLetterResolved(sql, id, notes ?? null)) : []
+          const rows = isId(id) ? yield* run((sql, at) => JobsSql.markDeadLetterResolved(sql, at, id, notes ?? null)) : []
           if (rows.length !== 1) return yield* new JobNotFound({ message: `dead letter ${id} not found` })
         }),
       purge: (o: { readonly olderThan?: Duration.Duration; readonly includeUnresolved?: boolean } = {}) =>
-        db.run((sql) => JobsSql.purgeDeadLetters(sql, o.olderThan ? ms(o.olderThan) : null, o.includeUnresolved ?? false)).pipe(
+        run((sql, at) => JobsSql.purgeDeadLetters(sql, at, o.olderThan ? ms(o.olderThan) : null, o.includeUnresolved ?? false)).pipe(
           Effect.map((rows) => rows.length)
         )
     }

@@ -11,6 +11,8 @@
  */
 import { Schema } from "effect"
 import type { Sql } from "../layers/Db.js"
+import * as SqlClock from "./SqlClock.js"
+import type { At } from "./SqlClock.js"
 import type * as Limits from "./Limits.js"
 
 export type Visibility = "public" | "internal"
@@ -107,7 +109,7 @@ export const isLive = (s: RegisteredStage) => s.processes.some((p) => p.live)
  * speaks for the stage), the process's rows inserted or refreshed, and rows of processes not seen for a day
  * deleted. Locking: the stages' registry rows and this process's rows; one statement at a pool's start.
  */
-export const register = (sql: Sql, presence: Presence, entries: ReadonlyArray<StageEntry>) =>
+export const register = (sql: Sql, at: At, presence: Presence, entries: ReadonlyArray<StageEntry>) =>
   sql`
     with declared as (
       select * from jsonb_to_recordset(${JSON.stringify(entries.map((e) => ({ ...e, payloadSchema: e.payloadSchema ?? null })))}::text::jsonb)
@@ -116,27 +118,27 @@ export const register = (sql: Sql, presence: Presence, entries: ReadonlyArray<St
     ), stages as (
       insert into stage_registry (stage, visibility, concurrency, limits, retain_ms, max_attempts, priority, payload_schema,
                                   registered_by, updated_at)
-      select name, visibility, concurrency, limits, "retainMs", "maxAttempts", priority, "payloadSchema", ${presence.workerId}, now()
+      select name, visibility, concurrency, limits, "retainMs", "maxAttempts", priority, "payloadSchema", ${presence.workerId}, ${SqlClock.now(sql, at)}
       from declared
       on conflict (stage) do update set
         visibility = excluded.visibility, concurrency = excluded.concurrency, limits = excluded.limits,
         retain_ms = excluded.retain_ms, max_attempts = excluded.max_attempts, priority = excluded.priority,
-        payload_schema = excluded.payload_schema, registered_by = excluded.registered_by, updated_at = now()
+        payload_schema = excluded.payload_schema, registered_by = excluded.registered_by, updated_at = ${SqlClock.now(sql, at)}
       returning stage
     ), gone as (
-      delete from stage_processes where last_seen_at < now() - interval '1 day' returning 1
+      delete from stage_processes where last_seen_at < ${SqlClock.now(sql, at)} - interval '1 day' returning 1
     )
     insert into stage_processes (worker_id, stage, concurrency, sweep_ms, started_at, last_seen_at)
-    select ${presence.workerId}, name, concurrency, ${presence.sweepMs}, now(), now() from declared
+    select ${presence.workerId}, name, concurrency, ${presence.sweepMs}, ${SqlClock.now(sql, at)}, ${SqlClock.now(sql, at)} from declared
     on conflict (worker_id, stage) do update set concurrency = excluded.concurrency, sweep_ms = excluded.sweep_ms,
-      last_seen_at = now()`
+      last_seen_at = ${SqlClock.now(sql, at)}`
 
 /** A clean shutdown: the process no longer runs these stages. Locking: this process's rows. */
 export const unregister = (sql: Sql, workerId: string, stages: ReadonlyArray<string>) =>
   sql`delete from stage_processes where worker_id = ${workerId} and stage = any(${stages}::text[])`
 
 /** Every registered stage with its processes. Locking: none. */
-export const list = (sql: Sql) =>
+export const list = (sql: Sql, at: At) =>
   sql<Array<Record<string, unknown>>>`
     select r.stage, r.visibility, r.concurrency, r.limits, r.retain_ms, r.max_attempts, r.priority, r.payload_schema,
            r.registered_by, r.updated_at,
@@ -145,7 +147,7 @@ export const list = (sql: Sql) =>
                       'workerId', p.worker_id, 'concurrency', p.concurrency,
                       'startedAt', to_char(p.started_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
                       'lastSeenAt', to_char(p.last_seen_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-                      'live', p.last_seen_at > now() - 3 * p.sweep_ms * interval '1 millisecond')
+                      'live', p.last_seen_at > ${SqlClock.now(sql, at)} - 3 * p.sweep_ms * interval '1 millisecond')
                     order by p.worker_id)
              from stage_processes p where p.stage = r.stage), '[]'::jsonb) as processes
     from stage_registry r order by r.stage`
