@@ -364,7 +364,7 @@ const readyIds = (sql: Sql, stage: string, limit: number) =>
       for update skip locked`
 
 /**
- * The order of a claimed job's fields in `claimedJobs`' arrays (`PgQueue.claimedToJob` reads them by position).
+ * The order of a claimed job's fields in `claimedJobs`' arrays (`Rows.decodeClaimed` reads them by position).
  * Timestamps are epoch milliseconds, the id is text (a bigint can pass 2^53).
  */
 export const claimedFields = [
