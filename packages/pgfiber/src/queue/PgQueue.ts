@@ -3,7 +3,7 @@
  * connection per process carries wake-ups. Statements are in JobsSql.ts.
  */
 import { createHash } from "node:crypto"
-import { Data, Duration, Effect, Either, Exit, Layer, Option, Predicate, Schema } from "effect"
+import { Data, Duration, Effect, Either, Exit, Layer, Option, ParseResult, Predicate, Schema } from "effect"
 import * as Db from "../layers/Db.js"
 import * as Spans from "../layers/Spans.js"
 import * as Bulk from "./Bulk.js"
@@ -45,7 +45,12 @@ export class RowMismatch extends Data.TaggedError("RowMismatch")<{ readonly mess
 export const decodeRows = <A, I>(what: string, schema: Schema.Schema<A, I>) => {
   const decode = Schema.decodeUnknown(Schema.Array(schema))
   return (rows: unknown): Effect.Effect<ReadonlyArray<A>, RowMismatch> =>
-    Effect.mapError(decode(rows), (e) => new RowMismatch({ message: `a row of ${what} did not decode: ${e.message}`, cause: e }))
+    Effect.mapError(decode(rows), (e) => {
+      // where and what, not the whole schema (ParseError's own message spells out every field's type)
+      const [first] = ParseResult.ArrayFormatter.formatErrorSync(e)
+      const at = first === undefined ? "" : `${first.path.map((p) => `[${JSON.stringify(p)}]`).join("")}: ${first.message}`
+      return new RowMismatch({ message: `a row of ${what} did not decode: ${at}`, cause: e })
+    })
 }
 
 /**

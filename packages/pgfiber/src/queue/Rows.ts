@@ -6,13 +6,15 @@
  * defect of the statement or the migration, reported where it enters (PgQueue's `RowMismatch`).
  */
 import { Either, ParseResult, Schema } from "effect"
-import { Batch, DeadLetter, ErrorEntry, FinishedStatusSchema, Job, JobIdSchema, LiveStatusSchema } from "./Job.js"
+import { Batch, DeadLetter, ErrorEntry, FinishedStatusSchema, Job, LiveStatusSchema } from "./Job.js"
 import type * as Limits from "./Limits.js"
 
 const nullableString = Schema.NullOr(Schema.String)
 const nullableNumber = Schema.NullOr(Schema.Number)
 const nullableDate = Schema.NullOr(Schema.DateFromSelf)
-const nullableId = Schema.NullOr(JobIdSchema)
+/** A bigint key column as porsager gives it: its text (ids are positive in use; the column allows any bigint). */
+const BigintText = Schema.String.pipe(Schema.pattern(/^-?\d{1,19}$/))
+const nullableId = Schema.NullOr(BigintText)
 /** A jsonb error history; SQL NULL (never written, but the column allows it in old rows) reads as none. */
 const errorHistory = Schema.NullOr(Schema.Array(ErrorEntry))
 
@@ -33,7 +35,7 @@ const fromRow = <From extends Schema.Schema.Any, To extends Schema.Schema.Any>(
 
 /** A row of `jobs` (`select *`; has_dependents is the settle's and not read). */
 export const LiveJobRow = Schema.Struct({
-  id: JobIdSchema,
+  id: BigintText,
   stage: Schema.String,
   org_id: nullableString,
   subject_id: nullableString,
@@ -96,7 +98,7 @@ export const JobFromLiveRow = fromRow(LiveJobRow, Schema.typeSchema(Job), (r) =>
 
 /** A row of `jobs_archive` (`select *`; keep_until is the pruning's and not read). */
 export const ArchivedJobRow = Schema.Struct({
-  id: JobIdSchema,
+  id: BigintText,
   stage: Schema.String,
   org_id: nullableString,
   subject_id: nullableString,
@@ -153,8 +155,8 @@ export const JobFromArchivedRow = fromRow(ArchivedJobRow, Schema.typeSchema(Job)
 
 /** A row of `dead_letters` (`select *`). */
 export const DeadLetterRow = Schema.Struct({
-  id: JobIdSchema,
-  job_id: JobIdSchema,
+  id: BigintText,
+  job_id: BigintText,
   stage: Schema.String,
   org_id: nullableString,
   subject_id: nullableString,
@@ -196,7 +198,7 @@ export const DeadLetterFromRow = fromRow(DeadLetterRow, Schema.typeSchema(DeadLe
 
 /** A row of `job_batches` (`select *`; its callbacks' specs and created_at are not read). */
 export const BatchRow = Schema.Struct({
-  id: JobIdSchema,
+  id: BigintText,
   org_id: nullableString,
   total: Schema.Number,
   completed: Schema.Number,
@@ -204,7 +206,7 @@ export const BatchRow = Schema.Struct({
   sealed: Schema.Boolean,
   finished_at: nullableDate,
   // bigint[]: an array of digit strings
-  callbacks: Schema.NullOr(Schema.Array(JobIdSchema))
+  callbacks: Schema.NullOr(Schema.Array(BigintText))
 })
 
 export const BatchFromRow = fromRow(BatchRow, Schema.typeSchema(Batch), (r) => ({
@@ -270,7 +272,7 @@ export const OverrideFromRow = Schema.transform(
  * order, timestamps as epoch milliseconds, the id as text.
  */
 export const ClaimedRow = Schema.Tuple(
-  JobIdSchema, Schema.String, nullableString, nullableString, Schema.Unknown, Schema.Number, LiveStatusSchema,
+  BigintText, Schema.String, nullableString, nullableString, Schema.Unknown, Schema.Number, LiveStatusSchema,
   Schema.Number, Schema.Number, Schema.Number, Schema.Number, nullableString, nullableNumber, Schema.Number,
   nullableString, errorHistory, nullableString, Schema.Number, Schema.Number, nullableNumber, nullableNumber,
   nullableNumber, nullableString, nullableNumber
@@ -317,7 +319,7 @@ const isText = (v: unknown): v is string => typeof v === "string"
 const isTextOrNull = (v: unknown): v is string | null => v === null || typeof v === "string"
 const isNumber = (v: unknown): v is number => typeof v === "number"
 const isNumberOrNull = (v: unknown): v is number | null => v === null || typeof v === "number"
-const isId = (v: unknown): v is string => typeof v === "string" && /^\d{1,19}$/.test(v)
+const isId = (v: unknown): v is string => typeof v === "string" && /^-?\d{1,19}$/.test(v)
 const isLive = (v: unknown): v is typeof LiveStatusSchema.Type =>
   v === "running" || v === "queued" || v === "waiting" || v === "cancelled"
 
