@@ -34,7 +34,7 @@ const fromRow = <From extends Schema.Schema.Any, To extends Schema.Schema.Any>(
   })
 
 /** A row of `jobs` (`select *`; has_dependents is the settle's and not read). */
-export const LiveJobRow = Schema.Struct({
+const LiveJobRow = Schema.Struct({
   id: BigintText,
   stage: Schema.String,
   org_id: nullableString,
@@ -97,7 +97,7 @@ export const JobFromLiveRow = fromRow(LiveJobRow, Schema.typeSchema(Job), (r) =>
 }))
 
 /** A row of `jobs_archive` (`select *`; keep_until is the pruning's and not read). */
-export const ArchivedJobRow = Schema.Struct({
+const ArchivedJobRow = Schema.Struct({
   id: BigintText,
   stage: Schema.String,
   org_id: nullableString,
@@ -154,7 +154,7 @@ export const JobFromArchivedRow = fromRow(ArchivedJobRow, Schema.typeSchema(Job)
 }))
 
 /** A row of `dead_letters` (`select *`). */
-export const DeadLetterRow = Schema.Struct({
+const DeadLetterRow = Schema.Struct({
   id: BigintText,
   job_id: BigintText,
   stage: Schema.String,
@@ -197,7 +197,7 @@ export const DeadLetterFromRow = fromRow(DeadLetterRow, Schema.typeSchema(DeadLe
 }))
 
 /** A row of `job_batches` (`select *`; its callbacks' specs and created_at are not read). */
-export const BatchRow = Schema.Struct({
+const BatchRow = Schema.Struct({
   id: BigintText,
   org_id: nullableString,
   total: Schema.Number,
@@ -223,7 +223,7 @@ export const BatchFromRow = fromRow(BatchRow, Schema.typeSchema(Batch), (r) => (
 const nullableBoolean = Schema.NullOr(Schema.Boolean)
 
 /** A row of `stage_limits`: a null column is "not overridden". `rate_per_ms` is a bigint: text, read as a number. */
-export const OverrideRow = Schema.Struct({
+const OverrideRow = Schema.Struct({
   fair: nullableBoolean,
   max_running: nullableNumber,
   max_running_per_org: nullableNumber,
