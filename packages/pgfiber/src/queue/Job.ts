@@ -1,6 +1,9 @@
 /**
  * The job model: what a producer hands the queue (`NewJob`), what a worker claims (`Job`), what lands in the
  * dead-letter table (`DeadLetter`), and the validation every implementation applies before writing anything.
+ * What the queue answers (status, `Job`, `FinishedJob`, `ErrorEntry`, `Batch`, `DeadLetter`) is defined once, as
+ * Schemas with their types derived: the tables' rows decode to them (Rows.ts) and the faces' views take their
+ * fields from them (the HTTP API's JobView, the CLI's statuses).
  */
 import { Data, Duration, Effect, Either, Metric, ParseResult, Schema } from "effect"
 

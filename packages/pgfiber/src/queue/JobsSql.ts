@@ -324,7 +324,7 @@ export const insertJobsReplacing = (sql: Sql, schema: string, jobs: ReadonlyArra
  * so each claim costs more the longer the queue grows: 86 ms instead of 4 ms for 100 of 46,000 (docs/benchmarks.md).
  * Local to the claim's own transaction (`Db.runWithSettings`).
  */
-export const claimPlan: Readonly<Record<string, string>> = {
+const claimPlan: Readonly<Record<string, string>> = {
   enable_seqscan: "off",
   enable_bitmapscan: "off",
   enable_sort: "off"
@@ -341,7 +341,7 @@ export const claimPlan: Readonly<Record<string, string>> = {
  * after five claims anyway, one that then walked the stage's whole index from its start (1-2 s a claim of
  * 100-500 over 1,000 orgs) until `claimShares` stopped writing "no cursor" as a parameter.
  */
-export const sharesClaimPlan: Readonly<Record<string, string>> = { ...claimPlan, jit: "off", plan_cache_mode: "force_generic_plan" }
+const sharesClaimPlan: Readonly<Record<string, string>> = { ...claimPlan, jit: "off", plan_cache_mode: "force_generic_plan" }
 
 /**
  * What every claim runs under (`Db.runWithSettings`): the pins above, and no wait for the WAL flush at commit

@@ -7,7 +7,7 @@
  * replica) that never joins a transaction on the primary.
  *
  * Two implementations stand behind this one tag and pass one contract suite: `layer` (Postgres: BrowseSql's and
- * StatsSql's statements, and PgQueue's own reads run on the read pool, rows decoded by Job.ts's schemas) and
+ * StatsSql's statements, and PgQueue's own reads run on the read pool, rows decoded by the schemas of Job.ts and Rows.ts) and
  * `layerMemory` (over a Queue's reads, for unit tests: it keeps no per-minute counts, so its snapshot's series is
  * empty). Locking: none; plain reads. A replica may lag the primary by its replication delay.
  */
