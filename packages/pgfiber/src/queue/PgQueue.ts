@@ -55,7 +55,7 @@ export const decodeRows = <A, I>(what: string, schema: Schema.Schema<A, I>) => {
 
 /**
  * A claim's jobs from its JSON arrays, each checked by hand (`Rows.decodeClaimed`): the claim's hot path, where
- * the Tuple's Schema decode would cost the worker ~40 % of its CPU per job (docs/benchmarks.md).
+ * the Tuple's Schema decode would cost the worker a quarter to 40 % more CPU per job, the check 1 % (docs/benchmarks.md).
  */
 export const claimedJobs = (arrays: ReadonlyArray<unknown>): Effect.Effect<Array<Job>, RowMismatch> => {
   const jobs: Array<Job> = []

@@ -335,9 +335,9 @@ const entryOf = (v: unknown): ErrorEntry | undefined => {
 /**
  * `ClaimedRow` decoded by hand: each field's kind checked as the Tuple's Schema checks it, without its
  * machinery. The claim's hot path decodes with this, not the Schema: the Tuple's decode (or its `Schema.is`
- * guard) cost ~17 times the unchecked mapper it replaces, ~22 µs a job more on a loaded machine where the
- * unchecked one took 1.3 µs and this one 1.7 µs (`bench/decodeClaim.ts`, docs/benchmarks.md "Decoding the claim's
- * rows"): far past the 5 % of the worker's CPU per job (55-60 µs) the decode may take. The Schema stays the
+ * guard) cost 17-20 times the unchecked mapper it replaces, 14-22 µs a job more on a loaded machine, where this
+ * check cost 0.3-0.7 µs more (`bench/decodeClaim.ts`, docs/benchmarks.md "Decoding the claim's rows"): far past
+ * the 5 % of the worker's CPU per job (55-60 µs) the decode may take. The Schema stays the
  * definition: test/queue/Rows.test.ts holds the two to the same answers.
  */
 export const decodeClaimed = (a: unknown): Either.Either<typeof ClaimedRow.Type, string> => {
