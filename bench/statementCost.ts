@@ -7,7 +7,7 @@
  * session).
  *
  * - `fair`, `plain`: `JobsSql.claimShares` (fair, the default) and `JobsSql.claimReady`, with the jobs decoded
- *   as `PgQueue` decodes them (`claimedToJob`); `fairOneOrg`: `JobsSql.claimReadyIfAll`, what a fair stage sends
+ *   as `PgQueue` decodes them (`claimedJobs`); `fairOneOrg`: `JobsSql.claimReadyIfAll`, what a fair stage sends
  *   for a backlog of one org (every job here has none);
  * - `complete`, `general`: a batch of completions settled by `JobsSql.completeOutcomes` (what `PgQueue.settle`
  *   sends for them) and by `JobsSql.settleOutcomes` (its statement for every kind), both keeping history.
@@ -19,7 +19,8 @@
 import postgres from "postgres"
 import * as Migrations from "../packages/pgfiber/src/queue/Migrations.js"
 import * as JobsSql from "../packages/pgfiber/src/queue/JobsSql.js"
-import { claimedToJob } from "../packages/pgfiber/src/queue/PgQueue.js"
+import { Effect } from "effect"
+import { claimedJobs } from "../packages/pgfiber/src/queue/PgQueue.js"
 import { connect, cpuMsOf, log, median, type Sql, startCluster } from "./lib.js"
 
 const args = process.argv.slice(2)
@@ -72,7 +73,7 @@ const claimAll = async (sql: Sql, fair: boolean | "oneOrg") => {
     } else {
       rows = (await JobsSql.claimReady(sql, null, stage, batch, "w", 60_000))[0]!.jobs
     }
-    claimed += rows.map(claimedToJob).length
+    claimed += Effect.runSync(claimedJobs(rows)).length
     if (rows.length === 0) return claimed
   }
 }

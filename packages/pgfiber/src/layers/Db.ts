@@ -30,6 +30,14 @@ import * as EmbeddedPg from "./EmbeddedPg.js"
 export type Sql = postgres.Sql<{}>
 export type Row = postgres.Row
 
+/**
+ * A transaction's handle as the `Sql` the statements are written against: the project's one `as unknown as`.
+ * porsager runs a statement on it as on its pool, but types it apart (`TransactionSql` has the tagged template,
+ * `unsafe`, `json`, `array` and the rest a statement uses, not the pool's `begin`, `reserve`, `end`, which no
+ * statement calls), and the two types do not overlap enough for a plain `as`.
+ */
+const transactionSql = (sql: postgres.TransactionSql<{}>): Sql => sql as unknown as Sql
+
 /** A query failed or the server could not be reached; `unavailable` marks connection-level trouble. */
 export class DbError extends Data.TaggedError("DbError")<{
   readonly message: string
@@ -426,7 +434,7 @@ export const make = (options: DbOptions) =>
     const reserveAndBegin = (orgId: string | null) =>
       Effect.gen(function*() {
         const reserved = yield* send(() => pool.reserve())
-        const conn = reserved as unknown as Sql
+        const conn: Sql = reserved
         // porsager's connection object, seen once as BEGIN is written to it (its `onexecute` hook)
         let handle: { reserved: unknown } | undefined
         let mark: unknown
@@ -584,7 +592,7 @@ export const make = (options: DbOptions) =>
                 ready !== null
                   // one round trip: the session already has the settings
                   ? outside(observe(send(() =>
-                    runOptions.atomic ? ready.begin(async (sql) => await query(sql as unknown as Sql)) as PromiseLike<A> : query(ready)
+                    runOptions.atomic ? ready.begin(async (sql) => await query(transactionSql(sql))) as PromiseLike<A> : query(ready)
                   )))
                   // plain SQL in porsager's own transaction: a killed backend rejects it, and the connection goes
                   // back among the closed ones by porsager's own bookkeeping. The settings and the statement are
@@ -593,8 +601,8 @@ export const make = (options: DbOptions) =>
                   // to describe it, so the very first claim still waits for the settings.)
                   : outside(observe(onPool(() =>
                     pool.begin((sql) => {
-                      const set = localSettings(sql as unknown as Sql, settings).execute()
-                      return Promise.all([set, query(sql as unknown as Sql)]).then(([, result]) => result)
+                      const set = localSettings(transactionSql(sql), settings).execute()
+                      return Promise.all([set, query(transactionSql(sql))]).then(([, result]) => result)
                     }) as PromiseLike<A>
                   ))))))
 

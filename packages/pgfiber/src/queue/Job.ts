@@ -1,6 +1,9 @@
 /**
  * The job model: what a producer hands the queue (`NewJob`), what a worker claims (`Job`), what lands in the
  * dead-letter table (`DeadLetter`), and the validation every implementation applies before writing anything.
+ * What the queue answers (status, `Job`, `FinishedJob`, `ErrorEntry`, `Batch`, `DeadLetter`) is defined once, as
+ * Schemas with their types derived: the tables' rows decode to them (Rows.ts) and the faces' views take their
+ * fields from them (the HTTP API's JobView, the CLI's statuses).
  */
 import { Data, Duration, Effect, Either, Metric, ParseResult, Schema } from "effect"
 
@@ -9,10 +12,11 @@ export const namedPriorities = { fast: 10, normal: 50, bulk: 90 } as const
 export type PriorityName = keyof typeof namedPriorities
 export type Priority = PriorityName | number
 
-export const PrioritySchema = Schema.Union(
-  Schema.Literal("fast", "normal", "bulk"),
-  Schema.Int.pipe(Schema.between(0, 100))
-)
+/** A priority as a job stores it: an integer 0..100. */
+export const StoredPriority = Schema.Int.pipe(Schema.between(0, 100))
+
+/** A priority as a producer gives it: a name or the number. */
+export const PrioritySchema = Schema.Union(Schema.Literal("fast", "normal", "bulk"), StoredPriority)
 
 /** Jobs larger than this are refused: the hot table stays small; put big data in storage and pass its key. */
 export const defaultMaxPayloadBytes = 256 * 1024
@@ -26,8 +30,12 @@ export type JobId = string
 export const liveStatuses = ["waiting", "queued", "running", "cancelled"] as const
 export const finishedStatuses = ["completed", "dead", "cancelled"] as const
 export const jobStatuses = ["waiting", "queued", "running", "cancelled", "completed", "dead"] as const
-export type JobStatus = typeof jobStatuses[number]
-export type LiveStatus = typeof liveStatuses[number]
+export const JobStatusSchema = Schema.Literal(...jobStatuses)
+export type JobStatus = typeof JobStatusSchema.Type
+export const LiveStatusSchema = Schema.Literal(...liveStatuses)
+export type LiveStatus = typeof LiveStatusSchema.Type
+export const FinishedStatusSchema = Schema.Literal(...finishedStatuses)
+export type FinishedStatus = typeof FinishedStatusSchema.Type
 
 /**
  * What a dependent does when a parent is dead-lettered or cancelled: `cancel` it with the reason (the default),
@@ -107,73 +115,93 @@ export interface ValidJob {
   readonly batchId: string | null
 }
 
-export interface ErrorEntry {
-  readonly attempt: number
-  readonly at: string
-  readonly tag: string
-  readonly message: string
-  /** The worker that ran the failed attempt (absent in entries written before history was kept). */
-  readonly worker?: string | undefined
-}
+/**
+ * One failed run in a job's history (`errors`, a dead letter's `errorHistory`). `worker`: the worker that ran it,
+ * absent in entries written before history was kept, and JSON null in those the reaper wrote for a lease no worker
+ * held (read as absent).
+ */
+export const ErrorEntry = Schema.Struct({
+  attempt: Schema.Number,
+  at: Schema.String,
+  tag: Schema.String,
+  message: Schema.String,
+  worker: Schema.optionalWith(Schema.String, { nullable: true })
+})
+export type ErrorEntry = typeof ErrorEntry.Type
 
-export interface Job {
-  readonly id: JobId
-  readonly stage: string
-  readonly orgId: string | null
-  readonly subjectId: string | null
-  readonly payload: unknown
-  readonly priority: number
-  readonly status: JobStatus
+const nullableString = Schema.NullOr(Schema.String)
+const nullableNumber = Schema.NullOr(Schema.Number)
+const nullableDate = Schema.NullOr(Schema.DateFromSelf)
+
+/** A job, live or from the kept history: what `Queue.get`, `list`, `history.list` and a claim answer. */
+export const Job = Schema.Struct({
+  id: Schema.String,
+  stage: Schema.String,
+  orgId: nullableString,
+  subjectId: nullableString,
+  payload: Schema.Unknown,
+  priority: Schema.Number,
+  status: JobStatusSchema,
   /** Failed or expired runs so far; the run in hand is attempt `attempts + 1`. */
-  readonly attempts: number
-  readonly maxAttempts: number
-  readonly polls: number
-  readonly availableAt: Date
-  readonly lockedBy: string | null
-  readonly lockedUntil: Date | null
+  attempts: Schema.Number,
+  maxAttempts: Schema.Number,
+  polls: Schema.Number,
+  availableAt: Schema.DateFromSelf,
+  lockedBy: nullableString,
+  lockedUntil: nullableDate,
   /** The fencing token of the current claim. */
-  readonly lease: number
-  readonly dedupeKey: string | null
-  readonly errors: ReadonlyArray<ErrorEntry>
-  readonly lastError: string | null
-  readonly createdAt: Date
-  readonly updatedAt: Date
+  lease: Schema.Number,
+  dedupeKey: nullableString,
+  errors: Schema.Array(ErrorEntry),
+  lastError: nullableString,
+  createdAt: Schema.DateFromSelf,
+  updatedAt: Schema.DateFromSelf,
   /** When the first run started; null until then. */
-  readonly startedAt: Date | null
+  startedAt: nullableDate,
   /** When the job finished (completed, dead-lettered, cancelled); null while it is live. */
-  readonly finishedAt: Date | null
+  finishedAt: nullableDate,
   /** The last finished run's length, in ms. */
-  readonly lastRunMs: number | null
+  lastRunMs: nullableNumber,
   /** The handler's result, as its stage's `output` Schema encoded it (completed jobs only). */
-  readonly output: unknown
+  output: Schema.Unknown,
   /** The last progress the handler reported (written at most once a second). */
-  readonly progress: number | null
-  readonly progressMessage: string | null
+  progress: nullableNumber,
+  progressMessage: nullableString,
   /** This job's own timeout, overriding its stage's; null: the stage's. */
-  readonly timeoutMs: number | null
+  timeoutMs: nullableNumber,
   /** A waiting job's parents not finished yet; null for a job that is not waiting. */
-  readonly waitingOn: number | null
+  waitingOn: nullableNumber,
   /** The batch it belongs to (live jobs; the history does not keep it). */
-  readonly batchId: string | null
-}
+  batchId: nullableString
+})
+export type Job = typeof Job.Type
+
+/** A job from the kept history: finished, with the instant it finished. */
+export const FinishedJob = Schema.Struct({
+  ...Job.fields,
+  status: FinishedStatusSchema,
+  finishedAt: Schema.DateFromSelf
+})
+export type FinishedJob = typeof FinishedJob.Type
 
 /**
  * A batch: jobs whose callbacks (`onComplete` always, `onFailure` too when a job failed) are enqueued exactly once,
  * when it is sealed and its last job has finished, with its counts in their payload (`batch`).
  */
-export interface Batch {
-  readonly id: string
-  readonly orgId: string | null
-  readonly total: number
-  readonly completed: number
+export const Batch = Schema.Struct({
+  id: Schema.String,
+  orgId: nullableString,
+  total: Schema.Number,
+  completed: Schema.Number,
   /** Dead-lettered or cancelled. */
-  readonly failed: number
+  failed: Schema.Number,
   /** No more jobs may join; its callbacks run once all have finished. */
-  readonly sealed: boolean
-  readonly finishedAt: Date | null
+  sealed: Schema.Boolean,
+  finishedAt: nullableDate,
   /** The callback jobs enqueued when it finished. */
-  readonly callbacks: ReadonlyArray<JobId>
-}
+  callbacks: Schema.Array(Schema.String)
+})
+export type Batch = typeof Batch.Type
 
 export interface BatchOptions {
   readonly orgId?: string | null | undefined
@@ -288,26 +316,28 @@ export interface EnqueueResult {
 export type RetryOutcome = "retried" | "dead-lettered" | "fenced"
 export type CancelOutcome = "cancelled" | "cancelling" | "not-found"
 
-export interface DeadLetter {
-  readonly id: string
-  readonly jobId: JobId
-  readonly stage: string
-  readonly orgId: string | null
-  readonly subjectId: string | null
-  readonly payload: unknown
-  readonly priority: number
-  readonly attempts: number
-  readonly maxAttempts: number
-  readonly dedupeKey: string | null
-  readonly reason: string
-  readonly errorHistory: ReadonlyArray<ErrorEntry>
-  readonly jobCreatedAt: Date
-  readonly deadAt: Date
-  readonly resolutionStatus: "retried" | "resolved" | null
-  readonly resolutionNotes: string | null
-  readonly resolvedAt: Date | null
-  readonly retriedJobId: JobId | null
-}
+/** A job moved to the dead-letter table, and what an operator did about it. */
+export const DeadLetter = Schema.Struct({
+  id: Schema.String,
+  jobId: Schema.String,
+  stage: Schema.String,
+  orgId: nullableString,
+  subjectId: nullableString,
+  payload: Schema.Unknown,
+  priority: Schema.Number,
+  attempts: Schema.Number,
+  maxAttempts: Schema.Number,
+  dedupeKey: nullableString,
+  reason: Schema.String,
+  errorHistory: Schema.Array(ErrorEntry),
+  jobCreatedAt: Schema.DateFromSelf,
+  deadAt: Schema.DateFromSelf,
+  resolutionStatus: Schema.NullOr(Schema.Literal("retried", "resolved")),
+  resolutionNotes: nullableString,
+  resolvedAt: nullableDate,
+  retriedJobId: nullableString
+})
+export type DeadLetter = typeof DeadLetter.Type
 
 export interface StageStats {
   readonly stage: string
@@ -732,7 +762,6 @@ export const parentProblem = (
 export const browseStatuses = ["waiting", "queued", "delayed", "running", "cancelled", "completed", "dead"] as const
 export type BrowseStatus = typeof browseStatuses[number]
 
-const nullableString = Schema.NullOr(Schema.String)
 const fromColumn = <S extends Schema.Schema.Any>(schema: S, column: string) =>
   Schema.propertySignature(schema).pipe(Schema.fromKey(column))
 

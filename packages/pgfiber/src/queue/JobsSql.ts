@@ -333,7 +333,7 @@ export const insertJobsReplacing = (sql: Sql, at: At, schema: string, jobs: Read
  * so each claim costs more the longer the queue grows: 86 ms instead of 4 ms for 100 of 46,000 (docs/benchmarks.md).
  * Local to the claim's own transaction (`Db.runWithSettings`).
  */
-export const claimPlan: Readonly<Record<string, string>> = {
+const claimPlan: Readonly<Record<string, string>> = {
   enable_seqscan: "off",
   enable_bitmapscan: "off",
   enable_sort: "off"
@@ -350,7 +350,7 @@ export const claimPlan: Readonly<Record<string, string>> = {
  * after five claims anyway, one that then walked the stage's whole index from its start (1-2 s a claim of
  * 100-500 over 1,000 orgs) until `claimShares` stopped writing "no cursor" as a parameter.
  */
-export const sharesClaimPlan: Readonly<Record<string, string>> = { ...claimPlan, jit: "off", plan_cache_mode: "force_generic_plan" }
+const sharesClaimPlan: Readonly<Record<string, string>> = { ...claimPlan, jit: "off", plan_cache_mode: "force_generic_plan" }
 
 /**
  * What every claim runs under (`Db.runWithSettings`): the pins above, and no wait for the WAL flush at commit
@@ -373,7 +373,7 @@ const readyIds = (sql: Sql, at: At, stage: string, limit: number) =>
       for update skip locked`
 
 /**
- * The order of a claimed job's fields in `claimedJobs`' arrays (`PgQueue.claimedToJob` reads them by position).
+ * The order of a claimed job's fields in `claimedJobs`' arrays (`Rows.decodeClaimed` reads them by position).
  * Timestamps are epoch milliseconds, the id is text (a bigint can pass 2^53).
  */
 export const claimedFields = [

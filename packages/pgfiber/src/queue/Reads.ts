@@ -7,7 +7,7 @@
  * replica) that never joins a transaction on the primary.
  *
  * Two implementations stand behind this one tag and pass one contract suite: `layer` (Postgres: BrowseSql's and
- * StatsSql's statements, and PgQueue's own reads run on the read pool, rows decoded by Job.ts's schemas) and
+ * StatsSql's statements, and PgQueue's own reads run on the read pool, rows decoded by the schemas of Job.ts and Rows.ts) and
  * `layerMemory` (over a Queue's reads, for unit tests: it keeps no per-minute counts, so its snapshot's series is
  * empty). Locking: none; plain reads. A replica may lag the primary by its replication delay.
  */
@@ -78,17 +78,17 @@ export class Reads extends Context.Tag("pgfiber/Reads")<Reads, {
 const asViewer = (viewer: Viewer) => <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
   viewer._tag === "Operator" ? Db.asOwner(effect) : Db.forOrg(viewer.orgId)(effect)
 
-const decodeSummaries = Schema.decodeUnknown(Schema.Array(JobSummaryFromRow))
-const decodeSnapshot = Schema.decodeUnknown(LiveSnapshot)
+const decodeSummaries = PgQueue.decodeRows("the browse", JobSummaryFromRow)
+const decodeSnapshot = PgQueue.decodeRows("the live snapshot", LiveSnapshot)
 const column = <S extends Schema.Schema.Any>(schema: S, name: string) => Schema.propertySignature(schema).pipe(Schema.fromKey(name))
 /** `EventLog.LoggedEvent` from a row of BrowseSql.recentEvents (its instant a Date, as the driver gives it). */
-const decodeEvents = Schema.decodeUnknown(Schema.Array(Schema.Struct({
+const decodeEvents = PgQueue.decodeRows("job_events", Schema.Struct({
   ...EventLog.LoggedEvent.fields,
   jobId: column(Schema.String, "job_id"),
   orgId: column(Schema.NullOr(Schema.String), "org_id"),
   subjectId: column(Schema.NullOr(Schema.String), "subject_id"),
   at: Schema.DateFromSelf
-})))
+}))
 
 /** Reads on `db` (the primary, or a replica with the primary's schema). */
 export const makeWith = (db: Db.Db["Type"], options: QueueOptions = {}) =>
@@ -100,8 +100,8 @@ export const makeWith = (db: Db.Db["Type"], options: QueueOptions = {}) =>
     return Reads.of({
       browse: (viewer, filter, limit) =>
         asViewer(viewer)(db.run((sql) => BrowseSql.browseJobs(sql, filter, limit))).pipe(
-          PgQueue.atEdge("Reads.browse"),
-          Effect.flatMap((rows) => Effect.orDie(decodeSummaries(rows)))
+          Effect.flatMap(decodeSummaries),
+          PgQueue.atEdge("Reads.browse")
         ),
       list: (viewer, o) => asViewer(viewer)(queue.list(o)),
       history: (viewer, o) => asViewer(viewer)(queue.history.list(o)),
@@ -131,11 +131,14 @@ export const makeWith = (db: Db.Db["Type"], options: QueueOptions = {}) =>
             stages: f.stages && f.stages.length > 0 ? f.stages : null,
             kinds: f.kinds && f.kinds.length > 0 ? f.kinds : null
           }, limit)
-        )).pipe(PgQueue.atEdge("Reads.recentEvents"), Effect.flatMap((rows) => Effect.orDie(decodeEvents(rows)))),
+        )).pipe(Effect.flatMap(decodeEvents), PgQueue.atEdge("Reads.recentEvents")),
       snapshot: (watched, minutes) =>
         Db.asOwner(db.run((sql) => StatsSql.liveSnapshot(sql, watched, minutes))).pipe(
-          PgQueue.atEdge("Reads.snapshot"),
-          Effect.flatMap((rows) => Effect.orDie(decodeSnapshot(rows[0])))
+          // its one row
+          Effect.flatMap((rows) => decodeSnapshot(rows.slice(0, 1))),
+          Effect.flatMap(([snapshot]) =>
+            snapshot === undefined ? Effect.fail(new PgQueue.RowMismatch({ message: "the live snapshot returned no row" })) : Effect.succeed(snapshot)),
+          PgQueue.atEdge("Reads.snapshot")
         )
     })
   })

@@ -101,7 +101,8 @@ let ajv: Promise<{ compile: (schema: object) => Validate }> | undefined
 const loadAjv = () =>
   (ajv ??= import("ajv").then((m) => {
     // ajv is CommonJS: under Node's ESM its class is module.exports.default, a level its types do not show
-    const Ajv = (m.default as unknown as { default?: unknown }).default ?? m.default
+    const outer: unknown = m.default
+    const Ajv = (typeof outer === "function" && "default" in outer ? outer.default : undefined) ?? m.default
     // formats ("uuid") are not checked: the Schema's own pattern beside them is
     return new (Ajv as new (o: object) => { compile: (schema: object) => Validate })({ strict: false, allErrors: false, validateFormats: false })
   }))

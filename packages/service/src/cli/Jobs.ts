@@ -147,7 +147,7 @@ const jobsHistory = Command.make(
   "history",
   {
     stage: optionalText("stage", "Only this stage's jobs"),
-    status: Options.choice("status", ["completed", "dead", "cancelled"]).pipe(Options.optional, Options.withDescription("Only jobs that finished so")),
+    status: Options.choice("status", Queue.finishedStatuses).pipe(Options.optional, Options.withDescription("Only jobs that finished so")),
     limit: limitOption,
     before: optionalText("before", "Only ids smaller than this (keyset pagination, newest first)"),
     json: jsonFlag

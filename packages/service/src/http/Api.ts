@@ -144,40 +144,42 @@ export class HealthApi extends HttpApiGroup.make("health")
 
 const JobId = HttpApiSchema.param("id", Schema.String)
 
+// the model's, but `worker` as the API documents it: absent or a string (the model also reads the reaper's null)
 const ErrorEntry = Schema.Struct({
-  attempt: Schema.Number,
-  at: Schema.String,
-  tag: Schema.String,
-  message: Schema.String,
+  ...Job.ErrorEntry.fields,
   /** The worker that ran the failed attempt. */
   worker: Schema.optional(Schema.String)
 })
 
+// the model's fields as the API shows them (its instants are ISO text on the wire, `Schema.Date`, not the model's Dates)
+const job = Job.Job.fields
+const deadLetter = Job.DeadLetter.fields
+
 export const JobView = Schema.Struct({
-  id: Schema.String,
-  stage: Schema.String,
-  orgId: Schema.NullOr(Schema.String),
-  subjectId: Schema.NullOr(Schema.String),
-  payload: Schema.Unknown,
-  priority: Schema.Number,
+  id: job.id,
+  stage: job.stage,
+  orgId: job.orgId,
+  subjectId: job.subjectId,
+  payload: job.payload,
+  priority: job.priority,
   /**
    * Live: `waiting` (for its parents), `queued`, `running`, `cancelled` (asked to stop while running). Finished, kept for the stage's
    * retention (PGFIBER_RETAIN_COMPLETED): `completed`, `dead` (see `deadLetterId`), `cancelled` with
    * `finishedAt`. Past its retention a finished job is 404 (a dead one stays readable while its dead letter does).
    */
-  status: Schema.Literal(...Job.jobStatuses),
+  status: job.status,
   /** A waiting job's parents not finished yet (see `GET /jobs/:id/dependencies`); null otherwise. */
   waitingOn: Schema.optional(Schema.NullOr(Schema.Number)),
   /** The batch a live job belongs to (`GET /batches/:id`). */
   batchId: Schema.optional(Schema.NullOr(Schema.String)),
-  attempts: Schema.Number,
-  maxAttempts: Schema.Number,
-  polls: Schema.Number,
+  attempts: job.attempts,
+  maxAttempts: job.maxAttempts,
+  polls: job.polls,
   availableAt: Schema.NullOr(Schema.Date),
   lockedUntil: Schema.NullOr(Schema.Date),
-  dedupeKey: Schema.NullOr(Schema.String),
+  dedupeKey: job.dedupeKey,
   errors: Schema.Array(ErrorEntry),
-  lastError: Schema.NullOr(Schema.String),
+  lastError: job.lastError,
   deadLetterId: Schema.NullOr(Schema.String),
   createdAt: Schema.Date,
   updatedAt: Schema.Date,
@@ -186,41 +188,41 @@ export const JobView = Schema.Struct({
   /** When the job finished; null while it is live. */
   finishedAt: Schema.NullOr(Schema.Date),
   /** The last finished run's length in milliseconds. */
-  lastRunMs: Schema.NullOr(Schema.Number),
+  lastRunMs: job.lastRunMs,
   /** The handler's result (completed jobs of stages with an `output` Schema). */
   output: Schema.optional(Schema.Unknown),
   /** The last progress the handler reported, and its message. */
-  progress: Schema.NullOr(Schema.Number),
-  progressMessage: Schema.NullOr(Schema.String),
+  progress: job.progress,
+  progressMessage: job.progressMessage,
   /** This job's own timeout in ms (null: the stage's). */
-  timeoutMs: Schema.NullOr(Schema.Number)
+  timeoutMs: job.timeoutMs
 })
 
 export const DeadLetterView = Schema.Struct({
-  id: Schema.String,
-  jobId: Schema.String,
-  stage: Schema.String,
-  orgId: Schema.NullOr(Schema.String),
-  subjectId: Schema.NullOr(Schema.String),
-  payload: Schema.Unknown,
-  priority: Schema.Number,
-  attempts: Schema.Number,
-  maxAttempts: Schema.Number,
-  reason: Schema.String,
+  id: deadLetter.id,
+  jobId: deadLetter.jobId,
+  stage: deadLetter.stage,
+  orgId: deadLetter.orgId,
+  subjectId: deadLetter.subjectId,
+  payload: deadLetter.payload,
+  priority: deadLetter.priority,
+  attempts: deadLetter.attempts,
+  maxAttempts: deadLetter.maxAttempts,
+  reason: deadLetter.reason,
   errorHistory: Schema.Array(ErrorEntry),
   jobCreatedAt: Schema.Date,
   deadAt: Schema.Date,
-  resolutionStatus: Schema.NullOr(Schema.Literal("retried", "resolved")),
-  resolutionNotes: Schema.NullOr(Schema.String),
+  resolutionStatus: deadLetter.resolutionStatus,
+  resolutionNotes: deadLetter.resolutionNotes,
   resolvedAt: Schema.NullOr(Schema.Date),
-  retriedJobId: Schema.NullOr(Schema.String)
+  retriedJobId: deadLetter.retriedJobId
 })
 
 export const EnqueueRequest = Schema.Struct({
   stage: Schema.String,
   /** Validated by the stage's Schema. */
   payload: Schema.optional(Schema.Unknown),
-  priority: Schema.optional(Schema.Union(Schema.Literal("fast", "normal", "bulk"), Schema.Int.pipe(Schema.between(0, 100)))),
+  priority: Schema.optional(Job.PrioritySchema),
   /** Run no sooner than this many milliseconds from now. */
   delayMs: Schema.optional(Schema.Int.pipe(Schema.between(0, 366 * 24 * 3600 * 1000))),
   /** Run no sooner than this instant (ISO 8601, years 1 to 9999); wins over delayMs. */
@@ -255,7 +257,7 @@ export const EnqueueRequest = Schema.Struct({
 const DependencyLinkView = Schema.Struct({
   id: Schema.String,
   stage: Schema.NullOr(Schema.String),
-  status: Schema.NullOr(Schema.Literal(...Job.jobStatuses)),
+  status: Schema.NullOr(Job.JobStatusSchema),
   onFailure: Schema.Literal(...Job.onParentFailures),
   output: Schema.optional(Schema.Unknown)
 })
@@ -305,7 +307,7 @@ export const BulkRequest = Schema.Struct({
   /** cancel (queued: removed; running: stopped at the next heartbeat), retry (failed jobs waiting: due now), run-now (delayed: due now), priority. */
   action: Schema.Literal(...Bulk.actionKinds),
   /** The new priority, for `priority`. */
-  priority: Schema.optional(Schema.Union(Schema.Literal("fast", "normal", "bulk"), Schema.Int.pipe(Schema.between(0, 100)))),
+  priority: Schema.optional(Job.PrioritySchema),
   /** Only count the jobs it would change (the default: true, so a missing flag changes nothing). */
   dryRun: Schema.optional(Schema.Boolean)
 })
@@ -348,7 +350,7 @@ export class JobsApi extends HttpApiGroup.make("jobs")
     HttpApiEndpoint.get("list", "/jobs")
       .setUrlParams(Schema.Struct({
         stage: Schema.optional(Schema.String),
-        status: Schema.optional(Schema.Literal(...Job.liveStatuses)),
+        status: Schema.optional(Job.LiveStatusSchema),
         /** Payload search: a JSON object the payload contains, or `key=value[,key=value]`. */
         payload: Schema.optional(Schema.String),
         /** A substring of the last error, case-insensitive. */
@@ -460,7 +462,7 @@ export const ScheduleRequest = Schema.Struct({
   /** After downtime: `skip` (default) fires the latest missed tick only; `backfill` up to `backfillLimit`. */
   catchUp: Schema.optional(Schema.Literal("skip", "backfill")),
   backfillLimit: Schema.optional(Schema.Int.pipe(Schema.between(1, 1000))),
-  priority: Schema.optional(Schema.Union(Schema.Literal("fast", "normal", "bulk"), Schema.Int.pipe(Schema.between(0, 100)))),
+  priority: Schema.optional(Job.PrioritySchema),
   maxAttempts: Schema.optional(Schema.Int.pipe(Schema.between(1, 1000)))
 })
 

@@ -5,6 +5,8 @@
  * OpenTelemetry SDK. The package is loaded only then, so a build without it runs untraced; asking for tracing
  * without it installed fails start-up with the package to install.
  */
+import type * as OtlpSerialization from "@effect/opentelemetry/OtlpSerialization"
+import type * as OtlpTracer from "@effect/opentelemetry/OtlpTracer"
 import * as FetchHttpClient from "@effect/platform/FetchHttpClient"
 import { Config, ConfigError, Effect, Layer, Option } from "effect"
 
@@ -13,8 +15,15 @@ export const config = Config.all({
   serviceName: Config.string("OTEL_SERVICE_NAME").pipe(Config.withDefault("pgfiber"))
 })
 
-/** Kept in a variable so the type checker does not require the optional package. */
+/**
+ * Kept in a variable so the bundle does not require the optional package; its types (imported as types only,
+ * erased from the build) say what this module uses of it.
+ */
 const otelPackage = "@effect/opentelemetry"
+interface Otel {
+  readonly OtlpTracer: { readonly layer: typeof OtlpTracer.layer }
+  readonly OtlpSerialization: { readonly layerJson: Layer.Layer<OtlpSerialization.OtlpSerialization> }
+}
 
 const tracesUrl = (endpoint: string) => `${endpoint.replace(/\/+$/, "")}/v1/traces`
 
@@ -25,7 +34,7 @@ export const layer: Layer.Layer<never, ConfigError.ConfigError> = Layer.unwrapEf
     if (!/^https?:\/\//.test(endpoint.value)) {
       return yield* Effect.fail(ConfigError.InvalidData(["OTEL_EXPORTER_OTLP_ENDPOINT"], "must be an http(s) URL"))
     }
-    const otel = yield* Effect.tryPromise(() => import(otelPackage) as Promise<any>).pipe(
+    const otel = yield* Effect.tryPromise(() => import(otelPackage) as Promise<Otel>).pipe(
       Effect.mapError(() =>
         ConfigError.InvalidData(
           ["OTEL_EXPORTER_OTLP_ENDPOINT"],
@@ -33,14 +42,12 @@ export const layer: Layer.Layer<never, ConfigError.ConfigError> = Layer.unwrapEf
         )
       )
     )
-    // the package is optional and loaded by name, so its types are not imported: its layers are typed here, loosely
-    const tracer: Layer.Layer<never, never, any> = otel.OtlpTracer.layer({
+    const tracer = otel.OtlpTracer.layer({
       url: tracesUrl(endpoint.value),
       resource: { serviceName }
     })
-    // newer versions take the wire format as a service; older ones encode JSON themselves
-    const serialization: Layer.Layer<any> = otel.OtlpSerialization?.layerJson ?? Layer.empty
     yield* Effect.logInfo(`exporting traces to ${tracesUrl(endpoint.value)}`)
-    return tracer.pipe(Layer.provide(serialization), Layer.provide(FetchHttpClient.layer)) as Layer.Layer<never>
+    // the wire format is a service (JSON here), as is the HTTP client that sends it
+    return tracer.pipe(Layer.provide(otel.OtlpSerialization.layerJson), Layer.provide(FetchHttpClient.layer))
   })
 )
