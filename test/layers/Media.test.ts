@@ -8,6 +8,7 @@ import * as NodePath from "node:path"
 import * as JobError from "../../packages/pgfiber/src/JobError.js"
 import * as Media from "../../packages/media/src/layers/Media.js"
 import { noise } from "../support/bytes.js"
+import { waitFor } from "../support/waitFor.js"
 
 // Fixtures are made at test time with the same ffmpeg, so nothing binary is committed.
 // Tests that interrupt real processes run on the live clock (scopedLive): the kill grace period and
@@ -310,14 +311,10 @@ describe("Media binaries", () => {
       )
       const media = yield* Effect.provide(Media.Media, Media.layerWith({ ...real, ffmpegPath: stubborn }))
       const fiber = yield* Effect.fork(media.generateTestCall(NodePath.join(dir, "call.wav"), { seconds: 1, channels: 1 }))
-      const pid = yield* Effect.promise(async () => {
-        for (let i = 0; i < 100; i++) {
-          const text = await NodeFs.readFile(pidFile, "utf8").catch(() => "")
-          if (text.trim() !== "") return Number(text.trim())
-          await new Promise((resolve) => setTimeout(resolve, 50))
-        }
-        throw new Error("the stand-in never started")
-      })
+      const pid = yield* waitFor("the stand-in to start", Effect.promise(async () => {
+        const text = await NodeFs.readFile(pidFile, "utf8").catch(() => "")
+        return text.trim() !== "" && Number(text.trim())
+      }))
       expect(isAlive(pid)).toBe(true)
       const started = Date.now()
       yield* Effect.timeoutFail(Fiber.interrupt(fiber), {

@@ -51,7 +51,7 @@ const newCall = Effect.gen(function*() {
 /** The call once failed, with the dead letter that failed it. */
 const failedWith = (id: string) =>
   Effect.gen(function*() {
-    const call = yield* awaitCall(id, ["failed", "done"], Duration.seconds(45))
+    const call = yield* awaitCall(id, ["failed", "done"])
     expect(call.status).toBe("failed")
     const [dead, ...more] = yield* waitFor("the dead letter", Effect.map(deadLettersOf(id), (d) => d.length > 0 && d))
     expect(more).toEqual([])
