@@ -4,11 +4,8 @@
  * kind is a 400 that names the known ones; an operator sees every org's, or one org's.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Context, Effect, Layer, Redacted } from "effect"
-import * as ApiKeys from "../../packages/service/src/auth/ApiKeys.js"
-import * as Db from "../../packages/pgfiber/src/layers/Db.js"
-import { baseUrl, call, layerService } from "../http/support.js"
-import { freshSchemaName, layerDb } from "../support/pg.js"
+import { Effect } from "effect"
+import { call, freshService } from "../http/support.js"
 import { waitFor } from "../support/waitFor.js"
 import { signIn } from "./signIn.js"
 
@@ -20,13 +17,11 @@ const rows = (text: string) =>
 describe("dashboard: events page", () => {
   it.scopedLive("an org's newest events, newest last, by stage and kind; never another org's; an operator's every org", () =>
     Effect.gen(function*() {
-      const schema = freshSchemaName("dashevents")
-      const db = Context.get(yield* Layer.build(layerDb({ schema, poolMax: 6 })), Db.Db)
-      const keys = yield* Effect.provideService(ApiKeys.make, Db.Db, db)
-      const keyA = Redacted.value((yield* keys.create({ orgId: "org-a" })).token)
-      const keyB = Redacted.value((yield* keys.create({ orgId: "org-b" })).token)
-      const keyOps = Redacted.value((yield* keys.create({ admin: true, name: "ops" })).token)
-      const base = yield* Effect.provide(baseUrl, yield* Layer.build(layerService(Layer.succeed(Db.Db, db))))
+      const service = yield* freshService("dashevents")
+      const keyA = yield* service.key({ orgId: "org-a" })
+      const keyB = yield* service.key({ orgId: "org-b" })
+      const keyOps = yield* service.key({ admin: true, name: "ops" })
+      const base = yield* service.start()
       const a = yield* signIn(base, keyA, "/events")
       const b = yield* signIn(base, keyB, "/events")
       const ops = yield* signIn(base, keyOps, "/events")

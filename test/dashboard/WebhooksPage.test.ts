@@ -7,14 +7,11 @@
  * webhook's row counts its deliveries (jobs of `pgfiber.webhook`) once the worker has made them.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Context, Effect, Layer, Redacted } from "effect"
+import { Effect } from "effect"
 import { createServer } from "node:http"
 import type { AddressInfo } from "node:net"
-import * as ApiKeys from "../../packages/service/src/auth/ApiKeys.js"
-import * as Db from "../../packages/pgfiber/src/layers/Db.js"
 import * as Delivery from "../../packages/service/src/stages/webhooks/Delivery.js"
-import { baseUrl, call, layerService } from "../http/support.js"
-import { freshSchemaName, layerDb } from "../support/pg.js"
+import { call, freshService } from "../http/support.js"
 import { waitFor } from "../support/waitFor.js"
 import { signIn } from "./signIn.js"
 import { withProcessEnv } from "../support/env.js"
@@ -39,15 +36,13 @@ const rowIds = (text: string) => [...text.matchAll(/data-webhook="(\d+)"/g)].map
 describe("dashboard: webhooks page", () => {
   it.scopedLive("an org manages its own webhooks; the secret once; private targets, bad input and missing CSRF refused with a 4xx", () =>
     Effect.gen(function*() {
-      const schema = freshSchemaName("dashhooks")
-      const db = Context.get(yield* Layer.build(layerDb({ schema, poolMax: 6 })), Db.Db)
-      const keys = yield* Effect.provideService(ApiKeys.make, Db.Db, db)
-      const keyA = Redacted.value((yield* keys.create({ orgId: "org-a" })).token)
-      const keyB = Redacted.value((yield* keys.create({ orgId: "org-b" })).token)
-      const keyOps = Redacted.value((yield* keys.create({ admin: true, name: "ops" })).token)
+      const service = yield* freshService("dashhooks")
+      const keyA = yield* service.key({ orgId: "org-a" })
+      const keyB = yield* service.key({ orgId: "org-b" })
+      const keyOps = yield* service.key({ admin: true, name: "ops" })
       // read at each add and each delivery: no restart between the two settings
       yield* withProcessEnv("PGFIBER_WEBHOOK_ALLOW_PRIVATE", "false")
-      const base = yield* Effect.provide(baseUrl, yield* Layer.build(layerService(Layer.succeed(Db.Db, db), { workerStages: [Delivery.delivery] })))
+      const base = yield* service.start({ workerStages: [Delivery.delivery] })
       const a = yield* signIn(base, keyA)
       const b = yield* signIn(base, keyB)
       const ops = yield* signIn(base, keyOps)

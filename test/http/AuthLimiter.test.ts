@@ -5,7 +5,7 @@
  * not a configured proxy cannot choose its address, and the API and the dashboard's sign-in share one budget.
  */
 import { describe, expect, it, layer } from "@effect/vitest"
-import { ConfigProvider, Effect, Either, Layer, Redacted } from "effect"
+import { ConfigProvider, Effect, Either, Layer } from "effect"
 import * as ApiKeys from "../../packages/service/src/auth/ApiKeys.js"
 import * as AuthLimiter from "../../packages/service/src/auth/AuthLimiter.js"
 import * as ClientAddress from "../../packages/service/src/auth/ClientAddress.js"
@@ -15,7 +15,7 @@ import * as PgQueue from "../../packages/pgfiber/src/queue/PgQueue.js"
 import * as Submit from "../../packages/pgfiber/src/runtime/Submit.js"
 import * as Server from "../../packages/service/src/http/Server.js"
 import { layerDb } from "../support/pg.js"
-import { baseUrl, call, echo, layerTempStorage, pgfiber } from "./support.js"
+import { baseUrl, call, echo, layerTempStorage, newKey, pgfiber } from "./support.js"
 
 const bogus = (prefix: string, i: number) => `pgf_${prefix}_${"A".repeat(42)}${i % 10}`
 
@@ -114,7 +114,7 @@ const world = (authFailures: Partial<AuthLimiter.AuthLimiterOptions>) =>
     Layer.provideMerge(layerDb())
   )
 
-const newKey = Effect.flatMap(ApiKeys.ApiKeys, (keys) => keys.create({ orgId: "acme" })).pipe(Effect.map((k) => Redacted.value(k.token)))
+const acmeKey = newKey({ orgId: "acme" })
 
 /** The dashboard's sign-in form, posted; its 303 (signed in) is not followed. */
 const signIn = (base: string, key: string, headers: Record<string, string> = {}) =>
@@ -134,7 +134,7 @@ describe("the limit over HTTP, no proxy configured", () => {
     it.effect("100 failed attempts from one address, then a valid key from it is served; a header it sends changes nothing", () =>
       Effect.gen(function*() {
         const base = yield* baseUrl
-        const key = yield* newKey
+        const key = yield* acmeKey
         const statuses: Array<number> = []
         for (let i = 0; i < 100; i++) {
           // spread over many prefixes, malformed tokens and no token at all, each claiming another address
@@ -177,7 +177,7 @@ describe("the limit over HTTP, behind a configured proxy", () => {
     it.effect("clients are told apart by X-Forwarded-For: one locked out, another still gets its 401s, a valid key gets in", () =>
       Effect.gen(function*() {
         const base = yield* baseUrl
-        const key = yield* newKey
+        const key = yield* acmeKey
         const from = (client: string) => ({ "x-forwarded-for": client })
         const guesser: Array<number> = []
         for (let i = 0; i < 7; i++) guesser.push((yield* call(base, "GET", "/jobs", { key: bogus("000000000000", i), headers: from("203.0.113.7") })).status)
@@ -210,7 +210,7 @@ describe("the limit over HTTP, behind a configured proxy", () => {
     it.effect("the dashboard's sign-in and the API share one budget per client", () =>
       Effect.gen(function*() {
         const base = yield* baseUrl
-        const key = yield* newKey
+        const key = yield* acmeKey
         const from = { "x-forwarded-for": "203.0.113.30" }
         for (let i = 0; i < 3; i++) expect((yield* call(base, "GET", "/jobs", { key: bogus("222222222222", i), headers: from })).status).toBe(401)
         for (let i = 0; i < 2; i++) expect((yield* signIn(base, bogus("222222222222", i), from)).status).toBe(401)

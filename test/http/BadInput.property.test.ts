@@ -10,7 +10,7 @@
  * examples.
  */
 import { describe, expect, it, layer } from "@effect/vitest"
-import { Effect, Layer, Redacted } from "effect"
+import { Effect, Layer } from "effect"
 import fc from "fast-check"
 import * as ApiKeys from "../../packages/service/src/auth/ApiKeys.js"
 import * as Db from "../../packages/pgfiber/src/layers/Db.js"
@@ -20,7 +20,7 @@ import * as Server from "../../packages/service/src/http/Server.js"
 import { makeCallStages } from "../../packages/media/src/stages/calls/index.js"
 import { layerDb, rawSql } from "../support/pg.js"
 import * as StrictInput from "../../packages/service/src/http/StrictInput.js"
-import { adminUrl, baseUrl, echo, layerTempStorage, manual } from "./support.js"
+import { adminUrl, baseUrl, echo, layerTempStorage, manual, newKey } from "./support.js"
 
 const stages = [echo, manual, ...makeCallStages()]
 
@@ -437,8 +437,7 @@ describe("bad requests, generated", () => {
       Effect.gen(function*() {
         const base = { api: yield* baseUrl, admin: yield* adminUrl }
         const db = yield* Db.Db
-        const keys = yield* ApiKeys.ApiKeys
-        const key = Redacted.value((yield* keys.create({ orgId: "prop" })).token)
+        const key = yield* newKey({ orgId: "prop" })
         // something to aim at: a live job and a dead letter of the key's org
         const live = yield* Effect.promise(() => send(base, { method: "POST", path: "/jobs", authorization: `Bearer ${key}`, body: { kind: "json", value: { stage: "echo", payload: { n: 1 }, delayMs: 3_600_000 } } }))
         yield* Effect.promise(() => send(base, { method: "POST", path: "/jobs", authorization: `Bearer ${key}`, body: { kind: "json", value: { stage: "manual", payload: {} } } }))

@@ -4,11 +4,10 @@
  * same filter are neither counted nor touched), a dry run changes nothing, and bad filters are 400 with the field.
  */
 import { describe, expect, layer } from "@effect/vitest"
-import { Effect, Redacted } from "effect"
-import * as ApiKeys from "../../packages/service/src/auth/ApiKeys.js"
+import { Effect } from "effect"
 import * as Db from "../../packages/pgfiber/src/layers/Db.js"
 import { layerDb } from "../support/pg.js"
-import { baseUrl, call, layerService, query } from "./support.js"
+import { baseUrl, call, layerService, newKey, query } from "./support.js"
 
 /** Jobs written as an operator would, straight into the table: n per org, half with customer 42. */
 const seed = (schema: string, stage: string, org: string, n: number, extra = "") =>
@@ -26,9 +25,8 @@ describe("HTTP bulk actions and search", () => {
       Effect.gen(function*() {
         const base = yield* baseUrl
         const { schema } = yield* Db.Db
-        const keys = yield* ApiKeys.ApiKeys
-        const a = Redacted.value((yield* keys.create({ orgId: "org-a" })).token)
-        const b = Redacted.value((yield* keys.create({ orgId: "org-b" })).token)
+        const a = yield* newKey({ orgId: "org-a" })
+        const b = yield* newKey({ orgId: "org-b" })
         yield* seed(schema, "manual", "org-a", 20)
         yield* seed(schema, "manual", "org-b", 30)
         // an internal stage's jobs of org-a: a tenant neither counts nor cancels them
@@ -70,9 +68,8 @@ describe("HTTP bulk actions and search", () => {
       Effect.gen(function*() {
         const base = yield* baseUrl
         const { schema } = yield* Db.Db
-        const keys = yield* ApiKeys.ApiKeys
-        const c = Redacted.value((yield* keys.create({ orgId: "org-c" })).token)
-        const d = Redacted.value((yield* keys.create({ orgId: "org-d" })).token)
+        const c = yield* newKey({ orgId: "org-c" })
+        const d = yield* newKey({ orgId: "org-d" })
         yield* seed(schema, "manual", "org-c", 6, "'gateway TIMEOUT', now() + interval '1 hour'")
         yield* seed(schema, "manual", "org-d", 6, "'gateway TIMEOUT', now() + interval '1 hour'")
 
@@ -100,8 +97,7 @@ describe("HTTP bulk actions and search", () => {
       Effect.gen(function*() {
         const base = yield* baseUrl
         const { schema } = yield* Db.Db
-        const keys = yield* ApiKeys.ApiKeys
-        const e = Redacted.value((yield* keys.create({ orgId: "org-e" })).token)
+        const e = yield* newKey({ orgId: "org-e" })
         yield* seed(schema, "manual", "org-e", 4)
         const bulk = (body: unknown) => call(base, "POST", "/jobs/bulk", { key: e, body })
         const cases: ReadonlyArray<readonly [unknown, string | undefined]> = [

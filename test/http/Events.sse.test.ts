@@ -6,15 +6,12 @@
  * and a webhook open and nothing happening, the server sends no statement to the database.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Context, Effect, Layer, Redacted } from "effect"
-import * as ApiKeys from "../../packages/service/src/auth/ApiKeys.js"
+import { Context, Effect, Layer } from "effect"
 import * as Db from "../../packages/pgfiber/src/layers/Db.js"
 import * as PgQueue from "../../packages/pgfiber/src/queue/PgQueue.js"
 import * as Queue from "../../packages/pgfiber/src/queue/Queue.js"
-import * as Migrations from "../../packages/pgfiber/src/queue/Migrations.js"
-import { databaseUrl, dropSchema, freshSchemaName, layerDb } from "../support/pg.js"
 import { waitFor, waitForQuiet } from "../support/waitFor.js"
-import { baseUrl, call, layerService } from "./support.js"
+import { call, freshService } from "./support.js"
 
 interface SseEvent {
   readonly id: string
@@ -53,16 +50,12 @@ const openSse = (base: string, key: string, path: string, lastEventId?: string) 
     (client) => Effect.sync(() => client.close())
   )
 
-const serviceOn = (db: Context.Tag.Service<Db.Db>) => layerService(Layer.succeed(Db.Db, db))
-
 describe("GET /events (Server-Sent Events)", () => {
   it.scopedLive("reconnecting with Last-Event-ID, also to a restarted server, gets every event of the org once, in order", () =>
     Effect.gen(function*() {
-      const schema = freshSchemaName("sse")
-      const db = Context.get(yield* Layer.build(layerDb({ schema, poolMax: 6 })), Db.Db)
-      const keys = yield* Effect.provideService(ApiKeys.make, Db.Db, db)
-      const a = Redacted.value((yield* keys.create({ orgId: "org-a" })).token)
-      const b = Redacted.value((yield* keys.create({ orgId: "org-b" })).token)
+      const service = yield* freshService("sse")
+      const a = yield* service.key({ orgId: "org-a" })
+      const b = yield* service.key({ orgId: "org-b" })
       const received: Array<SseEvent> = []
       const submitted: Array<string> = []
       const submit = (base: string, n: number) =>
@@ -78,8 +71,7 @@ describe("GET /events (Server-Sent Events)", () => {
 
       // the first server: a client follows from the beginning, hangs up mid-stream, comes back with Last-Event-ID
       yield* Effect.scoped(Effect.gen(function*() {
-        const services = yield* Layer.build(serviceOn(db))
-        const base = yield* Effect.provide(baseUrl, services)
+        const base = yield* service.start()
         // bad input: 400 with a JSON body, before any stream
         for (const path of ["/events?kind=exploded", "/events?job=abc"]) {
           const bad = yield* call(base, "GET", path, { key: a })
@@ -118,13 +110,12 @@ describe("GET /events (Server-Sent Events)", () => {
       expect(finished()).toBe(true)
 
       // while no server runs: jobs of org A enqueued by another producer (they run once the next server's worker starts)
-      const producer = Context.get(yield* Layer.build(PgQueue.layer().pipe(Layer.provide(Layer.succeed(Db.Db, db)))), Queue.Queue)
+      const producer = Context.get(yield* Layer.build(PgQueue.layer().pipe(Layer.provide(Layer.succeed(Db.Db, service.db)))), Queue.Queue)
       const offline = yield* producer.enqueue(Array.from({ length: 5 }, (_, n) => ({ stage: "echo", orgId: "org-a", payload: { n } })))
       submitted.push(...offline.map((r) => r.id))
       // a new server (a restart), the same client's Last-Event-ID
       yield* Effect.scoped(Effect.gen(function*() {
-        const services = yield* Layer.build(serviceOn(db))
-        const base = yield* Effect.provide(baseUrl, services)
+        const base = yield* service.start()
         const client = yield* openSse(base, a, "/events", last())
         yield* submit(base, 5)
         yield* waitFor("every job to finish, on the connection to the restarted server", Effect.sync(() => {
@@ -151,15 +142,10 @@ describe("GET /events (Server-Sent Events)", () => {
 
   it.scopedLive("an open SSE client and a webhook on an idle service: at most one statement per 10 s; the next job's events still reach the client", () =>
     Effect.gen(function*() {
-      const schema = freshSchemaName("sse_idle")
       let statements: Array<string> = []
-      yield* Effect.addFinalizer(() => dropSchema(schema))
-      const db = yield* Db.make({ url: Redacted.make(databaseUrl()), schema, poolMax: 6, onStatement: (q) => statements.push(q) })
-      yield* Migrations.migrate().pipe(Effect.provideService(Db.Db, db), Effect.orDie)
-      const keys = yield* Effect.provideService(ApiKeys.make, Db.Db, db)
-      const a = Redacted.value((yield* keys.create({ orgId: "org-a" })).token)
-      const services = yield* Layer.build(serviceOn(db))
-      const base = yield* Effect.provide(baseUrl, services)
+      const service = yield* freshService("sse_idle", { onStatement: (q) => statements.push(q) })
+      const a = yield* service.key({ orgId: "org-a" })
+      const base = yield* service.start()
       const client = yield* openSse(base, a, "/events?stage=echo")
       expect(client.status).toBe(200)
       // a webhook subscription too (nothing is delivered while nothing happens)

@@ -4,18 +4,12 @@
  * parent is "not found" (400, the same words as a job that does not exist), its dependencies are 404.
  */
 import { describe, expect, layer } from "@effect/vitest"
-import { Effect, Redacted } from "effect"
-import * as ApiKeys from "../../packages/service/src/auth/ApiKeys.js"
+import { Effect } from "effect"
 import * as Queue from "../../packages/pgfiber/src/queue/Queue.js"
 import { layerDb } from "../support/pg.js"
-import { baseUrl, call, eventually, layerService } from "./support.js"
+import { baseUrl, call, eventually, layerService, newKey } from "./support.js"
 
-const keysFor = Effect.gen(function*() {
-  const keys = yield* ApiKeys.ApiKeys
-  const a = yield* keys.create({ orgId: "flows-a", name: "flows a" })
-  const b = yield* keys.create({ orgId: "flows-b", name: "flows b" })
-  return { a: Redacted.value(a.token), b: Redacted.value(b.token) }
-})
+const keysFor = Effect.all({ a: newKey({ orgId: "flows-a", name: "flows a" }), b: newKey({ orgId: "flows-b", name: "flows b" }) })
 
 describe("HTTP flows", () => {
   layer(layerService(layerDb()), { excludeTestServices: true, timeout: 180_000 })((it) => {

@@ -13,7 +13,7 @@ import * as ApiKeys from "../../packages/service/src/auth/ApiKeys.js"
 import { CallsSql } from "../../packages/media/src/stages/calls/index.js"
 import { layerDb, rawSql } from "../support/pg.js"
 import * as Db from "../../packages/pgfiber/src/layers/Db.js"
-import { adminUrl, baseUrl, call, eventually, layerService, parsePrometheus } from "./support.js"
+import { adminUrl, baseUrl, call, eventually, layerService, newKey, parsePrometheus } from "./support.js"
 
 /**
  * Posts a 20 MB chunked body without a key, in 64 KiB chunks that respect backpressure, but holds all past
@@ -69,12 +69,7 @@ const unauthenticatedUpload = (base: string, authorization?: string) =>
     pump()
   })
 
-const keysFor = Effect.gen(function*() {
-  const keys = yield* ApiKeys.ApiKeys
-  const a = yield* keys.create({ orgId: "org-a", name: "test a" })
-  const b = yield* keys.create({ orgId: "org-b", name: "test b" })
-  return { a: Redacted.value(a.token), b: Redacted.value(b.token) }
-})
+const keysFor = Effect.all({ a: newKey({ orgId: "org-a", name: "test a" }), b: newKey({ orgId: "org-b", name: "test b" }) })
 
 describe("HTTP API", () => {
   layer(layerService(layerDb()), { excludeTestServices: true, timeout: 180_000 })((it) => {
@@ -434,10 +429,9 @@ describe("HTTP API", () => {
     it.effect("calls: upload or storage URI, then status, artifacts, transcript and analysis; other orgs get 404", () =>
       Effect.gen(function*() {
         const base = yield* baseUrl
-        const keys = yield* ApiKeys.ApiKeys
         const db = yield* Db.Db
         const storage = yield* Storage.Storage
-        const key = Redacted.value((yield* keys.create({ orgId: "org-calls" })).token)
+        const key = yield* newKey({ orgId: "org-calls" })
         const { b } = yield* keysFor
 
         const form = new FormData()

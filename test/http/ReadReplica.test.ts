@@ -5,13 +5,12 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Effect, Exit, Layer, Redacted } from "effect"
-import * as ApiKeys from "../../packages/service/src/auth/ApiKeys.js"
 import * as Db from "../../packages/pgfiber/src/layers/Db.js"
 import * as Migrations from "../../packages/pgfiber/src/queue/Migrations.js"
 import * as PgQueue from "../../packages/pgfiber/src/queue/PgQueue.js"
 import * as Reads from "../../packages/pgfiber/src/queue/Reads.js"
 import { databaseUrl, freshSchemaName, layerDb, rawSql } from "../support/pg.js"
-import { adminUrl, baseUrl, call, layerService } from "./support.js"
+import { adminUrl, baseUrl, call, layerService, newKey } from "./support.js"
 
 /** A second database on the test server, with `schema` migrated in it; dropped with the scope. */
 const replicaDatabase = (schema: string) =>
@@ -60,9 +59,7 @@ describe("DATABASE_READ_URL", () => {
       const context = yield* Layer.build(layerService(layerDb({ schema })).pipe(Layer.provide(withReadUrl(replica.url))))
       const api = yield* Effect.provide(baseUrl, context)
       const admin = yield* Effect.provide(adminUrl, context)
-      const key = Redacted.value((yield* Effect.provide(ApiKeys.ApiKeys, context).pipe(
-        Effect.flatMap((keys) => keys.create({ orgId: "org-r", name: "replica" }))
-      )).token)
+      const key = yield* Effect.provide(newKey({ orgId: "org-r", name: "replica" }), context)
 
       const created = yield* call(api, "POST", "/jobs", { key, body: { stage: "manual", payload: { n: 1 } } })
       expect(created.status).toBe(201)

@@ -6,7 +6,7 @@
  * that does not exist, byte for byte (ids aside), so a 404 is never an existence oracle.
  */
 import { describe, expect, layer } from "@effect/vitest"
-import { Duration, Effect, Layer, Redacted, Schema } from "effect"
+import { Duration, Effect, Layer, Schema } from "effect"
 import * as Crypto from "node:crypto"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
@@ -33,7 +33,7 @@ import * as Housekeeping from "../../packages/pgfiber/src/stages/housekeeping/Ho
 import * as SpeechKitSimulator from "../../packages/media/src/testing/SpeechKitSimulator.js"
 import { apiKey as speechKitKey, speechKitLayer } from "../stages/calls/support.js"
 import { layerDb } from "../support/pg.js"
-import { adminUrl, baseUrl, call, eventually, type Reply } from "./support.js"
+import { adminUrl, baseUrl, call, eventually, newKey, type Reply } from "./support.js"
 
 // ---------------------------------------------------------------------------------------------
 // the world: every stage of the build on a real worker, plus two test stages
@@ -134,11 +134,10 @@ const owner = <A>(query: (sql: Db.Sql) => PromiseLike<A>) => Effect.flatMap(Db.D
 
 const setUp = Effect.gen(function*() {
   if (fixture !== undefined) return fixture
-  const keys = yield* ApiKeys.ApiKeys
   const storage = yield* Storage.Storage
   const base = yield* baseUrl
-  const acme = Redacted.value((yield* keys.create({ orgId: "acme" })).token)
-  const beta = Redacted.value((yield* keys.create({ orgId: "beta" })).token)
+  const acme = yield* newKey({ orgId: "acme" })
+  const beta = yield* newKey({ orgId: "beta" })
 
   const job = yield* call(base, "POST", "/jobs", {
     key: acme,
@@ -146,7 +145,7 @@ const setUp = Effect.gen(function*() {
   })
   expect(job.status).toBe(201)
   const doomed = yield* call(base, "POST", "/jobs", { key: acme, body: { stage: EchoStage.name, payload: { fail: "permanent" } } })
-  const dead = yield* eventually(call(base, "GET", `/jobs/${doomed.json.id}`, { key: acme }), (r) => r.json?.status === "dead", Duration.seconds(30))
+  const dead = yield* eventually(call(base, "GET", `/jobs/${doomed.json.id}`, { key: acme }), (r) => r.json?.status === "dead")
   expect(dead.json.status).toBe("dead")
 
   // acme's call and document, written as the owner with no job of their own, so nothing but beta's attempts runs on them
@@ -553,8 +552,7 @@ describe("tenancy: two orgs through every endpoint and every stage", () => {
           )
           const dead = yield* eventually(
             call(f.base, "GET", `/jobs/${job.id}`, { key: f.beta }),
-            (r) => r.json?.status === "dead",
-            Duration.seconds(30)
+            (r) => r.json?.status === "dead"
           )
           expect(dead.json.status).toBe("dead")
           const subject = name === "transcribe_document" ? `document ${f.acmeDocument}` : `call ${f.acmeCall}`
@@ -576,8 +574,7 @@ describe("tenancy: two orgs through every endpoint and every stage", () => {
         // and it runs (as the owner) to completion
         yield* eventually(
           owner((sql) => sql<Array<{ id: string }>>`select id from jobs where id = ${job.id}`),
-          (rows) => rows.length === 0,
-          Duration.seconds(30)
+          (rows) => rows.length === 0
         )
       }))
 
@@ -589,8 +586,7 @@ describe("tenancy: two orgs through every endpoint and every stage", () => {
         const ownerJob = yield* Submit.submit(known, { stage: "peek", payload: {} }).pipe(Effect.provideService(Queue.Queue, queue))
         const seen = yield* eventually(
           Effect.sync(() => peeks.filter((p) => p.job === betas.json.id || p.job === ownerJob.id)),
-          (found) => found.length === 2,
-          Duration.seconds(30)
+          (found) => found.length === 2
         )
         const asBeta = seen.find((p) => p.job === betas.json.id)!
         expect(asBeta.jobOrgs).toEqual(["beta"])

@@ -6,16 +6,14 @@
  * unless the operator allows them; another org cannot see or remove a webhook.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Context, Effect, Layer, Redacted } from "effect"
+import { Effect } from "effect"
 import { createServer } from "node:http"
 import type { AddressInfo } from "node:net"
 import { Webhook } from "standardwebhooks"
-import * as ApiKeys from "../../packages/service/src/auth/ApiKeys.js"
-import * as Db from "../../packages/pgfiber/src/layers/Db.js"
 import * as Delivery from "../../packages/service/src/stages/webhooks/Delivery.js"
-import { freshSchemaName, layerDb, rawSql } from "../support/pg.js"
+import { rawSql } from "../support/pg.js"
 import { waitFor } from "../support/waitFor.js"
-import { baseUrl, call, layerService } from "./support.js"
+import { call, freshService } from "./support.js"
 import { withProcessEnv } from "../support/env.js"
 
 interface Received {
@@ -57,17 +55,16 @@ const receiver = (failFirst: number, secret: () => string) =>
 describe("webhooks", () => {
   it.scopedLive("signed deliveries, retried through 500s until 200; only the org's own events; private targets refused", () =>
     Effect.gen(function*() {
-      const schema = freshSchemaName("hooks")
-      const db = Context.get(yield* Layer.build(layerDb({ schema, poolMax: 6 })), Db.Db)
-      const keys = yield* Effect.provideService(ApiKeys.make, Db.Db, db)
-      const a = Redacted.value((yield* keys.create({ orgId: "org-a" })).token)
-      const b = Redacted.value((yield* keys.create({ orgId: "org-b" })).token)
-      const service = Layer.build(layerService(Layer.succeed(Db.Db, db), { workerStages: [Delivery.delivery] }))
+      const fixture = yield* freshService("hooks")
+      const schema = fixture.schema
+      const a = yield* fixture.key({ orgId: "org-a" })
+      const b = yield* fixture.key({ orgId: "org-b" })
+      const service = fixture.start({ workerStages: [Delivery.delivery] })
 
       // as deployed: private targets refused, 400 with a JSON body, nothing stored
       yield* Effect.scoped(Effect.gen(function*() {
         yield* withProcessEnv("PGFIBER_WEBHOOK_ALLOW_PRIVATE", "false")
-        const base = yield* Effect.provide(baseUrl, yield* service)
+        const base = yield* service
         for (const url of ["http://127.0.0.1:9/hook", "http://localhost/hook", "http://10.1.2.3/", "http://169.254.169.254/latest", "http://[::1]/", "http://[::ffff:127.0.0.1]/", "http://192.168.0.10/", "ftp://example.com/", "not a url", "http://user:pw@example.com/"]) {
           const refused = yield* call(base, "POST", "/webhooks", { key: a, body: { url } })
           expect([url, refused.status, refused.json?._tag, refused.json?.field]).toEqual([url, 400, "BadRequest", "url"])
@@ -81,7 +78,7 @@ describe("webhooks", () => {
       yield* withProcessEnv("PGFIBER_WEBHOOK_ALLOW_PRIVATE", "true")
       let secret = ""
       const hook = yield* receiver(3, () => secret)
-      const base = yield* Effect.provide(baseUrl, yield* service)
+      const base = yield* service
       const created = yield* call(base, "POST", "/webhooks", { key: a, body: { url: hook.url, kinds: ["completed", "dead"], stages: ["echo"] } })
       expect(created.status).toBe(201)
       expect(created.json).toMatchObject({ orgId: "org-a", url: hook.url, kinds: ["completed", "dead"], stages: ["echo"] })

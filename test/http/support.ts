@@ -3,7 +3,7 @@
  * fresh schema, a fetch helper that speaks the API the way a client would, and the real CLI as a child process.
  */
 import { HttpServer } from "@effect/platform"
-import { Duration, Effect, Layer, Schema } from "effect"
+import { Context, Duration, Effect, Inspectable, Layer, Redacted, Schema } from "effect"
 import { Permanent } from "../../packages/pgfiber/src/JobError.js"
 import { spawn } from "node:child_process"
 import * as Fs from "node:fs"
@@ -20,7 +20,8 @@ import * as Worker from "../../packages/pgfiber/src/runtime/Worker.js"
 import * as Server from "../../packages/service/src/http/Server.js"
 import * as ApiKeys from "../../packages/service/src/auth/ApiKeys.js"
 import * as Submit from "../../packages/pgfiber/src/runtime/Submit.js"
-import { databaseUrl, rawSql } from "../support/pg.js"
+import { databaseUrl, freshSchemaName, layerDb, rawSql } from "../support/pg.js"
+import { deadline, waitFor } from "../support/waitFor.js"
 
 /** `echo`: succeeds, or dead-letters when asked (`fail: true`). */
 export const echo = Stage.make({
@@ -84,6 +85,27 @@ export const layerService = <E>(
   )
 }
 
+/** An API key made as `pgfiber keys create` would, through the service's ApiKeys: its token. */
+export const newKey = (create: ApiKeys.CreateOptions) =>
+  Effect.flatMap(ApiKeys.ApiKeys, (keys) => keys.create(create)).pipe(Effect.map((k) => Redacted.value(k.token)))
+
+/**
+ * The service as the HTTP and dashboard tests run it: a fresh, migrated schema of its own (dropped with the scope)
+ * and a Db on it; `key` makes an API key there as `pgfiber keys create` would, and gives its token; `start` brings
+ * the service (`layerService`, with `workerStages` if given) up on that Db in the current scope and gives its base
+ * URL. A second `start` on the same fixture is a restart on the same data.
+ */
+export const freshService = (prefix: string, options: { readonly onStatement?: (query: string) => void } = {}) =>
+  Effect.gen(function*() {
+    const schema = freshSchemaName(prefix)
+    const db = Context.get(yield* Layer.build(layerDb({ schema, poolMax: 6, ...options })), Db.Db)
+    const keys = yield* Effect.provideService(ApiKeys.make, Db.Db, db)
+    const key = (create: ApiKeys.CreateOptions) => Effect.provideService(newKey(create), ApiKeys.ApiKeys, keys)
+    const start = (service: Parameters<typeof layerService>[1] = {}) =>
+      Effect.flatMap(Layer.build(layerService(Layer.succeed(Db.Db, db), service)), (context) => Effect.provide(baseUrl, context))
+    return { schema, db, key, start }
+  })
+
 export const baseUrl = Effect.map(HttpServer.HttpServer, (server) => {
   const address = server.address
   if (address._tag !== "TcpAddress") throw new Error("expected a TCP address")
@@ -131,16 +153,24 @@ export const call = (
     return { status: response.status, text, json, headers: response.headers }
   })
 
-/** Polls until `check` holds (real time: these tests talk to a real server). */
-export const eventually = <A, E, R>(effect: Effect.Effect<A, E, R>, check: (a: A) => boolean, timeout = Duration.seconds(10)) =>
-  Effect.gen(function*() {
-    const deadline = Date.now() + Duration.toMillis(timeout)
-    for (;;) {
-      const value = yield* effect
-      if (check(value) || Date.now() > deadline) return value
-      yield* Effect.sleep("50 millis")
-    }
-  })
+/**
+ * Runs `effect` until its value passes `check`: `waitFor` (real time: these tests talk to a real server), whose
+ * message on a timeout shows the last value seen.
+ */
+export const eventually = <A, E, R>(effect: Effect.Effect<A, E, R>, check: (a: A) => boolean, timeout: Duration.DurationInput = deadline) => {
+  let last = "nothing"
+  return waitFor(
+    "a value that passes the check",
+    Effect.map(effect, (value) => {
+      last = Inspectable.format(value)
+      return check(value) && { value }
+    }),
+    timeout
+  ).pipe(
+    Effect.map(({ value }) => value),
+    Effect.catchAllDefect((defect) => Effect.dieMessage(`${String(defect)}; last seen: ${last.slice(0, 2000)}`))
+  )
+}
 
 /** Parses Prometheus text format 0.0.4 strictly enough to catch a malformed exposition. */
 export const parsePrometheus = (text: string) => {

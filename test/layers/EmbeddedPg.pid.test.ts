@@ -9,14 +9,7 @@ import * as Os from "node:os"
 import * as Path from "node:path"
 import { afterEach, describe, expect, it } from "vitest"
 import * as EmbeddedPg from "../../packages/pgfiber/src/layers/EmbeddedPg.js"
-
-const waitFor = async (what: string, check: () => boolean, timeoutMs = 60_000) => {
-  const deadline = Date.now() + timeoutMs
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((resolve) => setTimeout(resolve, 50))
-  }
-}
+import { waitForPromise as waitFor } from "../support/waitFor.js"
 
 /** A live process that is not postgres; it reports every signal it gets on stdout, and survives SIGINT/SIGQUIT/SIGTERM. */
 const bystander = async () => {

@@ -1,13 +1,14 @@
 import * as Command from "@effect/platform/Command"
 import * as NodeContext from "@effect/platform-node/NodeContext"
 import { describe, expect, it } from "@effect/vitest"
-import { ConfigProvider, Effect, Fiber, Layer } from "effect"
+import { ConfigProvider, Duration, Effect, Fiber, Layer } from "effect"
 import * as NodeFs from "node:fs/promises"
 import * as NodeOs from "node:os"
 import * as NodePath from "node:path"
 import * as JobError from "../../packages/pgfiber/src/JobError.js"
 import * as Media from "../../packages/media/src/layers/Media.js"
 import { noise } from "../support/bytes.js"
+import { deadline, waitFor } from "../support/waitFor.js"
 
 // Fixtures are made at test time with the same ffmpeg, so nothing binary is committed.
 // Tests that interrupt real processes run on the live clock (scopedLive): the kill grace period and
@@ -227,11 +228,8 @@ describe("Media interruption (live clock)", () => {
       const ogg = NodePath.join(dir, "long.ogg")
       yield* media.generateTestCall(call, { seconds: 900, channels: 1 })
       const fiber = yield* Effect.fork(media.toOggOpus(call, ogg))
-      yield* Effect.promise(async () => {
-        for (let i = 0; i < 200 && !(await NodeFs.access(ogg).then(() => true, () => false)); i++) {
-          await new Promise((resolve) => setTimeout(resolve, 25))
-        }
-      })
+      // looked at every 25 ms: the conversion is to be caught half-way
+      yield* waitFor("ffmpeg to start writing the output", fileExists(ogg), deadline, Duration.millis(25))
       expect(yield* fileExists(ogg)).toBe(true)
       expect(yield* processesMentioning(ogg)).toHaveLength(1)
       yield* Effect.timeoutFail(Fiber.interrupt(fiber), {
@@ -310,14 +308,10 @@ describe("Media binaries", () => {
       )
       const media = yield* Effect.provide(Media.Media, Media.layerWith({ ...real, ffmpegPath: stubborn }))
       const fiber = yield* Effect.fork(media.generateTestCall(NodePath.join(dir, "call.wav"), { seconds: 1, channels: 1 }))
-      const pid = yield* Effect.promise(async () => {
-        for (let i = 0; i < 100; i++) {
-          const text = await NodeFs.readFile(pidFile, "utf8").catch(() => "")
-          if (text.trim() !== "") return Number(text.trim())
-          await new Promise((resolve) => setTimeout(resolve, 50))
-        }
-        throw new Error("the stand-in never started")
-      })
+      const pid = yield* waitFor("the stand-in to start", Effect.promise(async () => {
+        const text = await NodeFs.readFile(pidFile, "utf8").catch(() => "")
+        return text.trim() !== "" && Number(text.trim())
+      }))
       expect(isAlive(pid)).toBe(true)
       const started = Date.now()
       yield* Effect.timeoutFail(Fiber.interrupt(fiber), {

@@ -10,7 +10,7 @@ import * as PgQueue from "../../packages/pgfiber/src/queue/PgQueue.js"
 import * as Queue from "../../packages/pgfiber/src/queue/Queue.js"
 import { freshSchemaName, layerDb, rawSql } from "../support/pg.js"
 import { readAll, readPages } from "../support/eventLog.js"
-import { waitFor } from "../support/waitFor.js"
+import { deadline, waitFor } from "../support/waitFor.js"
 
 const schema = freshSchemaName("eventlog")
 const services = EventLog.layer.pipe(Layer.provideMerge(PgQueue.layer()), Layer.provideMerge(layerDb({ schema, poolMax: 4 })))
@@ -63,7 +63,7 @@ describe("the event log", () => {
         const reading = yield* Effect.fork(Effect.forever(reader))
         yield* writers
         yield* Fiber.interrupt(reading)
-        yield* waitFor("every event read", Effect.map(reader, () => seen.length >= 8 * 10 * 2 * 3), Duration.minutes(1), Duration.millis(20))
+        yield* waitFor("every event read", Effect.map(reader, () => seen.length >= 8 * 10 * 2 * 3), deadline, Duration.millis(20))
         yield* reader
         expect(seen.length).toBe(8 * 10 * 2 * 3)
         expect(new Set(seen.map((e) => e.id)).size).toBe(seen.length)

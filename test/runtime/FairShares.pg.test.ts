@@ -12,7 +12,7 @@ import * as Queue from "../../packages/pgfiber/src/queue/Queue.js"
 import * as Stage from "../../packages/pgfiber/src/runtime/Stage.js"
 import * as Worker from "../../packages/pgfiber/src/runtime/Worker.js"
 import { databaseUrl } from "../support/pg.js"
-import { waitFor as waitForCondition } from "../support/waitFor.js"
+import { deadline, waitFor as waitForEvery } from "../support/waitFor.js"
 import { fixture, freshSchema, spawnWorkerProcess } from "../support/workerProcess.js"
 
 const freshFairSchema = freshSchema(
@@ -21,8 +21,9 @@ const freshFairSchema = freshSchema(
                       at timestamptz default clock_timestamp())`
 )
 
-const waitFor = <A>(what: string, probe: Effect.Effect<A | undefined | null | false>, timeout = Duration.minutes(2)) =>
-  waitForCondition(what, probe, timeout, Duration.millis(25))
+// polled every 25 ms, not 100: the caps test samples what runs in its probe, and the fairness test counts starts
+const waitFor = <A>(what: string, probe: Effect.Effect<A | undefined | null | false>, timeout: Duration.DurationInput = deadline) =>
+  waitForEvery(what, probe, timeout, Duration.millis(25))
 
 const spawnWorker = (schema: string, workerId: string, env: Record<string, string>) =>
   spawnWorkerProcess(fixture("limitsWorker.ts"), {

@@ -10,6 +10,7 @@ import * as Stage from "../../packages/pgfiber/src/runtime/Stage.js"
 import * as Waker from "../../packages/pgfiber/src/runtime/Waker.js"
 import * as Worker from "../../packages/pgfiber/src/runtime/Worker.js"
 import { workerOptions } from "../support/memoryRuntime.js"
+import { waitFor } from "../support/waitFor.js"
 
 const options = workerOptions("layers", { concurrency: { shout: 3 } })
 
@@ -28,12 +29,6 @@ const shout = Stage.make({
   payload: Schema.Struct({ text: Schema.String }),
   handler: ({ text }) => Effect.map(Loudness, (l) => void done.push(l.louder(text)))
 })
-
-const waitUntil = (what: () => boolean) =>
-  Effect.gen(function*() {
-    for (let i = 0; i < 2000 && !what(); i++) yield* Effect.sleep("5 millis")
-    expect(what()).toBe(true)
-  })
 
 describe("stages as layers", () => {
   it.live("each stage is a layer with its own services, on one runtime: one Waker, both pools run", () =>
@@ -57,7 +52,7 @@ describe("stages as layers", () => {
       ])
       expect(Context.getOption(context, Waker.Waker)._tag).toBe("Some")
       yield* queue.enqueue([{ stage: "greet", payload: { name: "ada" } }, { stage: "shout", payload: { text: "hi" } }])
-      yield* waitUntil(() => done.length === 2)
+      yield* waitFor("both stages' jobs to run", Effect.sync(() => done.length === 2))
       expect(done.sort()).toEqual(["HI", "hello ada"])
       const pools = yield* info.pools
       expect(pools.map((p) => p.stage).sort()).toEqual(["greet", "shout"])
@@ -90,7 +85,7 @@ describe("stages as layers", () => {
         scope
       )
       yield* Context.get(context, Queue.Queue).enqueue([{ stage: "greet", payload: { name: "bo" } }])
-      yield* waitUntil(() => done.length === 1)
+      yield* waitFor("the greet job to run", Effect.sync(() => done.length === 1))
       expect(done).toEqual(["hi bo"])
       expect(Context.get(context, Worker.WorkerInfo).stages.map((s) => s.name)).toEqual(["greet"])
       yield* Scope.close(scope, Exit.void)

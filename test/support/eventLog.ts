@@ -4,7 +4,7 @@
  */
 import { type Context, Duration, Effect } from "effect"
 import type * as EventLog from "../../packages/pgfiber/src/queue/EventLog.js"
-import { waitFor } from "./waitFor.js"
+import { deadline, waitFor } from "./waitFor.js"
 
 type Log = Context.Tag.Service<EventLog.EventLog>
 
@@ -31,6 +31,6 @@ export const readAll = (log: Log, cursor: EventLog.Cursor, filter: EventLog.Filt
       events.push(...r.events)
       next = r.next
       return !r.held
-    }), Duration.minutes(1), Duration.millis(20))
+    }), deadline, Duration.millis(20))
     return { events, next }
   })

@@ -15,13 +15,20 @@ export const freshSchemaName = (prefix = "t") =>
   `${prefix}_${process.pid}_${Date.now().toString(36)}_${counter++}`.toLowerCase()
 
 /** A Db layer on a new, migrated schema that is dropped when the layer is released. */
-export const layerDb = (options: { readonly schema?: string; readonly poolMax?: number } = {}) => {
+export const layerDb = (
+  options: { readonly schema?: string; readonly poolMax?: number; readonly onStatement?: (query: string) => void } = {}
+) => {
   const schema = options.schema ?? freshSchemaName()
   return Layer.scoped(
     Db.Db,
     Effect.gen(function*() {
       yield* Effect.addFinalizer(() => dropSchema(schema))
-      const db = yield* Db.make({ url: Redacted.make(databaseUrl()), schema, poolMax: options.poolMax ?? 10 })
+      const db = yield* Db.make({
+        url: Redacted.make(databaseUrl()),
+        schema,
+        poolMax: options.poolMax ?? 10,
+        ...(options.onStatement !== undefined ? { onStatement: options.onStatement } : {})
+      })
       yield* Migrations.migrate().pipe(Effect.provideService(Db.Db, db), Effect.orDie)
       return db
     }).pipe(Effect.orDie)

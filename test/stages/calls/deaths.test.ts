@@ -5,7 +5,7 @@
  * worker process SIGKILLed during the job's last attempt (the reaper requeues it, the stage's claim dead-letters it).
  */
 import { describe, expect, layer } from "@effect/vitest"
-import { Duration, Effect, Layer } from "effect"
+import { Effect, Layer } from "effect"
 import * as Analyzer from "../../../packages/media/src/layers/Analyzer.js"
 import * as Db from "../../../packages/pgfiber/src/layers/Db.js"
 import * as Queue from "../../../packages/pgfiber/src/queue/Queue.js"
@@ -51,7 +51,7 @@ const newCall = Effect.gen(function*() {
 /** The call once failed, with the dead letter that failed it. */
 const failedWith = (id: string) =>
   Effect.gen(function*() {
-    const call = yield* awaitCall(id, ["failed", "done"], Duration.seconds(45))
+    const call = yield* awaitCall(id, ["failed", "done"])
     expect(call.status).toBe("failed")
     const [dead, ...more] = yield* waitFor("the dead letter", Effect.map(deadLettersOf(id), (d) => d.length > 0 && d))
     expect(more).toEqual([])
@@ -170,8 +170,7 @@ describe("every death of a call's job fails the call with the reason", () => {
           Effect.map(jobsOf(id), (jobs) => {
             seen = JSON.stringify(jobs.map((j) => ({ stage: j.stage, status: j.status, lockedBy: j.lockedBy, attempts: j.attempts })))
             return jobs.find((j) => j.stage === "transcribe_start" && j.status === "running")
-          }),
-          Duration.seconds(30)
+          })
         ).pipe(Effect.catchAllDefect(() => Effect.dieMessage(`never running; the call's jobs: ${seen}; victim: ${victim.output()}`)))
         expect(running.lockedBy).toBe("victim")
         // make this run the job's last

@@ -23,6 +23,7 @@ import {
   S3Server,
   startWorker,
   tempDirectory,
+  waitFor,
   worldLayer
 } from "./support.js"
 
@@ -178,11 +179,4 @@ describe("call pipeline end to end", () => {
 
 /** The dead letter lands just after the call is marked failed (the handler marks, then the runtime moves the job). */
 const awaitDeadLetter = (callId: string) =>
-  Effect.gen(function*() {
-    for (let i = 0; i < 100; i++) {
-      const dead = yield* deadLettersOf(callId)
-      if (dead.length > 0) return dead
-      yield* Effect.sleep("50 millis")
-    }
-    return yield* Effect.dieMessage(`no dead letter for call ${callId}`)
-  })
+  waitFor(`a dead letter for call ${callId}`, Effect.map(deadLettersOf(callId), (dead) => dead.length > 0 && dead))

@@ -22,6 +22,7 @@ import type * as Stage from "../../../packages/pgfiber/src/runtime/Stage.js"
 import * as Worker from "../../../packages/pgfiber/src/runtime/Worker.js"
 import { Calls } from "../../../packages/media/src/stages/calls/index.js"
 import { layerDb } from "../../support/pg.js"
+import { waitFor } from "../../support/waitFor.js"
 
 // ---------------------------------------------------------------------------------------------
 // s3rver
@@ -138,16 +139,8 @@ export const workerOptions = (workerId: string): Worker.WorkerOptions => ({
 export const startWorker = (stages: ReadonlyArray<Stage.Any>, workerId = "calls-test") =>
   Effect.asVoid(Layer.build(Worker.layer(stages, workerOptions(workerId))))
 
-export const waitFor = <A>(what: string, probe: Effect.Effect<A | undefined | null | false, unknown, any>, timeout = Duration.seconds(20)) =>
-  Effect.gen(function*() {
-    const deadline = Date.now() + Duration.toMillis(timeout)
-    while (Date.now() < deadline) {
-      const value = yield* Effect.orDie(probe)
-      if (value !== undefined && value !== null && value !== false) return value as A
-      yield* Effect.sleep("50 millis")
-    }
-    return yield* Effect.dieMessage(`timed out after ${Duration.format(timeout)} waiting for ${what}`)
-  })
+/** The suite's one wait for a condition, for the call tests that import it from here. */
+export { waitFor }
 
 /** The call once its status is one of `statuses`. */
 export const awaitCall = (id: string, statuses: ReadonlyArray<Calls.CallStatus>, timeout?: Duration.Duration) =>

@@ -25,6 +25,7 @@ import {
   TranscribeDocument
 } from "../../../packages/media/src/stages/documents/index.js"
 import { layerDb, rawSql } from "../../support/pg.js"
+import { deadline, waitFor } from "../../support/waitFor.js"
 
 /** Production stages, except for retry delays short enough to watch five attempts in under a second. */
 const transcribe = TranscribeDocument.makeTranscribeDocument({
@@ -130,17 +131,6 @@ const setup = (fakeOptions: FakeTranscriptionServer.Options = {}, sweep: Partial
     return {
       db, queue, sql, fake, run, startWorker, insertDocument, document, transitions, liveJobs, jobLeaves, requestedUrls, statusBecomes
     }
-  })
-
-const waitFor = <A>(what: string, probe: Effect.Effect<A | undefined | null | false>, timeout = Duration.seconds(10)) =>
-  Effect.gen(function*() {
-    const deadline = Date.now() + Duration.toMillis(timeout)
-    while (Date.now() < deadline) {
-      const value = yield* probe
-      if (value !== undefined && value !== null && value !== false) return value as A
-      yield* Effect.sleep("20 millis")
-    }
-    return yield* Effect.dieMessage(`timed out waiting for ${what}`)
   })
 
 const deadLetters = (sql: postgres.Sql) =>
@@ -444,13 +434,15 @@ describe("documents_sweep", () => {
       yield* t.statusBecomes(orphan, "completed")
       yield* t.statusBecomes(running, "completed")
       const sweepJobIds = new Set<string>()
-      const watchUntil = Date.now() + 30_000
-      while (sweepJobIds.size < 3 && Date.now() < watchUntil) {
-        const live = yield* Effect.promise(() => t.sql<Array<{ id: string }>>`select id from jobs where stage = 'documents_sweep'`)
-        expect(live.length).toBeLessThanOrEqual(1)
-        live.forEach((j) => sweepJobIds.add(String(j.id)))
-        yield* Effect.sleep("10 millis")
-      }
+      // looked at every 10 ms, to see each short-lived sweep job
+      yield* waitFor("three sweep jobs, one at a time", Effect.map(
+        Effect.promise(() => t.sql<Array<{ id: string }>>`select id from jobs where stage = 'documents_sweep'`),
+        (live) => {
+          expect(live.length).toBeLessThanOrEqual(1)
+          live.forEach((j) => sweepJobIds.add(String(j.id)))
+          return sweepJobIds.size >= 3
+        }
+      ), deadline, Duration.millis(10))
       expect(sweepJobIds.size).toBeGreaterThanOrEqual(3)
       const [schedule] = yield* Effect.promise(() => t.sql<Array<{ name: string; interval_ms: string; source: string }>>`
         select name, interval_ms::text, source from schedules where stage = 'documents_sweep'`)

@@ -17,6 +17,7 @@ import { TranscribeDocument } from "../../../packages/media/src/stages/documents
 import * as FakeTranscriptionServer from "../../support/FakeTranscriptionServer.js"
 import { layerDb } from "../../support/pg.js"
 import { spawnPipelineWorker } from "../../support/pipelineWorker.js"
+import { waitFor } from "../../support/waitFor.js"
 
 const fast = RetryPolicy.make({ Transient: RetryPolicy.exponential({ base: "30 millis", cap: "100 millis", jitter: false }) })
 
@@ -61,19 +62,15 @@ const setup = (fake: FakeTranscriptionServer.Options = {}) =>
       )).pipe(Effect.orDie, Effect.map(([row]) => row!))
     const erroredWith = (id: string) =>
       Effect.gen(function*() {
-        const deadline = Date.now() + 45_000
-        while (Date.now() < deadline) {
+        const [doc, mine] = yield* waitFor(`document ${id} to reach error with a dead letter`, Effect.gen(function*() {
           const doc = yield* document(id)
           const dead = yield* run(Effect.flatMap(Queue.Queue, (q) => q.deadLetters.list({ stage: TranscribeDocument.stageName })))
           const mine = dead.filter((d) => d.subjectId === id)
-          if (doc.processing_status === "error" && mine.length > 0) {
-            expect(mine).toHaveLength(1)
-            expect(doc.processing_error).toBe(`transcribe_document: ${mine[0]!.reason}`)
-            return { doc, dead: mine[0]! }
-          }
-          yield* Effect.sleep("50 millis")
-        }
-        return yield* Effect.dieMessage(`document ${id} never reached error with a dead letter`)
+          return doc.processing_status === "error" && mine.length > 0 && ([doc, mine] as const)
+        }))
+        expect(mine).toHaveLength(1)
+        expect(doc.processing_error).toBe(`transcribe_document: ${mine[0]!.reason}`)
+        return { doc, dead: mine[0]! }
       })
     return { base, server, run, startWorker, insertDocument, document, erroredWith, db: Context.get(base, Db.Db) }
   })
