@@ -38,10 +38,14 @@ export const sseEncoder = (): (e: EventLog.LoggedEvent) => string => {
     }
   }
   const at = once<Date>(), stage = once<string>(), org = once<string | null>(), data = once<EventLog.LoggedEvent["data"]>()
+  const kinds = new Map(EventLog.kinds.map((k) => [k as string, JSON.stringify(k)]))
+  // ids are digits and an attempt a whole number, as the log makes them: written as they are (JSON.stringify
+  // of each cost ~0.3 µs on this machine); anything else goes through JSON.stringify, so the text stays exact
+  const digits = (s: string) => (/^\d{1,20}$/.test(s) ? `"${s}"` : JSON.stringify(s))
   return (e) =>
-    `id: ${e.id}\nevent: ${e.kind}\ndata: {"id":${JSON.stringify(e.id)},"kind":${JSON.stringify(e.kind)},"jobId":${JSON.stringify(e.jobId)},` +
-    `"stage":${stage(e.stage)},"orgId":${org(e.orgId)},"subjectId":${JSON.stringify(e.subjectId)},"attempt":${JSON.stringify(e.attempt)},` +
-    `"data":${data(e.data)},"at":${at(e.at)}}\n\n`
+    `id: ${e.id}\nevent: ${e.kind}\ndata: {"id":${digits(e.id)},"kind":${kinds.get(e.kind) ?? JSON.stringify(e.kind)},"jobId":${digits(e.jobId)},` +
+    `"stage":${stage(e.stage)},"orgId":${org(e.orgId)},"subjectId":${e.subjectId === null ? "null" : JSON.stringify(e.subjectId)},` +
+    `"attempt":${Number.isSafeInteger(e.attempt) ? e.attempt : JSON.stringify(e.attempt)},"data":${data(e.data)},"at":${at(e.at)}}\n\n`
 }
 
 export const layer = HttpApiBuilder.group(Api, "events", (handlers) =>
@@ -77,7 +81,8 @@ export const layer = HttpApiBuilder.group(Api, "events", (handlers) =>
         const events = feed.follow(filter, { from }).pipe(
           // one write per batch the feed hands over, not one per event: each write is a chunk on the wire and a
           // call into the socket, which cost the serving process more than the events themselves
-          Stream.mapChunks((chunk) => Chunk.of(Chunk.join(Chunk.map(chunk, encode), ""))),
+          // (an array's join copies once; Chunk.join concatenates string by string)
+          Stream.mapChunks((chunk) => Chunk.of(Chunk.toReadonlyArray(chunk).map(encode).join(""))),
           Stream.catchAll((e) =>
             Stream.fromEffect(Effect.logWarning("event stream ended", e.message)).pipe(
               // the client reconnects with its Last-Event-ID
