@@ -3,7 +3,7 @@
  * so a fleet of processes on different hosts agrees on one clock (a job due, a lease expired, a token refilled).
  * A test gives the statements Effect's Clock instead (`layerTest`): each statement then takes the fiber's current
  * time as a parameter, so `TestClock.adjust` moves the queue's time and the Postgres contract suite sleeps nowhere,
- * as River does (`coalesce(@now::timestamptz, now())`, the parameter null in production).
+ * as River does (`coalesce(@now::timestamptz, now())`; here production statements keep `now()` itself).
  *
  * The clock is read for each statement, from the caller's fiber (PgQueue resolves the reference once, when it is
  * built, and runs its `now` per statement), and every time in that statement comes from it: a job's times compared
@@ -37,14 +37,11 @@ export const withAt = (clock: { readonly now: Effect.Effect<Date> | null }) =>
   clock.now === null ? f(null) : Effect.flatMap(clock.now, f)
 
 /**
- * The statement's time as SQL: `coalesce($at, now())`. With `at` null the planner folds it to `now()` (a custom
- * plan) or keeps a stable expression an index can still compare with (a generic plan), so production plans stay
- * as they were. `statement` falls back to `statement_timestamp()` where a statement read that. Text, not a Date:
- * porsager types a null and a string alike, so the statement is prepared once whichever clock sends it.
+ * The statement's time as SQL: with the database's clock (`at` null) `now()` itself (or `statement_timestamp()`,
+ * `statement`, where a statement read that), so production statements are the text they always were and their
+ * plans the same: the claims run on forced generic plans (JobsSql.claimPlan), where a `coalesce($at, now())`
+ * could not be estimated from the column's statistics as `now()` is. With a test clock, its instant as a
+ * parameter (ISO text).
  */
-export const now = (sql: Sql, at: At, fallback: "now" | "statement" = "now") => {
-  const param = at === null ? null : at.toISOString()
-  return fallback === "now"
-    ? sql`coalesce(${param}::timestamptz, now())`
-    : sql`coalesce(${param}::timestamptz, statement_timestamp())`
-}
+export const now = (sql: Sql, at: At, fallback: "now" | "statement" = "now") =>
+  at !== null ? sql`${at.toISOString()}::timestamptz` : fallback === "now" ? sql`now()` : sql`statement_timestamp()`
