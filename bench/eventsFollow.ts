@@ -25,11 +25,10 @@ import * as Worker from "../packages/pgfiber/src/runtime/Worker.js"
 import * as Child from "node:child_process"
 import * as Fs from "node:fs"
 import * as Http from "node:http"
-import * as Net from "node:net"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import * as ApiKeys from "../packages/service/src/auth/ApiKeys.js"
-import { connect, log, median, msSince, nowNs, serverCpuMsOf, sleep, startCluster } from "./lib.js"
+import { connect, cpuMsOf, freePort, log, median, msSince, nowNs, serverCpuMsOf, sleep, startCluster } from "./lib.js"
 
 const args = process.argv.slice(2)
 const option = (name: string) => {
@@ -52,23 +51,6 @@ const stage = Stage.make({
 
 /** The followers' statements: the event log's reads and cursors (every one names the snapshot's xmin). */
 const isFollowerStatement = (query: string) => query.includes("pg_snapshot_xmin")
-
-const freePort = () =>
-  new Promise<number>((resolve, reject) => {
-    const server = Net.createServer()
-    server.once("error", reject)
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address() as Net.AddressInfo
-      server.close(() => resolve(address.port))
-    })
-  })
-
-/** This process's CPU (user + system), ms, from /proc (Linux). */
-const processCpuMs = (pid: number) => {
-  const stat = Fs.readFileSync(`/proc/${pid}/stat`, "utf8")
-  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
-  return (Number(fields[11]) + Number(fields[12])) * 1000 / 100
-}
 
 /** `pgfiber start` on the bench's database, in a process of its own; resolves once /healthz answers. */
 const startService = async (url: string) => {
@@ -155,7 +137,7 @@ const drainOnce = async (url: string, dataDir: string, mode: Mode) => {
     ApiKeys.make.pipe(Effect.flatMap((keys) => keys.create({ orgId: org })), Effect.provide(Layer.succeedContext(base)))
   )
   const sse = service === null || token === null || mode !== "sse" ? null : await openSse(service.base, Redacted.value(token.token))
-  const serviceCpuAtStart = service === null ? 0 : processCpuMs(service.pid)
+  const serviceCpuAtStart = service === null ? 0 : (cpuMsOf(service.pid) ?? 0)
   const seen = Array.from({ length: followers }, () => 0)
   const options: Worker.WorkerOptions = {
     workerId: `bench-${followers}`,
@@ -188,7 +170,7 @@ const drainOnce = async (url: string, dataDir: string, mode: Mode) => {
   }
   const ms = msSince(started)
   const cpu = process.cpuUsage(cpuAtStart)
-  const serviceCpu = service === null ? 0 : processCpuMs(service.pid) - serviceCpuAtStart
+  const serviceCpu = service === null ? 0 : (cpuMsOf(service.pid) ?? 0) - serviceCpuAtStart
   if (sse !== null) {
     // every event of the drain reaches the client (3 per job, the enqueued ones read from the log's beginning)
     for (const deadline = Date.now() + 120_000; sse.received() < jobs * 3 && Date.now() < deadline;) await sleep(20)

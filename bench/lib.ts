@@ -6,6 +6,7 @@
 import { Effect, Exit, Redacted, Scope } from "effect"
 import * as Child from "node:child_process"
 import * as Fs from "node:fs"
+import * as Net from "node:net"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
@@ -258,6 +259,17 @@ export interface WorkerChild {
 // worker processes die with the harness, however it ends (an interrupted run must not leave workers behind)
 const liveChildren = new Set<Child.ChildProcess>()
 process.on("exit", () => liveChildren.forEach((c) => c.kill("SIGKILL")))
+
+/** A TCP port free on loopback now (for a server a bench starts). */
+export const freePort = () =>
+  new Promise<number>((resolve, reject) => {
+    const server = Net.createServer()
+    server.once("error", reject)
+    server.listen(0, "127.0.0.1", () => {
+      const port = (server.address() as Net.AddressInfo).port
+      server.close(() => resolve(port))
+    })
+  })
 
 /** Where `compileWorker` writes the plain-JavaScript worker scripts (ignored by git, like all of .data). */
 const compiledDir = Path.join(repoDir, ".data", "bench-build")

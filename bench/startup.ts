@@ -13,10 +13,9 @@
  */
 import * as Child from "node:child_process"
 import * as Fs from "node:fs"
-import * as Net from "node:net"
 import * as Path from "node:path"
 import postgres from "postgres"
-import { median, repoDir, sleep } from "./lib.js"
+import { freePort, median, repoDir, sleep } from "./lib.js"
 
 const arg = (name: string, fallback: number) => {
   const i = process.argv.indexOf(`--${name}`)
@@ -32,14 +31,6 @@ const variants = {
   tsx: ["--import", "tsx", Path.join(repoDir, "packages", "service", "src", "main.ts")]
 } as const
 type Variant = keyof typeof variants
-
-const freePort = () =>
-  new Promise<number>((resolve) => {
-    const server = Net.createServer().listen(0, "127.0.0.1", () => {
-      const port = (server.address() as Net.AddressInfo).port
-      server.close(() => resolve(port))
-    })
-  })
 
 const cliOnly = process.argv.includes("--cli-only")
 
