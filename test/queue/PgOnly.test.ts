@@ -243,6 +243,33 @@ describe("PgQueue (Postgres only)", () => {
         expect((yield* q.claim(stage, 10, worker)).map((j) => j.id)).toEqual([held!.id])
       }))
 
+    it.effect("a fair claim beside another claim in flight takes each org's next jobs, not a short claim of what is left", () =>
+      Effect.gen(function*() {
+        const q = yield* Queue.Queue
+        const db = yield* Db.Db
+        const stage = "fair_contended"
+        const byOrg = new Map<string, Array<string>>()
+        for (const org of ["a", "b", "c"]) {
+          byOrg.set(org, (yield* q.enqueue(Array.from({ length: 6 }, () => ({ stage, orgId: org })))).map((r) => r.id))
+        }
+        // another process's claim in flight holds each org's two oldest jobs, the ones this claim would pick first
+        const heldIds = [...byOrg.values()].flatMap((ids) => ids.slice(0, 2))
+        const sql = rawSql(db.schema)
+        const claimed = yield* Effect.acquireUseRelease(
+          Effect.succeed(sql),
+          (sql) =>
+            Effect.promise(() =>
+              sql.begin(async (tx) => {
+                await tx`select id from jobs where id = any(${heldIds}::bigint[]) for update`
+                return await Effect.runPromise(q.claim(stage, 6, worker))
+              })
+            ),
+          (sql) => Effect.promise(() => sql.end())
+        )
+        // a full claim, still two jobs per org: each org's third and fourth
+        expect(claimed.map((j) => j.id).sort()).toEqual([...byOrg.values()].flatMap((ids) => ids.slice(2, 4)).sort())
+      }))
+
     it.effect("a fair stage's claim that ran dry takes every ready job at once when they fit, and takes turns when they do not", () =>
       Effect.gen(function*() {
         const q = yield* Queue.Queue

@@ -530,9 +530,12 @@ export const lockStageLimits = (sql: Sql, schema: string, stage: string) =>
  * Caps: the stage's running leases are counted here, by org; the bucket is refilled and spent here. Both are
  * exact only under `lockStageLimits`, taken by an earlier statement of the same transaction, so that this
  * statement's snapshot sees every claim committed before it (a READ COMMITTED snapshot is taken per statement).
- * Locking: FOR UPDATE SKIP LOCKED on the picked rows, found by the ctid the walk read them at (a Tid Scan, not
- * a primary-key descent per job, to lock and again to update); a row changed since this statement's snapshot
- * is skipped, as a locked one is, and left to a later claim. The bucket rows it spends.
+ * Locking: FOR UPDATE SKIP LOCKED in each read of an org's share (and of the extra and the next priorities):
+ * a job another claim in flight holds is skipped and the org's next one locked instead, so claims of several
+ * processes at once take different jobs and come back full. Locking only the picks afterwards left every claim
+ * but the first with the same heads to skip: with 4 processes a claim of 250 came back with ~50 on average, five
+ * times the claims (docs/benchmarks.md). The update finds the rows by the ctid they were locked at (a Tid Scan,
+ * not a primary-key descent per job). The bucket rows it spends.
  */
 export const claimShares = (
   sql: Sql, at: At, stage: string, limit: number, workerId: string, leaseMs: number, s: ClaimShares, cursor: string | null
@@ -582,10 +585,9 @@ export const claimShares = (
                        ${s.maxRunningPerOrg === null ? sql`${limit}::int` : sql`greatest(0, ${s.maxRunningPerOrg}::int - coalesce(r.n, 0))::int`},
                        ${limited && rate.perOrg ? sql`floor(${refilled("b")})::int` : sql`${limit}::int`}) as room) o
       ), shares as (
-        -- each org's head job (found by the walk), then its next ready ones up to its share
-        select f.org_key, f.room, f.offer, f.id, f.tid, f.available_at, (select priority from prio) as priority
-        from offers f where f.offer >= 1 and f.available_at <= ${SqlClock.now(sql, at)}
-        union all
+        -- each org's oldest ready jobs from its head on, up to its share, locked as they are read: a job another
+        -- claim in flight holds is skipped and the org's next one taken, so claims running at once in several
+        -- processes take different jobs instead of all picking the same heads and coming back short
         select f.org_key, f.room, f.offer, c.id, c.tid, c.available_at, c.priority
         from offers f cross join lateral (
           select j.id, j.ctid as tid, j.available_at, j.priority from jobs j
@@ -596,11 +598,12 @@ export const claimShares = (
             -- the head's available_at, guessing it narrow, and an incremental sort (which enable_sort = off does
             -- not price) read and sorted every job enqueued in the head's instant (a bulk enqueue shares one
             -- now()) or after it in any stage or org: 50-140 ms a claim of 500 at 1M queued, ~20 ms now
-            and (coalesce(j.org_id, ''), j.available_at, j.id) > (f.org_key, f.available_at, f.id)
+            and (coalesce(j.org_id, ''), j.available_at, j.id) >= (f.org_key, f.available_at, f.id)
           order by j.available_at, j.id
-          limit f.offer - 1
+          limit f.offer
+          for update of j skip locked
         ) c
-        where f.offer > 1 and f.available_at <= ${SqlClock.now(sql, at)}
+        where f.offer >= 1 and f.available_at <= ${SqlClock.now(sql, at)}
       ), filled as (
         -- orgs with fewer ready jobs than their share leave the claim short: the orgs that filled theirs
         -- offer more, up to that shortfall each (still round by round: these rank after every first share)
@@ -616,6 +619,7 @@ export const claimShares = (
           order by j.available_at, j.id
           offset f.offer
           limit least(f.more, ${limit}::int - (select count(*) from shares))
+          for update of j skip locked
         ) c
         where (select count(*) from shares) < ${limit}::int
       ), rest as (
@@ -626,6 +630,7 @@ export const claimShares = (
           and (select count(*) from shares) + (select count(*) from extra) < ${limit}::int
         order by j.priority, j.available_at, j.id
         limit greatest(0, ${limit}::int - (select count(*) from shares) - (select count(*) from extra))
+        for update of j skip locked
       ), candidates as (
         select u.id, u.tid, u.org_key, u.available_at, u.priority,
                row_number() over (partition by u.priority, u.org_key order by u.available_at, u.id) as org_rank
@@ -639,6 +644,7 @@ export const claimShares = (
         where j.stage = ${stage} and j.status = 'queued' and j.available_at <= ${SqlClock.now(sql, at)}
         order by j.priority, j.available_at, j.id
         limit ${limit}
+        for update of j skip locked
       )`
   return sql<Array<{
     jobs: ReadonlyArray<ReadonlyArray<unknown>>
@@ -671,11 +677,10 @@ export const claimShares = (
       order by priority, ${s.fair ? sql`org_rank,` : sql``} available_at, id
       limit (select n from room)
     ), locked as (
-      select j.id, j.ctid as tid from jobs j
-      where j.ctid = any(array(select tid from picked)) and j.status = 'queued'
-        and (select set_config('synchronous_commit', 'off', true)) = 'off'
+      -- every candidate was locked as it was read (FOR UPDATE SKIP LOCKED in the walk's reads)
+      select id, tid from picked
+      where (select set_config('synchronous_commit', 'off', true)) = 'off'
         and not exists (select 1 from stage_controls c where c.stage = ${stage} and c.paused)
-      for update skip locked
     ), claimed as (
       update jobs j
       set status = 'running', locked_by = ${workerId}, locked_until = ${SqlClock.now(sql, at)} + ${leaseMs} * interval '1 millisecond',
