@@ -9,7 +9,7 @@ import * as Spans from "../layers/Spans.js"
 import * as Bulk from "./Bulk.js"
 import * as BulkSql from "./BulkSql.js"
 import * as Events from "./Events.js"
-import type { BatchOptions, Beat, DependencyLink, ErrorEntry, InvalidJob, Job, JobStatus, StageStats, ValidJob } from "./Job.js"
+import type { BatchOptions, Beat, DependencyLink, InvalidJob, Job, JobStatus, StageStats, ValidJob } from "./Job.js"
 import { countEnqueued, defaultMaxPayloadBytes, InvalidJob as InvalidJobError, isJobId, validateCallbacks, jobFromDeadLetter, JobNotFound, parentProblem, policyColumn, policyFromColumn, validateAll } from "./Job.js"
 import * as JobsSql from "./JobsSql.js"
 import * as Limits from "./Limits.js"
@@ -19,7 +19,7 @@ import * as Queue from "./Queue.js"
 import * as Registry from "./Registry.js"
 import * as Rows from "./Rows.js"
 import * as SqlClock from "./SqlClock.js"
-import { type OnDead, type QueueOptions, resolveRetention, retentionParams, type Wakeups } from "./Queue.js"
+import { type QueueOptions, resolveRetention, retentionParams, type Wakeups } from "./Queue.js"
 
 /** Spans for queue operations, without `Effect.fn`'s two stack captures per call (~0.06 ms on a wake-up's claim). */
 const spanOptions = { captureStackTrace: false } as const
@@ -33,7 +33,7 @@ const ListenAndSelect = Schema.Tuple(Schema.Unknown, Schema.Tuple(Schema.Record(
 const decodeListenAndSelect = (results: unknown) => Option.map(Schema.decodeUnknownOption(ListenAndSelect)(results), ([, [row]]) => row)
 
 /** A stage's wake-lead lock (Waker.ts): a 64-bit advisory lock key from the schema and the stage's name. */
-export const wakeLockKey = (schema: string, stage: string): string =>
+const wakeLockKey = (schema: string, stage: string): string =>
   createHash("sha256").update(`${schema}:wake:${stage}`).digest().readBigInt64BE(0).toString()
 
 /**
@@ -624,42 +624,6 @@ export const make = (options: QueueOptions = {}) =>
         )
       })
 
-    /** A failing hook rolls back its own writes only; the dead letter stays, and the failure is logged. */
-    const hookInSavepoint = (onDead: OnDead) =>
-      savepoint(onDead).pipe(
-        Effect.catchAllCause((cause) => Effect.logError("onDeadLetter failed; its writes were rolled back, the job is dead-lettered", cause))
-      )
-
-    const one = (outcome: Outcome.Outcome, onDead?: OnDead) =>
-      Effect.map(settle([outcome], onDead ? { onDeadLettered: () => hookInSavepoint(onDead) } : {}), (r) => r[0]!)
-
-    const completeMany = (leases: ReadonlyArray<{ id: string; lease: number }>) =>
-      Effect.map(settle(leases.map((l) => Outcome.complete(l))), (r) => leases.filter((_, i) => r[i] === "completed").map((l) => l.id))
-
-    const complete = (
-      lease: { id: string; lease: number },
-      followUps: ReadonlyArray<import("./Job.js").NewJob> = []
-    ) =>
-      Effect.gen(function*() {
-        // a caller completing one job hears about its invalid follow-ups; a settled batch dead-letters instead
-        const valid = validateAll(followUps, validation)
-        if (Either.isLeft(valid)) return yield* valid.left
-        return (yield* one(Outcome.complete(lease, followUps))) === "completed"
-      }).pipe(Effect.withSpan("Queue.complete", spanOptions))
-
-    const retry = (lease: { id: string; lease: number }, delay: Duration.Duration, error: Omit<ErrorEntry, "attempt" | "at">, onDead?: OnDead) =>
-      Effect.map(one(Outcome.retry(lease, delay, error), onDead), (r) =>
-        r === "retried" ? "retried" as const : r === "deadLettered" ? "dead-lettered" as const : "fenced" as const)
-
-    const reschedule = (lease: { id: string; lease: number }, delay: Duration.Duration) =>
-      Effect.map(one(Outcome.reschedule(lease, delay)), (r) => r === "rescheduled")
-
-    const deadLetter = (lease: { id: string; lease: number }, error: Omit<ErrorEntry, "attempt" | "at">, onDead?: OnDead) =>
-      Effect.map(one(Outcome.deadLetter(lease, error), onDead), (r) => r === "deadLettered")
-
-    const release = (leases: ReadonlyArray<{ id: string; lease: number }>) =>
-      Effect.map(settle(leases.map((l) => Outcome.release(l))), (r) => leases.filter((_, i) => r[i] === "released").map((l) => l.id))
-
     const reapExpired = db.transaction(
       Effect.gen(function*() {
         const [lock] = yield* db.run((sql) => JobsSql.tryReaperLock(sql, db.schema))
@@ -989,12 +953,6 @@ export const make = (options: QueueOptions = {}) =>
       heartbeat: (leases, leaseFor) => heartbeat(leases, leaseFor).pipe(atEdge("Queue.heartbeat")),
       settle: (outcomes, o) => settle(outcomes, o).pipe(atEdge("Queue.settle")),
       savepoint: (effect) => bodyAtEdge("Queue.savepoint", savepoint, effect),
-      completeMany: (leases) => completeMany(leases).pipe(atEdge("Queue.completeMany")),
-      complete: (lease, followUps) => complete(lease, followUps).pipe(atEdge("Queue.complete")),
-      retry: (lease, delay, error, onDead) => retry(lease, delay, error, onDead).pipe(atEdge("Queue.retry")),
-      reschedule: (lease, delay) => reschedule(lease, delay).pipe(atEdge("Queue.reschedule")),
-      deadLetter: (lease, error, onDead) => deadLetter(lease, error, onDead).pipe(atEdge("Queue.deadLetter")),
-      release: (leases) => release(leases).pipe(atEdge("Queue.release")),
       reapExpired: reapExpired.pipe(atEdge("Queue.reapExpired")),
       nextWake: (stages, o) => nextWake(stages, o).pipe(atEdge("Queue.nextWake")),
       cancel: (id) => cancel(id).pipe(atEdge("Queue.cancel")),
