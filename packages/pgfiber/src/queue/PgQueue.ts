@@ -54,18 +54,39 @@ export const decodeRows = <A, I>(what: string, schema: Schema.Schema<A, I>) => {
     })
 }
 
+/** A claimed job whose row the job model does not accept: its lease (typed columns, always readable) and why. */
+export interface Undecodable {
+  readonly id: string
+  readonly lease: number
+  readonly reason: string
+}
+
 /**
  * A claim's jobs from its JSON arrays, each checked by hand (`Rows.decodeClaimed`): the claim's hot path, where
  * the Tuple's Schema decode would cost the worker a quarter to 40 % more CPU per job, the check 1 % (docs/benchmarks.md).
+ * The check is per job: a row that does not decode (its error history is free-form jsonb, which a hand edit or a
+ * faulty migration can break) is set aside with its lease, so the batch's other jobs still run. Only an array
+ * whose id or lease cannot be read fails the claim: that is the statement's shape, wrong for every row.
  */
-export const claimedJobs = (arrays: ReadonlyArray<unknown>): Effect.Effect<Array<Job>, RowMismatch> => {
+export const claimedJobs = (
+  arrays: ReadonlyArray<unknown>
+): Effect.Effect<{ readonly jobs: Array<Job>; readonly undecodable: Array<Undecodable> }, RowMismatch> => {
   const jobs: Array<Job> = []
+  const undecodable: Array<Undecodable> = []
   for (const a of arrays) {
     const decoded = Rows.decodeClaimed(a)
-    if (Either.isLeft(decoded)) return Effect.fail(new RowMismatch({ message: `a claim's job did not decode: ${decoded.left}` }))
-    jobs.push(Rows.jobFromClaimed(decoded.right))
+    if (Either.isRight(decoded)) {
+      jobs.push(Rows.jobFromClaimed(decoded.right))
+      continue
+    }
+    const id: unknown = Array.isArray(a) ? a[0] : undefined
+    const lease: unknown = Array.isArray(a) ? a[13] : undefined
+    if (typeof id !== "string" || !isJobId(id) || typeof lease !== "number") {
+      return Effect.fail(new RowMismatch({ message: `a claim's job did not decode: ${decoded.left}` }))
+    }
+    undecodable.push({ id, lease, reason: decoded.left })
   }
-  return Effect.succeed(jobs)
+  return Effect.succeed({ jobs, undecodable })
 }
 
 const liveJobs = decodeRows("jobs", Rows.JobFromLiveRow)
@@ -377,6 +398,31 @@ export const make = (options: QueueOptions = {}) =>
     const byClaimOrder = (a: Job, b: Job) =>
       a.priority - b.priority || a.availableAt.getTime() - b.availableAt.getTime() || Number(a.id) - Number(b.id)
 
+    /**
+     * The claim's decoded jobs; the ones that did not decode are dead-lettered now, under the lease the claim just
+     * took, with the reason. Their error history is emptied first (kept, as text, in the reason): copied as it is,
+     * it would break every read of the dead letters and the history as it broke the claim. The stage's
+     * onDeadLetter does not run for them: it takes the job, which could not be read. A failure to bury them is
+     * logged, not the claim's: the reaper requeues them when the lease expires, and a later claim tries again.
+     */
+    const runnable = (claimed: { readonly jobs: Array<Job>; readonly undecodable: ReadonlyArray<Undecodable> }) => {
+      const bad = claimed.undecodable
+      if (bad.length === 0) return Effect.succeed(claimed.jobs)
+      const bury = db.transaction(Effect.gen(function*() {
+        const cleared = yield* db.run((sql) => JobsSql.clearErrorHistory(sql, bad.map((b) => b.id), bad.map((b) => b.lease)))
+        const history = new Map(cleared.map((r) => [r.id, r.errors]))
+        return yield* settle(bad.map((b) => Outcome.deadLetter(b, {
+          tag: "UndecodableRow",
+          message: `claimed job ${b.id} did not decode (${b.reason}); its error history was set aside: ${(history.get(b.id) ?? "").slice(0, 500)}`
+        })))
+      }))
+      return bury.pipe(
+        Effect.tap(() => Effect.logError(`dead-lettered ${bad.length} claimed job(s) whose row did not decode`, bad.map((b) => `${b.id}: ${b.reason}`).join("; "))),
+        Effect.catchAll((e) => Effect.logError("could not dead-letter claimed jobs whose row did not decode; the reaper will requeue them", e)),
+        Effect.as(claimed.jobs)
+      )
+    }
+
     const claimBatch = (
       stage: string,
       limit: number,
@@ -391,7 +437,8 @@ export const make = (options: QueueOptions = {}) =>
             JobsSql.claimSettings,
             (sql, at) => JobsSql.claimReady(sql, at, stage, limit, claimOptions.workerId, leaseMs)
           )
-          return { jobs: (yield* claimedJobs(rows[0]?.jobs ?? [])).sort(byClaimOrder), rateLimitedForMs: null, capped: false }
+          const jobs = yield* runnable(yield* claimedJobs(rows[0]?.jobs ?? []))
+          return { jobs: jobs.sort(byClaimOrder), rateLimitedForMs: null, capped: false }
         }
         const limited = Limits.isLimited(shares)
         if (!limited && (ranDry.has(stage) || !cursors.has(stage))) {
@@ -401,7 +448,7 @@ export const make = (options: QueueOptions = {}) =>
             (sql, at) => JobsSql.claimReadyIfAll(sql, at, stage, limit, claimOptions.workerId, leaseMs)
           )
           if (rows[0]?.fits === true) {
-            const jobs = (yield* claimedJobs(rows[0].jobs ?? [])).sort(byClaimOrder)
+            const jobs = (yield* runnable(yield* claimedJobs(rows[0].jobs ?? []))).sort(byClaimOrder)
             if (jobs.length < limit) ranDry.add(stage)
             else ranDry.delete(stage)
             return { jobs, rateLimitedForMs: null, capped: false }
@@ -417,7 +464,7 @@ export const make = (options: QueueOptions = {}) =>
           return await JobsSql.claimShares(sql, at, stage, limit, claimOptions.workerId, leaseMs, shares, cursor)
         }, { atomic: limited })
         // in claim order: by priority, then round by round across orgs
-        const jobs = yield* claimedJobs(row?.jobs ?? [])
+        const jobs = yield* runnable(yield* claimedJobs(row?.jobs ?? []))
         // the walk stops after `limit` orgs: one found means one there only when it could have found two
         if (!limited && limit > 1 && row?.orgs === 1) cursors.delete(stage)
         else if (row?.cursor != null) cursors.set(stage, row.cursor)
