@@ -120,7 +120,7 @@ describe("PgQueue (Postgres only)", () => {
           expect(jobs.map((j) => j.id), stage).not.toContain(bad)
           const letters = yield* q.deadLetters.list({ stage })
           expect(letters.map((d) => [d.jobId, d.errorHistory.map((e) => e.tag)]), stage).toEqual([[bad, ["UndecodableRow"]]])
-          expect(letters[0]!.reason, stage).toContain(`claimed job ${bad} did not decode`)
+          expect(letters[0]!.reason, stage).toContain(`did not decode: claimed job ${bad}: an error history entry is not one`)
           expect(letters[0]!.reason, stage).toContain(`[{"oops": true}]`)
           expect((yield* q.get(bad))?.status, stage).toBe("dead")
         }

@@ -413,7 +413,7 @@ export const make = (options: QueueOptions = {}) =>
         const history = new Map(cleared.map((r) => [r.id, r.errors]))
         return yield* settle(bad.map((b) => Outcome.deadLetter(b, {
           tag: "UndecodableRow",
-          message: `claimed job ${b.id} did not decode (${b.reason}); its error history was set aside: ${(history.get(b.id) ?? "").slice(0, 500)}`
+          message: `did not decode: ${b.reason}; its error history, set aside: ${(history.get(b.id) ?? "").slice(0, 500)}`
         })))
       }))
       return bury.pipe(
