@@ -73,7 +73,7 @@ const claimAll = async (sql: Sql, fair: boolean | "oneOrg") => {
     } else {
       rows = (await JobsSql.claimReady(sql, null, stage, batch, "w", 60_000))[0]!.jobs
     }
-    claimed += Effect.runSync(claimedJobs(rows)).length
+    claimed += Effect.runSync(claimedJobs(rows)).jobs.length
     if (rows.length === 0) return claimed
   }
 }

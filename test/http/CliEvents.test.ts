@@ -13,6 +13,7 @@ import * as Queue from "../../packages/pgfiber/src/queue/Queue.js"
 import { databaseUrl, layerDb } from "../support/pg.js"
 import { waitFor } from "../support/waitFor.js"
 import { pgfiber } from "./support.js"
+import { completeAll } from "../support/settle.js"
 
 const repoRoot = Path.resolve(import.meta.dirname, "../..")
 
@@ -22,7 +23,7 @@ const runOne = (stage: string, orgId: string) =>
     const queue = yield* Queue.Queue
     const [r] = yield* queue.enqueue([{ stage, orgId }])
     const [job] = yield* queue.claim(stage, 1, { workerId: "cli-test", leaseFor: Duration.seconds(30) })
-    yield* queue.completeMany([{ id: job!.id, lease: job!.lease }])
+    yield* completeAll(queue, [{ id: job!.id, lease: job!.lease }])
     return r!.id
   })
 

@@ -6,6 +6,7 @@ import { describe, expect, layer } from "@effect/vitest"
 import { Duration, Effect } from "effect"
 import * as Queue from "../../packages/pgfiber/src/queue/Queue.js"
 import type { ContractTarget } from "./contract.js"
+import { settleOne } from "../support/settle.js"
 
 let stageCounter = 0
 const freshStage = (base: string) => `${base}_${stageCounter++}`
@@ -24,7 +25,7 @@ export const bulkContract = (target: ContractTarget) =>
           const claimed = yield* q.claim(stage, messages.length, worker)
           for (const job of claimed) {
             const m = (job.payload as { m: string }).m
-            expect(yield* q.retry(job, Duration.hours(1), { tag: "Transient", message: m })).toBe("retried")
+            expect(yield* settleOne(q, Queue.Outcome.retry(job, Duration.hours(1), { tag: "Transient", message: m }))).toBe("retried")
           }
         })
 

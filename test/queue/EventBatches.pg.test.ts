@@ -14,6 +14,7 @@ import * as PgQueue from "../../packages/pgfiber/src/queue/PgQueue.js"
 import * as Queue from "../../packages/pgfiber/src/queue/Queue.js"
 import { databaseUrl, dropSchema, freshSchemaName, layerDb, rawSql } from "../support/pg.js"
 import { readAll } from "../support/eventLog.js"
+import { completeAll } from "../support/settle.js"
 
 const rowsOf = (schema: string, kind: string) =>
   Effect.acquireUseRelease(
@@ -45,7 +46,7 @@ describe("the event log in batches", () => {
         const start = yield* log.now
         const jobs = yield* queue.enqueue(Array.from({ length: 2500 }, (_, i) => ({ stage: "batched", subjectId: `s${i}` })))
         const claimed = yield* queue.claim("batched", 300, { workerId: "w", leaseFor: Duration.seconds(60) })
-        yield* queue.completeMany(claimed.map((j) => ({ id: j.id, lease: j.lease })))
+        yield* completeAll(queue, claimed.map((j) => ({ id: j.id, lease: j.lease })))
 
         // the rows: one enqueue statement of 2,500 jobs in three, one claim and one settle of 300 in one each
         expect(yield* rowsOf(schema, "enqueued")).toEqual([1000, 1000, 500])

@@ -11,6 +11,7 @@ import * as Queue from "../../packages/pgfiber/src/queue/Queue.js"
 import { freshSchemaName, layerDb, rawSql } from "../support/pg.js"
 import { readAll, readPages } from "../support/eventLog.js"
 import { deadline, waitFor } from "../support/waitFor.js"
+import { completeAll } from "../support/settle.js"
 
 const schema = freshSchemaName("eventlog")
 const services = EventLog.layer.pipe(Layer.provideMerge(PgQueue.layer()), Layer.provideMerge(layerDb({ schema, poolMax: 4 })))
@@ -51,7 +52,7 @@ describe("the event log", () => {
             for (let n = 0; n < 10; n++) {
               yield* queue.enqueue([{ stage: `w${i}` }, { stage: `w${i}` }])
               const claimed = yield* queue.claim(`w${i}`, 2, { workerId: `w${i}`, leaseFor: Duration.seconds(30) })
-              yield* queue.completeMany(claimed.map((j) => ({ id: j.id, lease: j.lease })))
+              yield* completeAll(queue, claimed.map((j) => ({ id: j.id, lease: j.lease })))
             }
           }), { concurrency: "unbounded", discard: true })
         const reader = Effect.gen(function*() {

@@ -7,6 +7,7 @@ import * as SqlClock from "../../packages/pgfiber/src/queue/SqlClock.js"
 import { databaseUrl, freshSchemaName, layerDb, rawSql } from "../support/pg.js"
 import { waitFor } from "../support/waitFor.js"
 import { flowsContract } from "./flowsContract.js"
+import { completeAll } from "../support/settle.js"
 
 // on the TestClock: the statements take its time (SqlClock.layerTest), so nothing sleeps
 flowsContract({
@@ -41,7 +42,7 @@ describe("Flows on PostgreSQL: enqueues and settles racing in different sessions
             return written
           })))
           yield* Deferred.await(locked)
-          const settle = yield* Effect.fork(q.completeMany([parent!]))
+          const settle = yield* Effect.fork(completeAll(q, [parent!]))
           yield* waitFor("the settle to wait for the parent's lock", Effect.promise(async () => {
             const [row] = await sql`select count(*)::int as n from pg_stat_activity
               where wait_event_type = 'Lock' and query like '%with deleted as%'`
@@ -52,7 +53,7 @@ describe("Flows on PostgreSQL: enqueues and settles racing in different sessions
           expect(yield* Fiber.join(settle)).toEqual([parent!.id])
           const [ready] = yield* q.claim("race_child", 10, worker)
           expect(ready?.id).toBe(dependent!.id)
-          yield* q.completeMany([ready!])
+          yield* completeAll(q, [ready!])
         }
       }))
 
@@ -63,13 +64,13 @@ describe("Flows on PostgreSQL: enqueues and settles racing in different sessions
           yield* q.enqueue([{ stage: "mix_parent" }, { stage: "mix_parent" }])
           const parents = yield* q.claim("mix_parent", 2, worker)
           const [, , [dependent]] = yield* Effect.all([
-            q.completeMany([parents[0]!]),
-            q.completeMany([parents[1]!]),
+            completeAll(q, [parents[0]!]),
+            completeAll(q, [parents[1]!]),
             q.enqueue([{ stage: "mix_child", dependsOn: parents.map((p) => p.id) }])
           ], { concurrency: "unbounded" })
           const [ready] = yield* q.claim("mix_child", 10, worker)
           expect(ready?.id).toBe(dependent!.id)
-          yield* q.completeMany([ready!])
+          yield* completeAll(q, [ready!])
         }
       }))
   
@@ -90,11 +91,11 @@ describe("Flows on PostgreSQL: enqueues and settles racing in different sessions
           const theirs = yield* q2.claim("two_jobs", 50, { ...worker, workerId: "p2" })
           expect(mine.length + theirs.length).toBe(100)
           // each settles its half in five settles of ten, all at once
-          const settles = [...chunks(mine).map((c) => q.completeMany(c)), ...chunks(theirs).map((c) => q2.completeMany(c))]
+          const settles = [...chunks(mine).map((c) => completeAll(q, c)), ...chunks(theirs).map((c) => completeAll(q2, c))]
           yield* Effect.all(settles, { concurrency: "unbounded" })
           const callbacks = yield* q.claim("two_done", 10, worker)
           expect(callbacks.map((j) => j.payload)).toEqual([{ round, batch: { id: batch.id, total: 100, completed: 100, failed: 0 } }])
-          yield* q.completeMany(callbacks)
+          yield* completeAll(q, callbacks)
         }
       }))
   })

@@ -98,6 +98,34 @@ describe("PgQueue (Postgres only)", () => {
         expect(Either.isLeft(paused) && paused.left.message).toContain("permission denied")
       }))
 
+    it.effect("a claimed row that does not decode is dead-lettered with its reason, and the batch's other jobs are claimed", () =>
+      Effect.gen(function*() {
+        const q = yield* Queue.Queue
+        const db = yield* Db.Db
+        // the error history is jsonb with no constraint on its shape: the one column whose value the job model can
+        // refuse. Each of the three claim statements: the plain claim, the fair stage's plain try, fair shares
+        const plain = { ...worker, shares: { ...Queue.Limits.defaultShares, fair: false } }
+        const cases = [
+          { stage: "undecodable_plain", orgs: [null], options: plain },
+          { stage: "undecodable_fits", orgs: [null], options: worker },
+          { stage: "undecodable_fair", orgs: ["org-a", "org-b"], options: worker }
+        ] as const
+        for (const { stage, orgs, options } of cases) {
+          const created = yield* q.enqueue(orgs.flatMap((orgId) => Array.from({ length: 3 }, () => ({ stage, orgId }))))
+          const bad = created[0]!.id
+          yield* db.run((sql) => sql`update jobs set errors = '[{"oops": true}]'::jsonb where id = ${bad}`)
+          const limit = orgs.length === 1 ? 3 : 4
+          const jobs = yield* q.claim(stage, limit, options)
+          expect(jobs.length, stage).toBe(limit - 1)
+          expect(jobs.map((j) => j.id), stage).not.toContain(bad)
+          const letters = yield* q.deadLetters.list({ stage })
+          expect(letters.map((d) => [d.jobId, d.errorHistory.map((e) => e.tag)]), stage).toEqual([[bad, ["UndecodableRow"]]])
+          expect(letters[0]!.reason, stage).toContain(`did not decode: claimed job ${bad}: an error history entry is not one`)
+          expect(letters[0]!.reason, stage).toContain(`[{"oops": true}]`)
+          expect((yield* q.get(bad))?.status, stage).toBe("dead")
+        }
+      }))
+
     it.effect("pruning takes every stage's expired history, in batches, and leaves what is still kept (mixed retentions)", () =>
       Effect.gen(function*() {
         const q = yield* Queue.Queue

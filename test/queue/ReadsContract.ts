@@ -7,6 +7,7 @@ import { describe, expect, layer } from "@effect/vitest"
 import { Duration, Effect, type Layer } from "effect"
 import * as Queue from "../../packages/pgfiber/src/queue/Queue.js"
 import * as Reads from "../../packages/pgfiber/src/queue/Reads.js"
+import { completeAll, settleOne } from "../support/settle.js"
 
 export interface ReadsTarget {
   readonly name: string
@@ -29,10 +30,10 @@ export const contract = (target: ReadsTarget) =>
           const stage = freshStage("browse")
           const [done] = yield* q.enqueue([{ stage, payload: { n: 1 }, subjectId: "s1" }])
           const claimedDone = yield* q.claim(stage, 1, worker("w"))
-          yield* q.completeMany(claimedDone)
+          yield* completeAll(q, claimedDone)
           const [dead] = yield* q.enqueue([{ stage, payload: { n: 2 }, maxAttempts: 1 }])
           const [lease] = yield* q.claim(stage, 1, worker("w"))
-          yield* q.deadLetter(lease!, { tag: "Permanent", message: "Broken Widget" })
+          yield* settleOne(q, Queue.Outcome.deadLetter(lease!, { tag: "Permanent", message: "Broken Widget" }))
           const [running] = yield* q.enqueue([{ stage, payload: { n: 3 } }])
           yield* q.claim(stage, 1, worker("w"))
           const [later] = yield* q.enqueue([{ stage, payload: { n: 4, tag: "x" }, delay: "1 hour" }])
@@ -73,7 +74,7 @@ export const contract = (target: ReadsTarget) =>
           const [theirs] = yield* q.enqueue([{ stage, orgId: "org-b", payload: { n: 2 } }])
           const [lease] = yield* q.claim(stage, 1, worker("w"))
           expect(lease!.id).toBe(mine!.id)
-          yield* q.deadLetter(lease!, { tag: "Permanent", message: "no" })
+          yield* settleOne(q, Queue.Outcome.deadLetter(lease!, { tag: "Permanent", message: "no" }))
 
           const ids = (rows: ReadonlyArray<{ readonly id: string }>) => rows.map((r) => r.id)
           const browse = (viewer: Reads.Viewer) => reads.browse(viewer, { ...Queue.browseAll, stage }, 50)
@@ -112,7 +113,7 @@ export const contract = (target: ReadsTarget) =>
           const [a] = yield* q.enqueue([{ stage: `${stage}_dl`, orgId: org, payload: { n: 1 } }])
           yield* q.enqueue([{ stage: `${stage}_dl`, orgId: org, payload: { n: 2 } }])
           for (const lease of yield* q.claim(`${stage}_dl`, 2, worker("w"))) {
-            yield* q.deadLetter(lease, { tag: "Permanent", message: "no" })
+            yield* settleOne(q, Queue.Outcome.deadLetter(lease, { tag: "Permanent", message: "no" }))
           }
           const viewer = Reads.org(org)
           expect(yield* reads.countPurgeable(viewer, { olderThanMs: null, includeUnresolved: true })).toBe(2)
@@ -154,7 +155,7 @@ export const contract = (target: ReadsTarget) =>
           const stage = freshStage("lists")
           const [first] = yield* q.enqueue([{ stage, payload: { n: 1 } }])
           const [second] = yield* q.enqueue([{ stage, payload: { n: 2 } }])
-          yield* q.completeMany(yield* q.claim(stage, 1, worker("w")))
+          yield* completeAll(q, yield* q.claim(stage, 1, worker("w")))
           expect((yield* reads.list(Reads.operator, { stage })).map((j) => j.id)).toEqual([second!.id])
           expect((yield* reads.history(Reads.operator, { stage })).map((j) => [j.id, j.status])).toEqual([[first!.id, "completed"]])
           const stats = (yield* reads.stats).find((s) => s.stage === stage)

@@ -5,6 +5,7 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Duration, Effect, Either, Layer } from "effect"
 import * as Queue from "../../packages/pgfiber/src/queue/Queue.js"
+import { completeAll, settleOne } from "../support/settle.js"
 
 export interface ContractTarget {
   readonly name: string
@@ -41,7 +42,7 @@ export const contract = (target: ContractTarget) =>
                 const jobs = yield* q.claim(stage, 25, worker(`w${w}`))
                 if (jobs.length === 0) return seen
                 seen.push(...jobs.map((j) => j.id))
-                const done = yield* q.completeMany(jobs)
+                const done = yield* completeAll(q, jobs)
                 expect(done.length).toBe(jobs.length)
               }
             })
@@ -108,7 +109,7 @@ export const contract = (target: ContractTarget) =>
           const [job] = yield* q.claim(stage, 1, worker("w"))
           expect(job!.id).toBe(first!.id)
           expect((yield* q.enqueue([{ stage, dedupeKey: key }]))[0]).toEqual({ id: first!.id, deduped: true })
-          expect(yield* q.completeMany([job!])).toEqual([job!.id])
+          expect(yield* completeAll(q, [job!])).toEqual([job!.id])
           const [fresh] = yield* q.enqueue([{ stage, dedupeKey: key }])
           expect(fresh!.deduped).toBe(false)
           expect(fresh!.id).not.toBe(first!.id)
@@ -211,8 +212,8 @@ export const contract = (target: ContractTarget) =>
           expect(after!.errors[0]!.tag).toBe("LeaseExpired")
           // the dead worker's late completion is fenced out; the new claim's is accepted
           const [again] = yield* q.claim(stage, 1, worker("w2"))
-          expect(yield* q.completeMany([job!])).toEqual([])
-          expect(yield* q.completeMany([again!])).toEqual([again!.id])
+          expect(yield* completeAll(q, [job!])).toEqual([])
+          expect(yield* completeAll(q, [again!])).toEqual([again!.id])
         }))
 
       test("an expired lease on the last attempt is requeued spent; dead-lettering it keeps its count and history", () =>
@@ -229,7 +230,7 @@ export const contract = (target: ContractTarget) =>
           const [again] = yield* q.claim(stage, 1, worker("w2"))
           expect(again!.attempts).toBe(again!.maxAttempts)
           let heard = 0
-          expect(yield* q.deadLetter(again!, { tag: "LeaseExpired", message: "exhausted" }, Effect.sync(() => heard++))).toBe(true)
+          expect(yield* settleOne(q, Queue.Outcome.deadLetter(again!, { tag: "LeaseExpired", message: "exhausted" }), Effect.sync(() => heard++))).toBe("deadLettered")
           expect(heard).toBe(1)
           const [dead] = yield* q.deadLetters.list({ stage })
           expect(dead!.attempts).toBe(1)
@@ -245,9 +246,9 @@ export const contract = (target: ContractTarget) =>
           for (let i = 0; i < 3; i++) {
             const [job] = yield* q.claim(stage, 1, worker("w"))
             expect(job!.attempts).toBe(i)
-            outcomes.push(yield* q.retry(job!, Duration.zero, { tag: "Transient", message: `boom ${i + 1}` }))
+            outcomes.push(yield* settleOne(q, Queue.Outcome.retry(job!, Duration.zero, { tag: "Transient", message: `boom ${i + 1}` })))
           }
-          expect(outcomes).toEqual(["retried", "retried", "dead-lettered"])
+          expect(outcomes).toEqual(["retried", "retried", "deadLettered"])
           // it left the live table; the history keeps it as dead, with every attempt's error and its worker
           const kept = (yield* q.get(created!.id))!
           expect([kept.status, kept.attempts, kept.finishedAt !== null]).toEqual(["dead", 3, true])
@@ -273,7 +274,7 @@ export const contract = (target: ContractTarget) =>
           const stage = freshStage("retry")
           const [created] = yield* q.enqueue([{ stage }])
           const [job] = yield* q.claim(stage, 1, worker("w"))
-          expect(yield* q.retry(job!, Duration.millis(300), { tag: "Transient", message: "503" })).toBe("retried")
+          expect(yield* settleOne(q, Queue.Outcome.retry(job!, Duration.millis(300), { tag: "Transient", message: "503" }))).toBe("retried")
           const after = yield* q.get(created!.id)
           expect(after!.status).toBe("queued")
           expect(after!.lastError).toBe("503")
@@ -291,7 +292,7 @@ export const contract = (target: ContractTarget) =>
           const [created] = yield* q.enqueue([{ stage, maxAttempts: 1 }])
           for (let i = 0; i < 3; i++) {
             const [job] = yield* q.claim(stage, 1, worker("w"))
-            expect(yield* q.reschedule(job!, Duration.zero)).toBe(true)
+            expect(yield* settleOne(q, Queue.Outcome.reschedule(job!, Duration.zero))).toBe("rescheduled")
           }
           const after = yield* q.get(created!.id)
           expect(after!.attempts).toBe(0)
@@ -304,10 +305,10 @@ export const contract = (target: ContractTarget) =>
           const stage = freshStage("permanent")
           yield* q.enqueue([{ stage, maxAttempts: 5 }])
           const [job] = yield* q.claim(stage, 1, worker("w"))
-          expect(yield* q.deadLetter({ id: job!.id, lease: job!.lease + 1 }, { tag: "Permanent", message: "x" })).toBe(false)
-          expect(yield* q.retry({ id: job!.id, lease: job!.lease + 1 }, Duration.zero, { tag: "Transient", message: "x" })).toBe("fenced")
-          expect(yield* q.reschedule({ id: job!.id, lease: job!.lease + 1 }, Duration.zero)).toBe(false)
-          expect(yield* q.deadLetter(job!, { tag: "Permanent", message: "no audio stream" })).toBe(true)
+          expect(yield* settleOne(q, Queue.Outcome.deadLetter({ id: job!.id, lease: job!.lease + 1 }, { tag: "Permanent", message: "x" }))).toBe("fenced")
+          expect(yield* settleOne(q, Queue.Outcome.retry({ id: job!.id, lease: job!.lease + 1 }, Duration.zero, { tag: "Transient", message: "x" }))).toBe("fenced")
+          expect(yield* settleOne(q, Queue.Outcome.reschedule({ id: job!.id, lease: job!.lease + 1 }, Duration.zero))).toBe("fenced")
+          expect(yield* settleOne(q, Queue.Outcome.deadLetter(job!, { tag: "Permanent", message: "no audio stream" }))).toBe("deadLettered")
           const [dead] = yield* q.deadLetters.list({ stage })
           expect(dead!.reason).toBe("no audio stream")
           expect(dead!.attempts).toBe(1)
@@ -323,13 +324,13 @@ export const contract = (target: ContractTarget) =>
           yield* q.reapExpired
           const [taken] = yield* q.claim(stage, 1, worker("fast"))
           expect(taken!.id).toBe(job!.id)
-          expect(yield* q.complete(job!)).toBe(false)
-          expect(yield* q.complete(job!, [{ stage: stage + "_next" }])).toBe(false)
+          expect(yield* settleOne(q, Queue.Outcome.complete(job!))).toBe("fenced")
+          expect(yield* settleOne(q, Queue.Outcome.complete(job!, [{ stage: stage + "_next" }]))).toBe("fenced")
           expect(yield* q.list({ stage: stage + "_next" })).toEqual([])
           expect((yield* q.get(created!.id))!.status).toBe("running")
           expect(yield* q.heartbeat([job!], Duration.seconds(30))).toEqual([])
           expect(yield* q.heartbeat([taken!], Duration.seconds(30))).toEqual([taken!.id])
-          expect(yield* q.complete(taken!)).toBe(true)
+          expect(yield* settleOne(q, Queue.Outcome.complete(taken!))).toBe("completed")
         }))
 
       test("complete-with-follow-ups removes the job and adds its follow-ups together", () =>
@@ -337,14 +338,16 @@ export const contract = (target: ContractTarget) =>
           const q = yield* Queue.Queue
           const stage = freshStage("handoff")
           const next = stage + "_next"
-          yield* q.enqueue([{ stage, subjectId: "call-1" }])
-          const [job] = yield* q.claim(stage, 1, worker("w"))
-          // a bad follow-up fails the whole hand-off: the job stays leased, nothing is added
-          const bad = yield* Effect.either(q.complete(job!, [{ stage: next }, { stage: "" }]))
-          expect(Either.isLeft(bad) && bad.left._tag).toBe("InvalidJob")
-          expect((yield* q.get(job!.id))!.status).toBe("running")
+          yield* q.enqueue([{ stage, subjectId: "call-1" }, { stage, subjectId: "call-2" }])
+          const [job, badJob] = yield* q.claim(stage, 2, worker("w"))
+          // a bad follow-up fails the whole hand-off: the job is dead-lettered (settle refuses no batch for one job's
+          // follow-ups), and none of its follow-ups is added, not even the valid one
+          expect(yield* settleOne(q, Queue.Outcome.complete(badJob!, [{ stage: next }, { stage: "" }]))).toBe("deadLettered")
+          const [letter] = yield* q.deadLetters.list({ stage })
+          expect([letter!.jobId, letter!.errorHistory.map((e) => e.tag)]).toEqual([badJob!.id, ["InvalidFollowUp"]])
+          expect(letter!.reason).toContain("follow-up rejected")
           expect(yield* q.list({ stage: next })).toEqual([])
-          expect(yield* q.complete(job!, [{ stage: next, subjectId: "call-1", payload: { op: "abc" } }])).toBe(true)
+          expect(yield* settleOne(q, Queue.Outcome.complete(job!, [{ stage: next, subjectId: "call-1", payload: { op: "abc" } }]))).toBe("completed")
           expect((yield* q.get(job!.id))!.status).toBe("completed")
           expect(yield* q.list({ stage })).toEqual([])
           const followUps = yield* q.list({ stage: next })
@@ -436,7 +439,7 @@ export const contract = (target: ContractTarget) =>
             timeout: "45 seconds", payload: { n: 1, text: "a \"quoted\" é" }
           }])
           const [first] = yield* q.claim(stage, 1, worker("w-1"))
-          expect(yield* q.retry(first!, Duration.zero, { tag: "Transient", message: "503" })).toBe("retried")
+          expect(yield* settleOne(q, Queue.Outcome.retry(first!, Duration.zero, { tag: "Transient", message: "503" }))).toBe("retried")
           const [again] = yield* q.claim(stage, 1, worker("w-2"))
           expect(again!.id).toBe(a!.id)
           expect(again).toEqual(yield* q.get(a!.id))
@@ -463,7 +466,7 @@ export const contract = (target: ContractTarget) =>
           const kept = (yield* q.get(c!.id))!
           expect([kept.status, kept.output, kept.lastRunMs, kept.payload]).toEqual(["completed", { words: 3 }, 40, { n: 3 }])
           expect([(yield* q.get(a!.id))!.status, (yield* q.get(b!.id))!.status]).toEqual(["completed", "completed"])
-          expect(yield* q.complete(d!)).toBe(true)
+          expect(yield* settleOne(q, Queue.Outcome.complete(d!))).toBe("completed")
         }))
 
       test("settle's onDeadLettered runs in the settle's transaction: its enqueues commit with the dead letters", () =>
@@ -536,7 +539,7 @@ export const contract = (target: ContractTarget) =>
           expect((yield* q.get(b!.id))!.status).toBe("cancelled")
           // the cancelled job's heartbeat no longer holds, which tells its worker to stop
           expect(yield* q.heartbeat([jb!, jc!], Duration.seconds(30))).toEqual([jc!.id])
-          expect((yield* q.release([jb!, jc!])).slice().sort()).toEqual([b!.id, c!.id].sort())
+          expect(yield* q.settle([Queue.Outcome.release(jb!), Queue.Outcome.release(jc!)])).toEqual(["released", "released"])
           expect((yield* q.get(b!.id))!.finishedAt).not.toBeNull()
           const released = yield* q.get(c!.id)
           expect(released!.status).toBe("queued")
@@ -577,7 +580,7 @@ export const contract = (target: ContractTarget) =>
           const stage = freshStage("dlq")
           yield* q.enqueue([{ stage, payload: { n: 1 } }, { stage, payload: { n: 2 } }])
           for (const job of yield* q.claim(stage, 2, worker("w"))) {
-            yield* q.deadLetter(job, { tag: "Permanent", message: `bad ${JSON.stringify(job.payload)}` })
+            yield* settleOne(q, Queue.Outcome.deadLetter(job, { tag: "Permanent", message: `bad ${JSON.stringify(job.payload)}` }))
           }
           const [d1, d2] = yield* q.deadLetters.list({ stage })
           const retriedId = yield* q.deadLetters.retry(d1!.id)
@@ -658,7 +661,7 @@ export const contract = (target: ContractTarget) =>
           // a beat with nothing new reported leaves it as it was
           yield* q.heartbeat([ja!], Duration.seconds(30))
           expect((yield* q.get(a!.id))!.progress).toBe(40)
-          yield* q.complete(ja!)
+          yield* settleOne(q, Queue.Outcome.complete(ja!))
           const done = (yield* q.get(a!.id))!
           expect([done.status, done.progress, done.progressMessage, done.timeoutMs]).toEqual(["completed", 40, "transcribing 2 of 5", 90_000])
         }))
@@ -723,7 +726,7 @@ export const contract = (target: ContractTarget) =>
           // the purged jobs are kept in the history, cancelled, saying who purged them
           const purged = yield* q.history.list({ stage })
           expect(purged.map((j) => [j.status, j.lastError])).toEqual(Array.from({ length: 3 }, () => ["cancelled", "purged by ops"]))
-          expect(yield* q.complete(running!)).toBe(true)
+          expect(yield* settleOne(q, Queue.Outcome.complete(running!))).toBe("completed")
         }))
 
       test("run now: a delayed job becomes due at once and its stage is woken; a due, running or unknown job is left alone", () =>
@@ -806,7 +809,7 @@ export const contract = (target: ContractTarget) =>
           const second = yield* q.claimBatch(stage, 10, opts)
           expect(second.jobs).toEqual([])
           expect(second.capped).toBe(true)
-          yield* q.completeMany([first.jobs[0]!])
+          yield* completeAll(q, [first.jobs[0]!])
           const third = yield* q.claimBatch(stage, 10, opts)
           expect(third.jobs.length).toBe(1)
           const running = [...first.jobs.slice(1), ...third.jobs]

@@ -8,6 +8,7 @@ import { Duration, Effect, Either, Schema } from "effect"
 import * as Queue from "../../packages/pgfiber/src/queue/Queue.js"
 import * as Stage from "../../packages/pgfiber/src/runtime/Stage.js"
 import type { ContractTarget } from "./contract.js"
+import { completeAll, settleOne } from "../support/settle.js"
 
 let stageCounter = 0
 const freshStage = (base: string) => `${base}_${stageCounter++}`
@@ -68,7 +69,7 @@ export const flowsContract = (target: ContractTarget) =>
           yield* runOne(top)
           const sides = yield* q.claim(side, 10, worker)
           expect(sides.map((j) => j.id).sort()).toEqual([b!.id, c!.id].sort())
-          expect(yield* q.completeMany(sides)).toHaveLength(2)
+          expect(yield* completeAll(q, sides)).toHaveLength(2)
           const joined = yield* q.claim(join, 10, worker)
           expect(joined.map((j) => j.id)).toEqual([d!.id])
           expect(yield* q.claim(join, 10, worker)).toEqual([])
@@ -85,10 +86,10 @@ export const flowsContract = (target: ContractTarget) =>
             const dependents = yield* q.enqueue([{ stage: child, dependsOn: ids }, { stage: child, dependsOn: [...ids].reverse() }])
             const claimed = yield* q.claim(parents, 3, worker)
             expect(claimed).toHaveLength(3)
-            yield* Effect.all(claimed.map((j) => q.completeMany([j])), { concurrency: "unbounded" })
+            yield* Effect.all(claimed.map((j) => completeAll(q, [j])), { concurrency: "unbounded" })
             const ready = yield* q.claim(child, 10, worker)
             expect(ready.map((j) => j.id).sort()).toEqual(dependents.map((d) => d.id).sort())
-            yield* q.completeMany(ready)
+            yield* completeAll(q, ready)
           }
         }))
 
@@ -102,7 +103,7 @@ export const flowsContract = (target: ContractTarget) =>
           const [dl] = yield* q.enqueue([{ stage, dependsOn: [{ id: a!.id, onFailure: "deadLetter" }] }])
           const [job] = yield* q.claim(stage, 10, worker)
           expect(job?.id).toBe(a!.id)
-          expect(yield* q.deadLetter(job!, { tag: "Permanent", message: "bad input" })).toBe(true)
+          expect(yield* settleOne(q, Queue.Outcome.deadLetter(job!, { tag: "Permanent", message: "bad input" }))).toBe("deadLettered")
           const cancelledB = yield* q.get(b!.id)
           expect(cancelledB?.status).toBe("cancelled")
           expect(cancelledB?.lastError).toBe(`parent job ${a!.id} was dead-lettered: bad input`)
@@ -123,7 +124,7 @@ export const flowsContract = (target: ContractTarget) =>
           const [a] = yield* q.enqueue([{ stage, maxAttempts: 1 }])
           const [b] = yield* q.enqueue([{ stage: child, dependsOn: [{ id: a!.id, onFailure: "continue" }] }])
           const [job] = yield* q.claim(stage, 1, worker)
-          expect(yield* q.retry(job!, Duration.zero, { tag: "Transient", message: "timeout" })).toBe("dead-lettered")
+          expect(yield* settleOne(q, Queue.Outcome.retry(job!, Duration.zero, { tag: "Transient", message: "timeout" }))).toBe("deadLettered")
           const [ran] = yield* q.claim(child, 10, worker)
           expect(ran?.id).toBe(b!.id)
           expect((yield* q.dependencies(b!.id))?.parents.map((p) => [p.id, p.status, p.onFailure])).toEqual([[a!.id, "dead", "continue"]])
@@ -170,7 +171,7 @@ export const flowsContract = (target: ContractTarget) =>
           yield* runOne(stage)
           const [doomed] = yield* q.enqueue([{ stage, orgId: "org-a" }])
           const [claimed] = yield* q.claim(stage, 1, worker)
-          yield* q.deadLetter(claimed!, { tag: "Permanent", message: "no" })
+          yield* settleOne(q, Queue.Outcome.deadLetter(claimed!, { tag: "Permanent", message: "no" }))
           const onDead = yield* Effect.either(q.enqueue([{ stage, orgId: "org-a", dependsOn: [doomed!.id] }]))
           expect(Either.isLeft(onDead) && onDead.left.message).toBe(`dependsOn: job ${doomed!.id} was dead-lettered, and onFailure is cancel`)
           const [anyway] = yield* q.enqueue([{ stage, orgId: "org-a", dependsOn: [{ id: doomed!.id, onFailure: "continue" }] }])
@@ -271,7 +272,7 @@ export const flowsContract = (target: ContractTarget) =>
           const first = yield* q.claim(stage, 50, { ...worker, workerId: "a" })
           const second = yield* q.claim(stage, 50, { ...worker, workerId: "b" })
           expect(first.length + second.length).toBe(100)
-          yield* Effect.all([q.completeMany(first), q.completeMany(second)], { concurrency: "unbounded" })
+          yield* Effect.all([completeAll(q, first), completeAll(q, second)], { concurrency: "unbounded" })
           const callbacks = yield* q.claim(done, 10, worker)
           expect(callbacks).toHaveLength(1)
           expect(callbacks[0]!.orgId).toBe("org-a")
@@ -295,8 +296,8 @@ export const flowsContract = (target: ContractTarget) =>
             jobs: [{ stage }, { stage }]
           })
           const [a, b] = yield* q.claim(stage, 2, worker)
-          yield* q.completeMany([a!])
-          yield* q.deadLetter(b!, { tag: "Permanent", message: "no" })
+          yield* completeAll(q, [a!])
+          yield* settleOne(q, Queue.Outcome.deadLetter(b!, { tag: "Permanent", message: "no" }))
           // all finished, but open: no callback yet
           expect(yield* q.claim(done, 10, worker)).toEqual([])
           const [late] = yield* q.batches.add(batch.id, [{ stage }])

@@ -14,6 +14,7 @@ import * as EventFeed from "../../packages/pgfiber/src/runtime/EventFeed.js"
 import { databaseUrl, freshSchemaName } from "../support/pg.js"
 import { waitFor } from "../support/waitFor.js"
 import { freshSchema } from "../support/workerProcess.js"
+import { completeAll } from "../support/settle.js"
 
 /** The event log's reads (every one names the snapshot's horizon). */
 const isRead = (query: string) => query.includes("with horizon as")
@@ -69,7 +70,7 @@ describe("the shared event reader", () => {
           for (let n = 0; n < 8; n++) {
             yield* queue.enqueue([{ stage }, { stage }, { stage }])
             const claimed = yield* queue.claim(stage, 3, { workerId: `w${i}`, leaseFor: Duration.seconds(30) })
-            yield* queue.completeMany(claimed.map((j) => ({ id: j.id, lease: j.lease })))
+            yield* completeAll(queue, claimed.map((j) => ({ id: j.id, lease: j.lease })))
           }
         }), { concurrency: "unbounded", discard: true })
       yield* writers

@@ -99,7 +99,7 @@ export class InvalidFilter extends Data.TaggedError("InvalidFilter")<{
 const invalid = (field: string, message: string) => Either.left(new InvalidFilter({ field, message }))
 
 /** Longest error-text search: a search, not a document. */
-export const maxErrorSearch = 200
+const maxErrorSearch = 200
 
 const maxIdText = 200
 

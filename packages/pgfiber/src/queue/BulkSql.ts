@@ -22,7 +22,7 @@ const and = (sql: Sql, parts: ReadonlyArray<Fragment>): Fragment =>
   parts.reduce<Fragment>((acc, p) => sql`${acc} and ${p}`, sql`true`)
 
 /** The filter's conditions on `jobs` (aliased `j`). */
-export const filterConditions = (sql: Sql, at: At, f: JobFilter): ReadonlyArray<Fragment> => {
+const filterConditions = (sql: Sql, at: At, f: JobFilter): ReadonlyArray<Fragment> => {
   const c: Array<Fragment> = []
   if (f.stage !== undefined) c.push(sql`j.stage = ${f.stage}`)
   if (f.hiddenStages !== undefined && f.hiddenStages.length > 0) c.push(sql`j.stage <> all(${[...f.hiddenStages]}::text[])`)

@@ -47,7 +47,7 @@ export type JobEvent =
 export type Tag = JobEvent["_tag"]
 
 /** Default room per subscriber; a subscriber further behind than this loses the newest events. */
-export const defaultCapacity = 4096
+const defaultCapacity = 4096
 
 export const dropped = Metric.counter("pgfiber_events_dropped_total", {
   description: "Job events a lagging in-process subscriber did not receive (its buffer was full)",

@@ -313,7 +313,6 @@ export interface EnqueueResult {
   readonly deduped: boolean
 }
 
-export type RetryOutcome = "retried" | "dead-lettered" | "fenced"
 export type CancelOutcome = "cancelled" | "cancelling" | "not-found"
 
 /** A job moved to the dead-letter table, and what an operator did about it. */

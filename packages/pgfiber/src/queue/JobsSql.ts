@@ -758,6 +758,21 @@ export const deleteLimitOverride = (sql: Sql, stage: string) =>
     delete from stage_limits where stage = ${stage} returning stage`
 
 /**
+ * Empties the error history of leased jobs (their lease still held) whose claimed row did not decode; returns the
+ * history it replaced, as text, for the dead letter's reason.
+ */
+export const clearErrorHistory = (sql: Sql, ids: ReadonlyArray<string>, leases: ReadonlyArray<number>) =>
+  sql<Array<{ id: string; errors: string }>>`
+    with bad as (
+      select j.id, j.errors::text as errors
+      from jobs j join unnest(${ids}::bigint[], ${leases}::int[]) as u(id, lease) on j.id = u.id and j.lease = u.lease
+      where j.status = 'running'
+      for update of j
+    )
+    update jobs j set errors = '[]'::jsonb from bad where j.id = bad.id
+    returning j.id::text as id, bad.errors`
+
+/**
  * Extends held leases, and writes the progress reported since the last beat (`reported` 0: unchanged). Returns
  * the ids whose lease still holds, as this statement's snapshot sees them.
  * Locking: SKIP LOCKED on the caller's own running jobs, so a heartbeat never waits for a row lock and can take

@@ -13,7 +13,7 @@ import * as Limits from "./Limits.js"
 import type * as Registry from "./Registry.js"
 import * as Outcome from "./Outcome.js"
 import type { Settled } from "./Outcome.js"
-import { type ClaimOptions, type OnDead, Queue, type QueueOptions, laterTopic, type Listening, resolveRetention, stageControlsTopic, type Wakeups } from "./Queue.js"
+import { type ClaimOptions, Queue, type QueueOptions, laterTopic, type Listening, resolveRetention, stageControlsTopic, type Wakeups } from "./Queue.js"
 
 type MutableJob = { -readonly [K in keyof Job]: Job[K] }
 
@@ -620,35 +620,6 @@ export const make = (options: QueueOptions = {}) =>
         )
       })
 
-    /** The memory twin has no transaction to roll back: a failing hook is only logged. */
-    const hookLogged = (onDead: OnDead) =>
-      Effect.catchAllCause(savepoint(onDead), (cause) => Effect.logError("onDeadLetter failed; the job is dead-lettered", cause))
-
-    const one = (o: Outcome.Outcome, onDead?: OnDead) =>
-      Effect.map(settle([o], onDead ? { onDeadLettered: () => hookLogged(onDead) } : {}), (r) => r[0]!)
-
-    const completeMany = (leases: ReadonlyArray<Lease>) =>
-      Effect.map(settle(leases.map((l) => Outcome.complete(l))), (r) => leases.filter((_, i) => r[i] === "completed").map((l) => l.id))
-
-    const complete = (lease: Lease, followUps: ReadonlyArray<NewJob> = []) => {
-      const valid = validateAll(followUps, validation)
-      if (Either.isLeft(valid)) return Effect.fail(valid.left)
-      return Effect.map(one(Outcome.complete(lease, followUps)), (r) => r === "completed")
-    }
-
-    const retry = (lease: Lease, delay: Duration.Duration, error: Omit<ErrorEntry, "attempt" | "at">, onDead?: OnDead) =>
-      Effect.map(one(Outcome.retry(lease, delay, error), onDead), (r) =>
-        r === "retried" ? "retried" as const : r === "deadLettered" ? "dead-lettered" as const : "fenced" as const)
-
-    const reschedule = (lease: Lease, delay: Duration.Duration) =>
-      Effect.map(one(Outcome.reschedule(lease, delay)), (r) => r === "rescheduled")
-
-    const deadLetter = (lease: Lease, error: Omit<ErrorEntry, "attempt" | "at">, onDead?: OnDead) =>
-      Effect.map(one(Outcome.deadLetter(lease, error), onDead), (r) => r === "deadLettered")
-
-    const release = (leases: ReadonlyArray<Lease>) =>
-      Effect.map(settle(leases.map((l) => Outcome.release(l))), (r) => leases.filter((_, i) => r[i] === "released").map((l) => l.id))
-
     const reapExpired = Effect.map(Clock.currentTimeMillis, (now) => {
       let requeued = 0
       const deadLettered = 0
@@ -1023,12 +994,6 @@ export const make = (options: QueueOptions = {}) =>
       heartbeat,
       settle,
       savepoint,
-      completeMany,
-      complete,
-      retry,
-      reschedule,
-      deadLetter,
-      release,
       reapExpired,
       nextWake,
       cancel,

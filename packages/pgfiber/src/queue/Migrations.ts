@@ -32,7 +32,7 @@ export interface Migration {
  * an installed package finds its SQL: two levels up from `src/queue/` (tsx) or `dist/queue/` (compiled); from the
  * service's bundled CLI (`@pgfiber/service/dist/`), the folder of the `pgfiber` package it depends on.
  */
-export const migrationsDir = ((): string => {
+const migrationsDir = ((): string => {
   const here = Path.dirname(fileURLToPath(import.meta.url))
   const ofPackage = (): Array<string> => {
     try {

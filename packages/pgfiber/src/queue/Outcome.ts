@@ -33,7 +33,10 @@ type Outcomes =
   | { readonly _tag: "Retry"; readonly lease: Lease; readonly delay: Duration.Duration; readonly error: OutcomeError }
   /** A poll that found nothing yet: runs again after `delay`, `polls` counted, no attempt spent. */
   | { readonly _tag: "Reschedule"; readonly lease: Lease; readonly delay: Duration.Duration }
-  /** Moves the job to the dead-letter table at once, `error.message` as the reason. */
+  /**
+   * Moves the job to the dead-letter table at once, `error.message` as the reason; a job whose attempts are already
+   * spent (requeued by the reaper after its last one) keeps its error history as it is.
+   */
   | { readonly _tag: "DeadLetter"; readonly lease: Lease; readonly error: OutcomeError }
   /** Hands the job back untouched (shutdown, a lost lease): queued now, no attempt spent. */
   | { readonly _tag: "Release"; readonly lease: Lease }
@@ -68,7 +71,8 @@ export interface DeadLettered {
 export interface SettleOptions {
   /**
    * Runs inside the settle's transaction after the statement, with the jobs that were dead-lettered, so its
-   * writes commit with them (the stages' `onDeadLetter`). Only called when at least one was.
+   * writes commit with them (the stages' `onDeadLetter`). Only called when at least one was. A failure here fails
+   * the whole settle: a hook whose failure should roll back only its own writes runs in `Queue.savepoint`.
    */
   readonly onDeadLettered?: ((dead: ReadonlyArray<DeadLettered>) => Effect.Effect<void>) | undefined
   /**

@@ -9,7 +9,7 @@ import * as Spans from "../layers/Spans.js"
 import * as Bulk from "./Bulk.js"
 import * as BulkSql from "./BulkSql.js"
 import * as Events from "./Events.js"
-import type { BatchOptions, Beat, DependencyLink, ErrorEntry, InvalidJob, Job, JobStatus, StageStats, ValidJob } from "./Job.js"
+import type { BatchOptions, Beat, DependencyLink, InvalidJob, Job, JobStatus, StageStats, ValidJob } from "./Job.js"
 import { countEnqueued, defaultMaxPayloadBytes, InvalidJob as InvalidJobError, isJobId, validateCallbacks, jobFromDeadLetter, JobNotFound, parentProblem, policyColumn, policyFromColumn, validateAll } from "./Job.js"
 import * as JobsSql from "./JobsSql.js"
 import * as Limits from "./Limits.js"
@@ -19,7 +19,7 @@ import * as Queue from "./Queue.js"
 import * as Registry from "./Registry.js"
 import * as Rows from "./Rows.js"
 import * as SqlClock from "./SqlClock.js"
-import { type OnDead, type QueueOptions, resolveRetention, retentionParams, type Wakeups } from "./Queue.js"
+import { type QueueOptions, resolveRetention, retentionParams, type Wakeups } from "./Queue.js"
 
 /** Spans for queue operations, without `Effect.fn`'s two stack captures per call (~0.06 ms on a wake-up's claim). */
 const spanOptions = { captureStackTrace: false } as const
@@ -33,7 +33,7 @@ const ListenAndSelect = Schema.Tuple(Schema.Unknown, Schema.Tuple(Schema.Record(
 const decodeListenAndSelect = (results: unknown) => Option.map(Schema.decodeUnknownOption(ListenAndSelect)(results), ([, [row]]) => row)
 
 /** A stage's wake-lead lock (Waker.ts): a 64-bit advisory lock key from the schema and the stage's name. */
-export const wakeLockKey = (schema: string, stage: string): string =>
+const wakeLockKey = (schema: string, stage: string): string =>
   createHash("sha256").update(`${schema}:wake:${stage}`).digest().readBigInt64BE(0).toString()
 
 /**
@@ -54,18 +54,39 @@ export const decodeRows = <A, I>(what: string, schema: Schema.Schema<A, I>) => {
     })
 }
 
+/** A claimed job whose row the job model does not accept: its lease (typed columns, always readable) and why. */
+export interface Undecodable {
+  readonly id: string
+  readonly lease: number
+  readonly reason: string
+}
+
 /**
  * A claim's jobs from its JSON arrays, each checked by hand (`Rows.decodeClaimed`): the claim's hot path, where
  * the Tuple's Schema decode would cost the worker a quarter to 40 % more CPU per job, the check 1 % (docs/benchmarks.md).
+ * The check is per job: a row that does not decode (its error history is free-form jsonb, which a hand edit or a
+ * faulty migration can break) is set aside with its lease, so the batch's other jobs still run. Only an array
+ * whose id or lease cannot be read fails the claim: that is the statement's shape, wrong for every row.
  */
-export const claimedJobs = (arrays: ReadonlyArray<unknown>): Effect.Effect<Array<Job>, RowMismatch> => {
+export const claimedJobs = (
+  arrays: ReadonlyArray<unknown>
+): Effect.Effect<{ readonly jobs: Array<Job>; readonly undecodable: Array<Undecodable> }, RowMismatch> => {
   const jobs: Array<Job> = []
+  const undecodable: Array<Undecodable> = []
   for (const a of arrays) {
     const decoded = Rows.decodeClaimed(a)
-    if (Either.isLeft(decoded)) return Effect.fail(new RowMismatch({ message: `a claim's job did not decode: ${decoded.left}` }))
-    jobs.push(Rows.jobFromClaimed(decoded.right))
+    if (Either.isRight(decoded)) {
+      jobs.push(Rows.jobFromClaimed(decoded.right))
+      continue
+    }
+    const id: unknown = Array.isArray(a) ? a[0] : undefined
+    const lease: unknown = Array.isArray(a) ? a[13] : undefined
+    if (typeof id !== "string" || !isJobId(id) || typeof lease !== "number") {
+      return Effect.fail(new RowMismatch({ message: `a claim's job did not decode: ${decoded.left}` }))
+    }
+    undecodable.push({ id, lease, reason: decoded.left })
   }
-  return Effect.succeed(jobs)
+  return Effect.succeed({ jobs, undecodable })
 }
 
 const liveJobs = decodeRows("jobs", Rows.JobFromLiveRow)
@@ -377,6 +398,31 @@ export const make = (options: QueueOptions = {}) =>
     const byClaimOrder = (a: Job, b: Job) =>
       a.priority - b.priority || a.availableAt.getTime() - b.availableAt.getTime() || Number(a.id) - Number(b.id)
 
+    /**
+     * The claim's decoded jobs; the ones that did not decode are dead-lettered now, under the lease the claim just
+     * took, with the reason. Their error history is emptied first (kept, as text, in the reason): copied as it is,
+     * it would break every read of the dead letters and the history as it broke the claim. The stage's
+     * onDeadLetter does not run for them: it takes the job, which could not be read. A failure to bury them is
+     * logged, not the claim's: the reaper requeues them when the lease expires, and a later claim tries again.
+     */
+    const runnable = (claimed: { readonly jobs: Array<Job>; readonly undecodable: ReadonlyArray<Undecodable> }) => {
+      const bad = claimed.undecodable
+      if (bad.length === 0) return Effect.succeed(claimed.jobs)
+      const bury = db.transaction(Effect.gen(function*() {
+        const cleared = yield* db.run((sql) => JobsSql.clearErrorHistory(sql, bad.map((b) => b.id), bad.map((b) => b.lease)))
+        const history = new Map(cleared.map((r) => [r.id, r.errors]))
+        return yield* settle(bad.map((b) => Outcome.deadLetter(b, {
+          tag: "UndecodableRow",
+          message: `did not decode: ${b.reason}; its error history, set aside: ${(history.get(b.id) ?? "").slice(0, 500)}`
+        })))
+      }))
+      return bury.pipe(
+        Effect.tap(() => Effect.logError(`dead-lettered ${bad.length} claimed job(s) whose row did not decode`, bad.map((b) => `${b.id}: ${b.reason}`).join("; "))),
+        Effect.catchAll((e) => Effect.logError("could not dead-letter claimed jobs whose row did not decode; the reaper will requeue them", e)),
+        Effect.as(claimed.jobs)
+      )
+    }
+
     const claimBatch = (
       stage: string,
       limit: number,
@@ -391,7 +437,8 @@ export const make = (options: QueueOptions = {}) =>
             JobsSql.claimSettings,
             (sql, at) => JobsSql.claimReady(sql, at, stage, limit, claimOptions.workerId, leaseMs)
           )
-          return { jobs: (yield* claimedJobs(rows[0]?.jobs ?? [])).sort(byClaimOrder), rateLimitedForMs: null, capped: false }
+          const jobs = yield* runnable(yield* claimedJobs(rows[0]?.jobs ?? []))
+          return { jobs: jobs.sort(byClaimOrder), rateLimitedForMs: null, capped: false }
         }
         const limited = Limits.isLimited(shares)
         if (!limited && (ranDry.has(stage) || !cursors.has(stage))) {
@@ -401,7 +448,7 @@ export const make = (options: QueueOptions = {}) =>
             (sql, at) => JobsSql.claimReadyIfAll(sql, at, stage, limit, claimOptions.workerId, leaseMs)
           )
           if (rows[0]?.fits === true) {
-            const jobs = (yield* claimedJobs(rows[0].jobs ?? [])).sort(byClaimOrder)
+            const jobs = (yield* runnable(yield* claimedJobs(rows[0].jobs ?? []))).sort(byClaimOrder)
             if (jobs.length < limit) ranDry.add(stage)
             else ranDry.delete(stage)
             return { jobs, rateLimitedForMs: null, capped: false }
@@ -417,7 +464,7 @@ export const make = (options: QueueOptions = {}) =>
           return await JobsSql.claimShares(sql, at, stage, limit, claimOptions.workerId, leaseMs, shares, cursor)
         }, { atomic: limited })
         // in claim order: by priority, then round by round across orgs
-        const jobs = yield* claimedJobs(row?.jobs ?? [])
+        const jobs = yield* runnable(yield* claimedJobs(row?.jobs ?? []))
         // the walk stops after `limit` orgs: one found means one there only when it could have found two
         if (!limited && limit > 1 && row?.orgs === 1) cursors.delete(stage)
         else if (row?.cursor != null) cursors.set(stage, row.cursor)
@@ -623,42 +670,6 @@ export const make = (options: QueueOptions = {}) =>
           )
         )
       })
-
-    /** A failing hook rolls back its own writes only; the dead letter stays, and the failure is logged. */
-    const hookInSavepoint = (onDead: OnDead) =>
-      savepoint(onDead).pipe(
-        Effect.catchAllCause((cause) => Effect.logError("onDeadLetter failed; its writes were rolled back, the job is dead-lettered", cause))
-      )
-
-    const one = (outcome: Outcome.Outcome, onDead?: OnDead) =>
-      Effect.map(settle([outcome], onDead ? { onDeadLettered: () => hookInSavepoint(onDead) } : {}), (r) => r[0]!)
-
-    const completeMany = (leases: ReadonlyArray<{ id: string; lease: number }>) =>
-      Effect.map(settle(leases.map((l) => Outcome.complete(l))), (r) => leases.filter((_, i) => r[i] === "completed").map((l) => l.id))
-
-    const complete = (
-      lease: { id: string; lease: number },
-      followUps: ReadonlyArray<import("./Job.js").NewJob> = []
-    ) =>
-      Effect.gen(function*() {
-        // a caller completing one job hears about its invalid follow-ups; a settled batch dead-letters instead
-        const valid = validateAll(followUps, validation)
-        if (Either.isLeft(valid)) return yield* valid.left
-        return (yield* one(Outcome.complete(lease, followUps))) === "completed"
-      }).pipe(Effect.withSpan("Queue.complete", spanOptions))
-
-    const retry = (lease: { id: string; lease: number }, delay: Duration.Duration, error: Omit<ErrorEntry, "attempt" | "at">, onDead?: OnDead) =>
-      Effect.map(one(Outcome.retry(lease, delay, error), onDead), (r) =>
-        r === "retried" ? "retried" as const : r === "deadLettered" ? "dead-lettered" as const : "fenced" as const)
-
-    const reschedule = (lease: { id: string; lease: number }, delay: Duration.Duration) =>
-      Effect.map(one(Outcome.reschedule(lease, delay)), (r) => r === "rescheduled")
-
-    const deadLetter = (lease: { id: string; lease: number }, error: Omit<ErrorEntry, "attempt" | "at">, onDead?: OnDead) =>
-      Effect.map(one(Outcome.deadLetter(lease, error), onDead), (r) => r === "deadLettered")
-
-    const release = (leases: ReadonlyArray<{ id: string; lease: number }>) =>
-      Effect.map(settle(leases.map((l) => Outcome.release(l))), (r) => leases.filter((_, i) => r[i] === "released").map((l) => l.id))
 
     const reapExpired = db.transaction(
       Effect.gen(function*() {
@@ -989,12 +1000,6 @@ export const make = (options: QueueOptions = {}) =>
       heartbeat: (leases, leaseFor) => heartbeat(leases, leaseFor).pipe(atEdge("Queue.heartbeat")),
       settle: (outcomes, o) => settle(outcomes, o).pipe(atEdge("Queue.settle")),
       savepoint: (effect) => bodyAtEdge("Queue.savepoint", savepoint, effect),
-      completeMany: (leases) => completeMany(leases).pipe(atEdge("Queue.completeMany")),
-      complete: (lease, followUps) => complete(lease, followUps).pipe(atEdge("Queue.complete")),
-      retry: (lease, delay, error, onDead) => retry(lease, delay, error, onDead).pipe(atEdge("Queue.retry")),
-      reschedule: (lease, delay) => reschedule(lease, delay).pipe(atEdge("Queue.reschedule")),
-      deadLetter: (lease, error, onDead) => deadLetter(lease, error, onDead).pipe(atEdge("Queue.deadLetter")),
-      release: (leases) => release(leases).pipe(atEdge("Queue.release")),
       reapExpired: reapExpired.pipe(atEdge("Queue.reapExpired")),
       nextWake: (stages, o) => nextWake(stages, o).pipe(atEdge("Queue.nextWake")),
       cancel: (id) => cancel(id).pipe(atEdge("Queue.cancel")),

@@ -10,7 +10,7 @@ import * as SchedulesSql from "./SchedulesSql.js"
 
 const date = (v: unknown): Date => (v instanceof Date ? v : new Date(String(v)))
 
-export const rowToSchedule = (r: Record<string, unknown>): Schedule => ({
+const rowToSchedule = (r: Record<string, unknown>): Schedule => ({
   name: String(r.name),
   orgId: r.org_id == null ? null : String(r.org_id),
   stage: String(r.stage),

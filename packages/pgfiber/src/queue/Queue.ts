@@ -13,17 +13,14 @@ import type {
   Dependencies,
   Beat,
   EnqueueResult,
-  ErrorEntry,
   HistoryListOptions,
   InvalidJob,
   Job,
   JobId,
   JobNotFound,
-  Lease,
   ListOptions,
   NewJob,
   Retention,
-  RetryOutcome,
   StageControl,
   StageStats
 } from "./Job.js"
@@ -52,9 +49,6 @@ export class QueueError extends Schema.TaggedError<QueueError>()("QueueError", {
   unavailable: Schema.Boolean,
   cause: Schema.optional(Schema.Defect)
 }) {}
-
-/** Runs when a job is dead-lettered, in that transaction (a stage's `onDeadLetter`, context provided). */
-export type OnDead = Effect.Effect<void, unknown>
 
 export interface ClaimOptions {
   readonly workerId: string
@@ -134,27 +128,6 @@ export class Queue extends Context.Tag("pgfiber/Queue")<Queue, {
   readonly settle: (outcomes: ReadonlyArray<Outcome>, options?: SettleOptions) => Effect.Effect<ReadonlyArray<Settled>, QueueError>
   /** Inside a transaction, runs `effect` so that when it fails its writes alone roll back; else its own transaction. */
   readonly savepoint: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | QueueError, R>
-  /** Completes a batch (group commit); returns the ids whose lease still held. */
-  readonly completeMany: (leases: ReadonlyArray<Lease>) => Effect.Effect<ReadonlyArray<JobId>, QueueError>
-  /** Completes one job and enqueues its follow-ups atomically; false when fenced out. */
-  readonly complete: (lease: Lease, followUps?: ReadonlyArray<NewJob>) => Effect.Effect<boolean, InvalidJob | QueueError>
-  /**
-   * Spends an attempt: back to queued after `delay`, or dead-lettered when attempts are exhausted (then
-   * `onDead` runs as for `deadLetter`).
-   */
-  readonly retry: (
-    lease: Lease, delay: Duration.Duration, error: Omit<ErrorEntry, "attempt" | "at">, onDead?: OnDead
-  ) => Effect.Effect<RetryOutcome, QueueError>
-  /** A poll that found nothing yet: back to queued after `delay`, no attempt spent, `polls` counted. */
-  readonly reschedule: (lease: Lease, delay: Duration.Duration) => Effect.Effect<boolean, QueueError>
-  /**
-   * Moves the job to the dead-letter table at once, with its whole error history; a job whose attempts are
-   * already spent (requeued by the reaper after its last one) keeps its history as is. `onDead` runs in the
-   * same transaction, inside a savepoint: its failure rolls back its own writes only, and is logged.
-   */
-  readonly deadLetter: (lease: Lease, error: Omit<ErrorEntry, "attempt" | "at">, onDead?: OnDead) => Effect.Effect<boolean, QueueError>
-  /** Hands the job back untouched (shutdown): queued now, no attempt spent. A cancelled job is removed. */
-  readonly release: (leases: ReadonlyArray<Lease>) => Effect.Effect<ReadonlyArray<JobId>, QueueError>
   /**
    * Requeues jobs whose lease expired (their worker died), spending an attempt; one reaper at a time. A job
    * whose last attempt that was is requeued too (attempts = max): its stage's claim dead-letters it, so the

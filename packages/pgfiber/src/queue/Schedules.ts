@@ -199,7 +199,7 @@ export const validate = (spec: ScheduleSpec, now: Date): Either.Either<ValidSche
 }
 
 /** The dedupe key of a tick's job: the same tick always makes the same key, whichever process fires it. */
-export const tickKey = (s: { readonly orgId: string | null; readonly name: string }, tick: Date) =>
+const tickKey = (s: { readonly orgId: string | null; readonly name: string }, tick: Date) =>
   `schedule:${s.orgId ?? ""}:${s.name}:${tick.toISOString()}`
 
 export interface Firing {

@@ -159,7 +159,7 @@ export const start = (stage: Stage.Any, core: Core, options: ClaimerOptions) =>
         if (result.jobs.length > 0) yield* Metric.incrementBy(claimedMetric, result.jobs.length)
         if (c.stopping) {
           // shutdown began while the claim was in flight: hand them straight back
-          yield* queue.release(result.jobs).pipe(Effect.retry({ schedule: releaseRetry, while: (e) => e.unavailable }), Effect.ignore)
+          yield* queue.settle(result.jobs.map((j) => Queue.Outcome.release(j))).pipe(Effect.retry({ schedule: releaseRetry, while: (e) => e.unavailable }), Effect.ignore)
           break
         }
         core.accept(result.jobs)
