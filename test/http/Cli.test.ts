@@ -87,7 +87,11 @@ describe("pgfiber CLI", () => {
         expect(job).toMatchObject({ id: finished[0]!.id, status: "completed", stage: "pgfiber.echo" })
         expect(job.finishedAt).not.toBeNull()
         expect(job.startedAt).not.toBeNull()
-        expect((yield* pgfiber(schema, ["jobs", "history", "--stage", "pgfiber.echo"])).stdout).toContain(finished[0]!.id)
+        const history = (yield* pgfiber(schema, ["jobs", "history", "--stage", "pgfiber.echo"])).stdout.split("\n")
+        expect(history[0]).toMatch(/^\s*ID\s+STAGE\s+STATUS\s+ATTEMPTS\s+FINISHED\s+LAST RUN\s+ORG\s+LAST ERROR$/)
+        expect(history).toContainEqual(
+          expect.stringMatching(new RegExp(`^\\s*${finished[0]!.id}\\s+pgfiber\\.echo\\s+completed\\s+\\d+\\s+\\d{4}-\\d\\d-\\d\\dT\\S+Z\\s+\\d+ ms$`))
+        )
         // purge needs --yes; then the queued ones go
         const refused = yield* pgfiber(schema, ["stages", "purge", "pgfiber.echo"])
         expect(refused.code).toBe(2)
@@ -177,7 +181,9 @@ describe("pgfiber CLI", () => {
         })
         const fromParent = JSON.parse((yield* pgfiber(schema, ["jobs", "show", parent!.id])).stdout)
         expect(fromParent.dependencies.children.map((c: { id: string }) => c.id)).toEqual([child!.id])
-        expect((yield* pgfiber(schema, ["jobs", "list", "--status", "waiting"])).stdout).toContain(child!.id)
+        const waiting = (yield* pgfiber(schema, ["jobs", "list", "--status", "waiting"])).stdout.split("\n")
+        expect(waiting[0]).toMatch(/^\s*ID\s+STAGE\s+STATUS\s+ATTEMPTS\s+DUE IN\s+PROGRESS\s+ORG\s+LAST ERROR$/)
+        expect(waiting).toContainEqual(expect.stringMatching(new RegExp(`^\\s*${child!.id}\\s+pgfiber\\.flows_child\\s+waiting\\s+0/\\d+$`)))
       }))
   })
 })

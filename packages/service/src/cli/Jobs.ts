@@ -98,6 +98,28 @@ const statusOption = Options.choice("status", Queue.liveStatuses).pipe(
   Options.withDescription("Only jobs in this state")
 )
 
+/** A column of a job table that live and finished jobs show differently: its header and its cell. */
+type JobColumn = readonly [Output.Column, (j: Queue.Job) => string]
+
+/**
+ * Jobs as `jobs list` and `jobs history` print them (or the JSON list, with --json): id, stage and status first,
+ * org and last error last, and between them the columns the listing has of its own.
+ */
+const printJobs = (json: boolean, jobs: ReadonlyArray<Queue.Job>, between: ReadonlyArray<JobColumn>) =>
+  Output.items(
+    json,
+    jobs,
+    [
+      { header: "ID", align: "right" },
+      { header: "STAGE" },
+      { header: "STATUS" },
+      ...between.map(([column]) => column),
+      { header: "ORG" },
+      { header: "LAST ERROR" }
+    ],
+    (j) => [j.id, j.stage, j.status, ...between.map(([, cell]) => cell(j)), j.orgId ?? "", Output.truncate(j.lastError)]
+  )
+
 const jobsList = Command.make(
   "list",
   { stage: optionalText("stage", "Only this stage's jobs"), status: statusOption, limit: limitOption, after: afterOption, json: jsonFlag },
@@ -112,30 +134,11 @@ const jobsList = Command.make(
           afterId: Option.getOrUndefined(o.after)
         })
         const now = Date.now()
-        yield* Output.items(
-          o.json,
-          jobs,
-          [
-            { header: "ID", align: "right" },
-            { header: "STAGE" },
-            { header: "STATUS" },
-            { header: "ATTEMPTS", align: "right" },
-            { header: "DUE IN", align: "right" },
-            { header: "PROGRESS", align: "right" },
-            { header: "ORG" },
-            { header: "LAST ERROR" }
-          ],
-          (j) => [
-            j.id,
-            j.stage,
-            j.status,
-            `${j.attempts}/${j.maxAttempts}`,
-            j.status === "queued" ? Output.age(j.availableAt.getTime() - now) : "",
-            progressText(j),
-            j.orgId ?? "",
-            Output.truncate(j.lastError)
-          ]
-        )
+        yield* printJobs(o.json, jobs, [
+          [{ header: "ATTEMPTS", align: "right" }, (j) => `${j.attempts}/${j.maxAttempts}`],
+          [{ header: "DUE IN", align: "right" }, (j) => (j.status === "queued" ? Output.age(j.availableAt.getTime() - now) : "")],
+          [{ header: "PROGRESS", align: "right" }, progressText]
+        ])
       })
     )
 ).pipe(Command.withDescription("List live jobs (finished ones: jobs history)"))
@@ -162,30 +165,11 @@ const jobsHistory = Command.make(
           limit: o.limit,
           beforeId: Option.getOrUndefined(o.before)
         })
-        yield* Output.items(
-          o.json,
-          jobs,
-          [
-            { header: "ID", align: "right" },
-            { header: "STAGE" },
-            { header: "STATUS" },
-            { header: "ATTEMPTS", align: "right" },
-            { header: "FINISHED" },
-            { header: "LAST RUN", align: "right" },
-            { header: "ORG" },
-            { header: "LAST ERROR" }
-          ],
-          (j) => [
-            j.id,
-            j.stage,
-            j.status,
-            String(j.attempts),
-            j.finishedAt?.toISOString() ?? "",
-            j.lastRunMs === null ? "" : `${Math.round(j.lastRunMs)} ms`,
-            j.orgId ?? "",
-            Output.truncate(j.lastError)
-          ]
-        )
+        yield* printJobs(o.json, jobs, [
+          [{ header: "ATTEMPTS", align: "right" }, (j) => String(j.attempts)],
+          [{ header: "FINISHED" }, (j) => j.finishedAt?.toISOString() ?? ""],
+          [{ header: "LAST RUN", align: "right" }, (j) => (j.lastRunMs === null ? "" : `${Math.round(j.lastRunMs)} ms`)]
+        ])
       })
     )
 ).pipe(Command.withDescription("List finished jobs kept for their stage's retention (PGFIBER_RETAIN_COMPLETED), newest first"))

@@ -12,21 +12,10 @@ import * as Media from "../../layers/Media.js"
 import * as Storage from "../../layers/Storage.js"
 import * as RetryPolicy from "pgfiber/internal/runtime/RetryPolicy.js"
 import * as Stage from "pgfiber/internal/runtime/Stage.js"
+import * as CallStage from "./CallStage.js"
 import * as CallStore from "./CallStore.js"
 import * as Settings from "./Settings.js"
 import * as TranscribeStart from "./TranscribeStart.js"
-
-export const name = "extract_audio"
-
-export const Payload = Schema.Struct({ callId: CallStore.CallId })
-export type Payload = typeof Payload.Type
-
-export const maxAttempts = 5
-
-export const job = CallStore.jobBuilder(name, Payload, maxAttempts)
-
-/** This stage never polls: a NotReady here is a bug, not a reason to wait. */
-export const policy = (options: Settings.CallStageOptions) => CallStore.retryPolicy(options, RetryPolicy.defaultBackoff)
 
 /** A private directory for one run's temporaries, removed when the run's scope closes. */
 const temporaryDirectory = (root: string, callId: string) =>
@@ -44,70 +33,72 @@ const extensionOf = (key: string) => {
   return /^\.[A-Za-z0-9]{1,10}$/.test(ext) ? ext : ""
 }
 
-export const make = (options: Settings.CallStageOptions = {}) =>
-  Stage.make({
-    ...CallStore.stageFields(name, options, { concurrency: 2, timeout: "30 minutes", leaseFor: "30 seconds" }),
-    payload: Payload,
-    maxAttempts,
-    policy: policy(options),
-    handler: ({ callId }, info) =>
-      Effect.gen(function*() {
-        const storage = yield* Storage.Storage
-        const media = yield* Media.Media
-        const settings = yield* Settings.resolve(options)
-        const call = yield* CallStore.load(callId, info)
-        const handOff = Effect.map(
-          TranscribeStart.job({ callId }, { callId, orgId: call.org_id }),
-          (next) => Stage.complete([next])
-        )
-        const key = CallStore.audioKey(call.org_id, call.id)
+export const { job, make, maxAttempts, name, Payload, policy } = CallStage.define({
+  name: "extract_audio",
+  payload: Schema.Struct({ callId: CallStore.CallId }),
+  maxAttempts: 5,
+  defaults: { concurrency: 2, timeout: "30 minutes", leaseFor: "30 seconds" },
+  // this stage never polls: a NotReady here is a bug, not a reason to wait
+  policy: (options) => CallStore.retryPolicy(options, RetryPolicy.defaultBackoff),
+  handler: ({ callId }, info, options) =>
+    Effect.gen(function*() {
+      const storage = yield* Storage.Storage
+      const media = yield* Media.Media
+      const settings = yield* Settings.resolve(options)
+      const call = yield* CallStore.load(callId, info)
+      const handOff = Effect.map(
+        TranscribeStart.job({ callId }, { callId, orgId: call.org_id }),
+        (next) => Stage.complete([next])
+      )
+      const key = CallStore.audioKey(call.org_id, call.id)
 
-        const existing = yield* CallStore.artifact(callId, "audio")
-        // removed by retention (the transcript is stored): done long ago, the source may be gone too
-        if (existing !== undefined && (existing.removed_at !== null || (yield* storage.exists(key)))) {
-          yield* Effect.logInfo(`audio artifact ${key} already made; handing off`)
-          return yield* handOff
-        }
-
-        yield* CallStore.advance(callId, "extracting")
-        const dir = yield* temporaryDirectory(settings.tempDir, callId)
-        const source = NodePath.join(dir, `source${extensionOf(call.source_key)}`)
-        const audio = NodePath.join(dir, "audio.ogg")
-        // Messages name the source by its storage key, not by a temporary path nobody can look at later.
-        const aboutSource = (error: JobError.Transient | JobError.Permanent) =>
-          error._tag === "Permanent"
-            ? new JobError.Permanent({
-              message: `cannot extract audio from ${call.source_key}: ${error.message.replaceAll(source, call.source_key)}`
-            })
-            : error
-
-        yield* storage.download(call.source_key, source).pipe(
-          Effect.catchTag("ObjectNotFound", () =>
-            Effect.fail(new JobError.Permanent({ message: `source media ${call.source_key} is not in storage` })))
-        )
-        yield* media.toOggOpus(source, audio).pipe(Effect.mapError(aboutSource))
-        const probed = yield* media.probe(audio)
-        const bytes = yield* Effect.tryPromise({
-          try: () => NodeFs.stat(audio).then((s) => s.size),
-          catch: (error) => new JobError.Transient({ message: `cannot stat ${audio}: ${String(error)}` })
-        })
-        yield* storage.put(key, Storage.fromFile(audio))
-        yield* CallStore.transaction(
-          Effect.zipRight(
-            CallStore.insertArtifact({
-              callId,
-              orgId: call.org_id,
-              kind: "audio",
-              storageKey: key,
-              contentType: CallStore.audioContentType,
-              bytes,
-              durationMs: Math.round(probed.durationSeconds * 1000),
-              channels: probed.audio?.channels ?? null
-            }),
-            CallStore.advance(callId, "transcribing")
-          )
-        )
+      const existing = yield* CallStore.artifact(callId, "audio")
+      // removed by retention (the transcript is stored): done long ago, the source may be gone too
+      if (existing !== undefined && (existing.removed_at !== null || (yield* storage.exists(key)))) {
+        yield* Effect.logInfo(`audio artifact ${key} already made; handing off`)
         return yield* handOff
-      }).pipe(Effect.scoped)
-  })
+      }
 
+      yield* CallStore.advance(callId, "extracting")
+      const dir = yield* temporaryDirectory(settings.tempDir, callId)
+      const source = NodePath.join(dir, `source${extensionOf(call.source_key)}`)
+      const audio = NodePath.join(dir, "audio.ogg")
+      // Messages name the source by its storage key, not by a temporary path nobody can look at later.
+      const aboutSource = (error: JobError.Transient | JobError.Permanent) =>
+        error._tag === "Permanent"
+          ? new JobError.Permanent({
+            message: `cannot extract audio from ${call.source_key}: ${error.message.replaceAll(source, call.source_key)}`
+          })
+          : error
+
+      yield* storage.download(call.source_key, source).pipe(
+        Effect.catchTag("ObjectNotFound", () =>
+          Effect.fail(new JobError.Permanent({ message: `source media ${call.source_key} is not in storage` })))
+      )
+      yield* media.toOggOpus(source, audio).pipe(Effect.mapError(aboutSource))
+      const probed = yield* media.probe(audio)
+      const bytes = yield* Effect.tryPromise({
+        try: () => NodeFs.stat(audio).then((s) => s.size),
+        catch: (error) => new JobError.Transient({ message: `cannot stat ${audio}: ${String(error)}` })
+      })
+      yield* storage.put(key, Storage.fromFile(audio))
+      yield* CallStore.transaction(
+        Effect.zipRight(
+          CallStore.insertArtifact({
+            callId,
+            orgId: call.org_id,
+            kind: "audio",
+            storageKey: key,
+            contentType: CallStore.audioContentType,
+            bytes,
+            durationMs: Math.round(probed.durationSeconds * 1000),
+            channels: probed.audio?.channels ?? null
+          }),
+          CallStore.advance(callId, "transcribing")
+        )
+      )
+      return yield* handOff
+    }).pipe(Effect.scoped)
+})
+
+export type Payload = typeof Payload.Type

@@ -11,6 +11,7 @@ import * as Storage from "../../layers/Storage.js"
 import * as RetryPolicy from "pgfiber/internal/runtime/RetryPolicy.js"
 import * as Stage from "pgfiber/internal/runtime/Stage.js"
 import * as CallsSql from "./CallsSql.js"
+import * as CallStage from "./CallStage.js"
 import * as CallStore from "./CallStore.js"
 import * as Settings from "./Settings.js"
 import * as TranscribePoll from "./TranscribePoll.js"
@@ -24,8 +25,6 @@ export type { Payload as PayloadType } from "./TranscribeStartJob.js"
  * eight attempts ride out about half an hour of outage; a 429 waits the server's (capped) Retry-After instead.
  */
 export const defaultBackoff = RetryPolicy.slowBackoff
-
-export const policy = (options: Settings.CallStageOptions) => CallStore.retryPolicy(options, defaultBackoff)
 
 /**
  * SpeechKit downloads its input itself, so the audio must sit where it can reach: an S3-compatible bucket's
@@ -67,52 +66,54 @@ const withinLimits = (audio: CallsSql.ArtifactRow, settings: Settings.Settings):
   return Effect.void
 }
 
-export const make = (options: Settings.CallStageOptions = {}) =>
-  Stage.make({
-    ...CallStore.stageFields(name, options, { concurrency: 4, timeout: "2 minutes", leaseFor: "30 seconds" }),
-    payload: Payload,
-    limits: options.limits?.transcribe_start ?? Settings.speechKitQuotas.transcribe_start,
-    maxAttempts,
-    policy: policy(options),
-    handler: ({ callId, resubmits = 0 }, info) =>
-      Effect.gen(function*() {
-        const storage = yield* Storage.Storage
-        const speechKit = yield* SpeechKit.SpeechKit
-        const settings = yield* Settings.resolve(options)
-        const call = yield* CallStore.load(callId, info)
-        const audio = yield* CallStore.artifact(callId, "audio")
-        if (audio === undefined) {
-          return yield* new JobError.Permanent({ message: `call ${callId} has no audio artifact: extract_audio has not run` })
-        }
-        const audioDurationMs = audio.duration_ms ?? 0
-        const handOff = (operationId: string, startedAt: Date) =>
-          Effect.map(
-            TranscribePoll.job(
-              { callId, operationId, startedAt, audioDurationMs, resubmits },
-              { callId, orgId: call.org_id, delay: Settings.firstPollAfter(settings, audioDurationMs) }
-            ),
-            (next) => Stage.complete([next])
-          )
+// name, payload and attempts are TranscribeStartJob.ts's: the stages that hand off here build their jobs from it
+// without importing this handler (transcribe_poll, which this one hands off to, hands back to it)
+export const { make, policy } = CallStage.define({
+  name,
+  payload: Payload,
+  maxAttempts,
+  defaults: { concurrency: 4, timeout: "2 minutes", leaseFor: "30 seconds" },
+  limits: Settings.speechKitQuotas.transcribe_start,
+  policy: (options) => CallStore.retryPolicy(options, defaultBackoff),
+  handler: ({ callId, resubmits = 0 }, info, options) =>
+    Effect.gen(function*() {
+      const storage = yield* Storage.Storage
+      const speechKit = yield* SpeechKit.SpeechKit
+      const settings = yield* Settings.resolve(options)
+      const call = yield* CallStore.load(callId, info)
+      const audio = yield* CallStore.artifact(callId, "audio")
+      if (audio === undefined) {
+        return yield* new JobError.Permanent({ message: `call ${callId} has no audio artifact: extract_audio has not run` })
+      }
+      const audioDurationMs = audio.duration_ms ?? 0
+      const handOff = (operationId: string, startedAt: Date) =>
+        Effect.map(
+          TranscribePoll.job(
+            { callId, operationId, startedAt, audioDurationMs, resubmits },
+            { callId, orgId: call.org_id, delay: Settings.firstPollAfter(settings, audioDurationMs) }
+          ),
+          (next) => Stage.complete([next])
+        )
 
-        if (call.operation_id !== null && call.operation_started_at !== null) {
-          yield* Effect.logInfo(`recognition ${call.operation_id} already started; handing off`)
-          return yield* handOff(call.operation_id, call.operation_started_at)
-        }
+      if (call.operation_id !== null && call.operation_started_at !== null) {
+        yield* Effect.logInfo(`recognition ${call.operation_id} already started; handing off`)
+        return yield* handOff(call.operation_id, call.operation_started_at)
+      }
 
-        yield* withinLimits(audio, settings)
-        if (!(yield* storage.exists(audio.storage_key))) {
-          return yield* new JobError.Permanent({
-            message: `the audio artifact ${audio.storage_key} of call ${callId} is missing from storage`
-          })
-        }
-        const uri = yield* Effect.flatMap(storage.uri(audio.storage_key), (uri) => recognizerUri(uri, settings))
-        const operationId = yield* speechKit.startRecognition({ uri })
-        const startedAt = new Date(yield* Clock.currentTimeMillis)
-        const [recorded] = yield* CallStore.run((sql) => CallsSql.recordOperation(sql, callId, operationId, startedAt))
-        if (recorded !== undefined) return yield* handOff(recorded.operation_id, recorded.operation_started_at)
-        // another run recorded its operation first: poll that one (ours is left to expire)
-        const winner = yield* CallStore.load(callId, info)
-        yield* Effect.logWarning(`recognition ${operationId} lost the race to ${winner.operation_id}; polling the latter`)
-        return yield* handOff(winner.operation_id ?? operationId, winner.operation_started_at ?? startedAt)
-      })
-  })
+      yield* withinLimits(audio, settings)
+      if (!(yield* storage.exists(audio.storage_key))) {
+        return yield* new JobError.Permanent({
+          message: `the audio artifact ${audio.storage_key} of call ${callId} is missing from storage`
+        })
+      }
+      const uri = yield* Effect.flatMap(storage.uri(audio.storage_key), (uri) => recognizerUri(uri, settings))
+      const operationId = yield* speechKit.startRecognition({ uri })
+      const startedAt = new Date(yield* Clock.currentTimeMillis)
+      const [recorded] = yield* CallStore.run((sql) => CallsSql.recordOperation(sql, callId, operationId, startedAt))
+      if (recorded !== undefined) return yield* handOff(recorded.operation_id, recorded.operation_started_at)
+      // another run recorded its operation first: poll that one (ours is left to expire)
+      const winner = yield* CallStore.load(callId, info)
+      yield* Effect.logWarning(`recognition ${operationId} lost the race to ${winner.operation_id}; polling the latter`)
+      return yield* handOff(winner.operation_id ?? operationId, winner.operation_started_at ?? startedAt)
+    })
+})
