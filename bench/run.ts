@@ -131,6 +131,7 @@ const main = async () => {
     prune: Array<W.PruneResult | { error: string }>
   } = { largeOn: [], largeOff: [], prune: [] }
   const raw: Array<W.RawResult | { error: string }> = []
+  const ioCeiling: Array<number | { error: string }> = []
   const dashboards: Array<Dashboards.DashboardsResult | { error: string }> = []
   const bulkActions: { cancel: Array<W.BulkCancelResult | { error: string }>; search: Array<W.SearchResult | { error: string }> } = { cancel: [], search: [] }
   const push = <T>(into: Runs<T>, key: string, value: T | { error: string }) => (into[key] ??= []).push(value)
@@ -161,6 +162,11 @@ const main = async () => {
                 `${r.statementsPerJob.toFixed(2)} statements/job · worker CPU ${r.workerCpuMsPer1kJobs.toFixed(0)} · server CPU ${r.serverCpuMsPer1kJobs.toFixed(0)} ms per 1k jobs`)
             }
             push(bulk[handler] ??= {}, s.key, r)
+          }
+          if (handler === "io") {
+            const r = await attempt(`timer ceiling run ${run} (no queue)`, () => W.timerCeiling(sizes.bulkJobs, sizes.ioConcurrency, sizes.ioJobMs))
+            if (typeof r === "number") log(`    the same timers with no queue: ${Math.round(r)} jobs/s`)
+            ioCeiling.push(r)
           }
         }
         // the raw ceiling joins each round, so it is measured under the same conditions as the subjects
@@ -328,7 +334,8 @@ const main = async () => {
       pgBoss: packageVersion("pg-boss")
     },
     subjects: subjects.map((s) => ({ key: s.key, label: s.label, notes: s.notes })),
-    summary: summarize(subjects, bulk, steady, latency, idle, backlog, raw, idleScheduled, idleRateLimited, fairness, dashboards),
+    summary: summarize(subjects, bulk, steady, latency, idle, backlog, raw, idleScheduled, idleRateLimited, fairness, dashboards, ioCeiling),
+    ioCeiling,
     fairness,
     idleRateLimited,
     bulk,
@@ -447,7 +454,8 @@ const summarize = (
   idleScheduled: Array<W.IdleResult | { error: string }> = [],
   idleRateLimited: Array<W.IdleResult | { error: string }> = [],
   fairness: Array<W.FairnessResult | { error: string }> = [],
-  dashboards: Array<Dashboards.DashboardsResult | { error: string }> = []
+  dashboards: Array<Dashboards.DashboardsResult | { error: string }> = [],
+  ioCeiling: Array<number | { error: string }> = []
 ) => {
   const per: Record<string, SubjectSummary> = {}
   for (const s of subjects) {
@@ -473,6 +481,8 @@ const summarize = (
     subjects: per,
     drains: Object.fromEntries(Object.entries(bulk).map(([h, runs]) => [h, summarizeDrains(runs ?? {})])) as Partial<Record<HandlerKind, Record<string, DrainSummary>>>,
     steady: Object.fromEntries(Object.entries(steady).map(([rate, runs]) => [rate, summarizeSteady(runs)])),
+    /** The I/O-bound drain's timers with no queue (`W.timerCeiling`), jobs/s. */
+    ioCeilingPerSec: median(ok(ioCeiling)),
     idleScheduledStatementsPer10s: median(ok(idleScheduled).map((r) => r.statementsPer10s)),
     idleRateLimitedStatementsPer10s: median(ok(idleRateLimited).map((r) => r.statementsPer10s)),
     fairness: {
@@ -579,6 +589,9 @@ const render = (r: {
       const bound = (c * 1000) / r.sizes.ioJobMs
       line(`running drain as a share of the bound (${n0(c)} × 1,000 / ${r.sizes.ioJobMs} ms = ${n0(bound)} jobs/s)`, (d) => pct(d.drainAfterFirstJobPerSec, bound),
         verdict("≥ 95 %", p ? p.drainAfterFirstJobPerSec >= 0.95 * bound : null))
+      const ceiling = r.summary.ioCeilingPerSec ?? Number.NaN
+      line(`running drain as a share of the same timers with no queue (${n0(ceiling)} jobs/s: one Node process, ${n0(c)} loops awaiting the ${r.sizes.ioJobMs} ms timer)`,
+        (d) => pct(d.drainAfterFirstJobPerSec, ceiling))
       line(`running drain ÷ ${peerLabel}'s`, (d) => (g ? ratio2(d.drainAfterFirstJobPerSec, g.drainAfterFirstJobPerSec) : "–"),
         verdict("≥ 1.1×", both ? p.drainAfterFirstJobPerSec >= 1.1 * g.drainAfterFirstJobPerSec : null))
     } else {

@@ -6,6 +6,7 @@
  * otherwise. `run.ts` interleaves the calls and takes medians.
  */
 import { Effect, Redacted } from "effect"
+import * as Child from "node:child_process"
 import * as Db from "../packages/pgfiber/src/layers/Db.js"
 import * as Migrations from "../packages/pgfiber/src/queue/Migrations.js"
 import * as JobsSql from "../packages/pgfiber/src/queue/JobsSql.js"
@@ -105,6 +106,30 @@ export interface BulkResult {
 const firstAt = (worker: WorkerChild, startingAt: number): number | null => {
   const first = worker.messages.find((m) => m.t === "first")
   return first ? (first.at - startingAt) / 1e6 : null
+}
+
+/**
+ * The I/O-bound drain's ceiling on this machine with no queue at all: a plain Node process in which `concurrency`
+ * loops each await the same timer as the bench's `io` handler, `jobs` times in all. The timer fires late (its
+ * millisecond granularity, and the event loop's lag when the machine is loaded), so this is below the nominal
+ * bound of concurrency × 1000 / ms jobs/s; a queue's drain cannot beat it.
+ */
+export const timerCeiling = (jobs: number, concurrency: number, ms: number): Promise<number> => {
+  const script = `
+    let left = ${jobs}
+    const wait = () => new Promise((resolve) => setTimeout(resolve, ${ms}))
+    const t0 = process.hrtime.bigint()
+    const loop = async () => { while (left > 0) { left--; await wait() } }
+    Promise.all(Array.from({ length: ${concurrency} }, loop)).then(() => {
+      console.log(${jobs} / (Number(process.hrtime.bigint() - t0) / 1e9))
+    })`
+  return new Promise((resolve, reject) => {
+    Child.execFile(process.execPath, ["-e", script], (error, stdout) => {
+      const perSec = Number(stdout.trim())
+      if (error || !Number.isFinite(perSec)) reject(error ?? new Error(`timer ceiling: unexpected output ${JSON.stringify(stdout)}`))
+      else resolve(perSec)
+    })
+  })
 }
 
 export const bulk = async (
