@@ -423,6 +423,12 @@ export const archiveCancelled = (
       where coalesce((${retention.byStage}::text::jsonb ->> stage)::float8, ${retention.defaultMs}::float8) > 0
       returning 1`
 
+/** Every claim's `started` events, one per job of its `claimed` CTE; the worker is the row's shared data. */
+const startedEvents = (sql: Sql, workerId: string) =>
+  logEvents(sql, sql`
+      select org_id, stage, id, subject_id, 'started', attempts + 1, null::jsonb from claimed order by id`,
+  sql`jsonb_build_object('worker', ${workerId}::text)`)
+
 /** What the plain claims write on each claimed row (`update jobs j set …`): a new lease for `workerId`. */
 const claimedBy = (sql: Sql, at: At, workerId: string, leaseMs: number) =>
   sql`status = 'running', locked_by = ${workerId}, locked_until = ${SqlClock.now(sql, at)} + ${leaseMs} * interval '1 millisecond',
@@ -445,9 +451,7 @@ export const claimReady = (sql: Sql, at: At, stage: string, limit: number, worke
       where j.id = any(array(select id from next))
       returning j.*
     ), logged as (
-      ${logEvents(sql, sql`
-      select org_id, stage, id, subject_id, 'started', attempts + 1, null::jsonb from claimed order by id`,
-      sql`jsonb_build_object('worker', ${workerId}::text)`)}
+      ${startedEvents(sql, workerId)}
     )
     -- in no order: sorting them here cost the server more than the worker (PgQueue sorts them)
     select ${claimedJobs(sql, sql`claimed c`, null)} as jobs`
@@ -497,9 +501,7 @@ export const claimReadyIfAll = (sql: Sql, at: At, stage: string, limit: number, 
       where j.id = any(array(select id from next limit ${limit})) and (select ok from fits)
       returning j.*
     ), logged as (
-      ${logEvents(sql, sql`
-      select org_id, stage, id, subject_id, 'started', attempts + 1, null::jsonb from claimed order by id`,
-      sql`jsonb_build_object('worker', ${workerId}::text)`)}
+      ${startedEvents(sql, workerId)}
     )
     select (select ok from fits) as fits, ${claimedJobs(sql, sql`claimed c`, null)} as jobs`
 
@@ -688,9 +690,7 @@ export const claimShares = (
       where j.ctid = any(array(select tid from locked))
       returning j.*
     ), logged as (
-      ${logEvents(sql, sql`
-      select org_id, stage, id, subject_id, 'started', attempts + 1, null::jsonb from claimed order by id`,
-      sql`jsonb_build_object('worker', ${workerId}::text)`)}
+      ${startedEvents(sql, workerId)}
     ), spent as (
       select ${rate.perOrg ? sql`p.org_key` : sql`''`} as org_key, count(*)::int as n
       from claimed c join picked p on p.id = c.id
