@@ -52,6 +52,19 @@ export const make = <A, I, R>(
 
     const finish = finishOf(held, settler)
 
+    /** The handler returned: its run time, told to the claimer's sizing. */
+    const ran = (entry: Held.Entry) => {
+      const runMs = clock.unsafeCurrentTimeMillis() - entry.startedAt
+      options.onRan(runMs)
+      return runMs
+    }
+
+    /** The job's outcome goes to the settler; its slot is free. */
+    const done = (entry: Held.Entry, decided: JobRun.Decided, runMs: number) => {
+      finish(entry, decided, runMs / 1000)
+      options.onCapacity()
+    }
+
     // finished jobs whose outcomes are not yet written are what a crash would repeat: past the cap (a slow or
     // absent database), the slots wait for the settler instead of running more
     const mayStart = () => !stopped && held.waiting > 0 && held.settling < maxUnsettled
@@ -72,27 +85,38 @@ export const make = <A, I, R>(
 
     const runSlot = (slot: Held.Slot) =>
       Effect.uninterruptibleMask((restore) => {
-        const next: Effect.Effect<void, never, R> = Effect.suspend(() => {
+        /** Takes the next waiting job and runs it; its outcome's continuation takes the one after (no effect per job in between). */
+        const next = (): Effect.Effect<void, never, R> => {
           const taken = startNext(slot)
           if (taken === undefined) return Effect.void
           const { entry, payload } = taken
           if (events.active()) publishStarted(events, entry)
-          return Effect.flatMap(Effect.exit(restore(handlerOf(stage, entry, payload, traced, progressOf(entry, events, clock)))), (exit) => {
-            const runMs = clock.unsafeCurrentTimeMillis() - entry.startedAt
-            options.onRan(runMs)
-            const decided = JobRun.decideExit(stage, entry.job, exit, entry, runMs)
-            const done = (d: JobRun.Decided) => {
-              finish(entry, d, runMs / 1000)
-              options.onCapacity()
+          return Effect.matchCauseEffect(restore(handlerOf(stage, entry, payload, traced, progressOf(entry, events, clock))), {
+            // the common case: the outcome is decided and handed over here, and the slot goes straight on
+            onSuccess: (value) => {
+              const runMs = ran(entry)
+              done(entry, JobRun.decideSuccess(stage, entry.job, value, runMs, entry.lease), runMs)
+              return next()
+            },
+            onFailure: (cause) => {
+              const runMs = ran(entry)
+              const decided = JobRun.decideExit(stage, entry.job, Exit.failCause(cause), entry, runMs)
+              // an interrupted slot ends here (its interruption would hit the next handler); a fresh one takes over
+              const interrupted = Cause.isInterrupted(cause)
+              if (Effect.isEffect(decided)) {
+                const settled = Effect.map(decided, (d) => done(entry, d, runMs))
+                return interrupted ? Effect.zipRight(settled, Effect.sync(startWaiting)) : Effect.zipRight(settled, Effect.suspend(next))
+              }
+              done(entry, decided, runMs)
+              if (!interrupted) return next()
+              startWaiting()
+              return Effect.void
             }
-            const settled = Effect.isEffect(decided) ? Effect.map(decided, done) : Effect.sync(() => done(decided))
-            // an interrupted slot ends here (its interruption would hit the next handler); a fresh one takes over
-            return Exit.isFailure(exit) && Cause.isInterrupted(exit.cause) ? Effect.zipRight(settled, Effect.sync(startWaiting)) : Effect.zipRight(settled, next)
           })
-        })
+        }
         return Effect.fiberIdWith((id) => {
           slotByFiber.set(id.id, slot)
-          return next.pipe(Effect.ensuring(Effect.sync(() => {
+          return Effect.suspend(next).pipe(Effect.ensuring(Effect.sync(() => {
             slotByFiber.delete(id.id)
             slots.delete(slot)
           })))
