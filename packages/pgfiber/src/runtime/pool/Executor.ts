@@ -49,21 +49,7 @@ export const make = <A, I, R>(
     const slotByFiber = new Map<number, Held.Slot>()
     const fork = Runtime.runFork(yield* slotRuntime<R>(stage.name, slotByFiber))
     let stopped = false
-
-    const finish = finishOf(held, settler)
-
-    /** The handler returned: its run time, told to the claimer's sizing. */
-    const ran = (entry: Held.Entry) => {
-      const runMs = clock.unsafeCurrentTimeMillis() - entry.startedAt
-      options.onRan(runMs)
-      return runMs
-    }
-
-    /** The job's outcome goes to the settler; its slot is free. */
-    const done = (entry: Held.Entry, decided: JobRun.Decided, runMs: number) => {
-      finish(entry, decided, runMs / 1000)
-      options.onCapacity()
-    }
+    const { finish, ran, done } = handOverOf(held, settler, clock, options)
 
     // finished jobs whose outcomes are not yet written are what a crash would repeat: past the cap (a slow or
     // absent database), the slots wait for the settler instead of running more
@@ -101,16 +87,7 @@ export const make = <A, I, R>(
             onFailure: (cause) => {
               const runMs = ran(entry)
               const decided = JobRun.decideExit(stage, entry.job, Exit.failCause(cause), entry, runMs)
-              // an interrupted slot ends here (its interruption would hit the next handler); a fresh one takes over
-              const interrupted = Cause.isInterrupted(cause)
-              if (Effect.isEffect(decided)) {
-                const settled = Effect.map(decided, (d) => done(entry, d, runMs))
-                return interrupted ? Effect.zipRight(settled, Effect.sync(startWaiting)) : Effect.zipRight(settled, Effect.suspend(next))
-              }
-              done(entry, decided, runMs)
-              if (!interrupted) return next()
-              startWaiting()
-              return Effect.void
+              return afterFailure(decided, Cause.isInterrupted(cause), (d) => done(entry, d, runMs), next, startWaiting)
             }
           })
         }
@@ -148,8 +125,6 @@ export const make = <A, I, R>(
       for (const entry of held.finishWaiting()) settler.post({ job: entry.job, decided: released(entry), seconds: undefined })
     }
 
-    const runningFibers = () => [...slots].flatMap((slot) => (slot.fiber ? [slot.fiber] : []))
-
     return {
       /** Takes claimed jobs into the held value and starts as many as there are free slots. */
       accept: (jobs: ReadonlyArray<Job>) => {
@@ -175,9 +150,9 @@ export const make = <A, I, R>(
         releaseWaiting()
       },
       /** Interrupts every running handler; each settles as released. */
-      interruptRunning: Effect.suspend(() => Effect.forEach(runningFibers(), Fiber.interrupt, { discard: true })),
+      interruptRunning: Effect.suspend(() => Effect.forEach(fibersOf(slots), Fiber.interrupt, { discard: true })),
       /** Waits until no handler runs. */
-      awaitNoneRunning: Effect.suspend(() => Effect.forEach(runningFibers(), Fiber.await, { discard: true }))
+      awaitNoneRunning: Effect.suspend(() => Effect.forEach(fibersOf(slots), Fiber.await, { discard: true }))
     }
   })
 
@@ -249,8 +224,13 @@ const stopOlderRun = (job: Job, fiber: Fiber.RuntimeFiber<void, never>) =>
  * heartbeat has not written yet (it writes at most one a second) goes with the outcome: the finished job shows
  * its handler's last report.
  */
-const finishOf = (held: Held.Held, settler: { readonly post: (finished: Settler.Finished) => void }) =>
-  (entry: Held.Entry, decided: JobRun.Decided, seconds: number | undefined) => {
+const handOverOf = (
+  held: Held.Held,
+  settler: { readonly post: (finished: Settler.Finished) => void },
+  clock: Clock.Clock,
+  options: ExecutorOptions
+) => {
+  const finish = (entry: Held.Entry, decided: JobRun.Decided, seconds: number | undefined) => {
     held.finish(entry)
     const reported = entry.reported
     if (reported !== undefined) {
@@ -259,6 +239,43 @@ const finishOf = (held: Held.Held, settler: { readonly post: (finished: Settler.
     }
     settler.post({ job: entry.job, decided, seconds })
   }
+  return {
+    finish,
+    /** The handler returned: its run time, told to the claimer's sizing. */
+    ran: (entry: Held.Entry) => {
+      const runMs = clock.unsafeCurrentTimeMillis() - entry.startedAt
+      options.onRan(runMs)
+      return runMs
+    },
+    /** A run's outcome goes to the settler; its slot is free. */
+    done: (entry: Held.Entry, decided: JobRun.Decided, runMs: number) => {
+      finish(entry, decided, runMs / 1000)
+      options.onCapacity()
+    }
+  }
+}
+
+/**
+ * After a handler failed or was interrupted: its outcome (decided at once, or through the stage's policy) is
+ * handed over; an interrupted slot ends here (its interruption would hit the next handler) and a fresh one takes
+ * over, any other goes on to the next job.
+ */
+const afterFailure = <R>(
+  decided: JobRun.Decided | Effect.Effect<JobRun.Decided>,
+  interrupted: boolean,
+  done: (decided: JobRun.Decided) => void,
+  next: () => Effect.Effect<void, never, R>,
+  startWaiting: () => void
+): Effect.Effect<void, never, R> => {
+  if (Effect.isEffect(decided)) {
+    const settled = Effect.map(decided, done)
+    return interrupted ? Effect.zipRight(settled, Effect.sync(startWaiting)) : Effect.zipRight(settled, Effect.suspend(next))
+  }
+  done(decided)
+  if (!interrupted) return next()
+  startWaiting()
+  return Effect.void
+}
 
 /** A waiting job with its decoded payload, or the outcome of a job that dies without running. */
 const readyToRun = <A>(
@@ -288,6 +305,8 @@ const slotRuntime = <R>(stageName: string, slotByFiber: ReadonlyMap<number, Held
 
 /** A job that never started goes back with no attempt spent. */
 const released = (entry: Held.Entry): JobRun.Decided => ({ outcome: Outcome.release(entry.lease), kind: "defect" })
+
+const fibersOf = (slots: ReadonlySet<Held.Slot>) => [...slots].flatMap((slot) => (slot.fiber ? [slot.fiber] : []))
 
 const idleSlots = (slots: ReadonlySet<Held.Slot>) => {
   let n = 0
