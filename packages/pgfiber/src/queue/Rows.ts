@@ -343,9 +343,13 @@ const entryOf = (v: unknown): ErrorEntry | undefined => {
 export const decodeClaimed = (a: unknown): Either.Either<typeof ClaimedRow.Type, string> => {
   if (!Array.isArray(a) || a.length !== 24) return Either.left("a claimed job is not an array of 24 fields")
   const fields: ReadonlyArray<unknown> = a
-  const [id, stage, orgId, subjectId, payload, priority, status, attempts, maxAttempts, polls, availableAt, lockedBy,
-    lockedUntil, lease, dedupeKey, errors, lastError, createdAt, updatedAt, startedAt, lastRunMs, progress,
-    progressMessage, timeoutMs] = fields
+  // by index, not destructured: an array pattern walks the array's iterator, a result object per field
+  const id = fields[0], stage = fields[1], orgId = fields[2], subjectId = fields[3], payload = fields[4],
+    priority = fields[5], status = fields[6], attempts = fields[7], maxAttempts = fields[8], polls = fields[9],
+    availableAt = fields[10], lockedBy = fields[11], lockedUntil = fields[12], lease = fields[13],
+    dedupeKey = fields[14], errors = fields[15], lastError = fields[16], createdAt = fields[17],
+    updatedAt = fields[18], startedAt = fields[19], lastRunMs = fields[20], progress = fields[21],
+    progressMessage = fields[22], timeoutMs = fields[23]
   if (
     !isId(id) || !isText(stage) || !isTextOrNull(orgId) || !isTextOrNull(subjectId) || !isNumber(priority) ||
     !isLive(status) || !isNumber(attempts) || !isNumber(maxAttempts) || !isNumber(polls) || !isNumber(availableAt) ||
