@@ -343,9 +343,13 @@ const entryOf = (v: unknown): ErrorEntry | undefined => {
 export const decodeClaimed = (a: unknown): Either.Either<typeof ClaimedRow.Type, string> => {
   if (!Array.isArray(a) || a.length !== 24) return Either.left("a claimed job is not an array of 24 fields")
   const fields: ReadonlyArray<unknown> = a
-  const [id, stage, orgId, subjectId, payload, priority, status, attempts, maxAttempts, polls, availableAt, lockedBy,
-    lockedUntil, lease, dedupeKey, errors, lastError, createdAt, updatedAt, startedAt, lastRunMs, progress,
-    progressMessage, timeoutMs] = fields
+  // by index, not destructured: an array pattern walks the array's iterator, a result object per field
+  const id = fields[0], stage = fields[1], orgId = fields[2], subjectId = fields[3], payload = fields[4],
+    priority = fields[5], status = fields[6], attempts = fields[7], maxAttempts = fields[8], polls = fields[9],
+    availableAt = fields[10], lockedBy = fields[11], lockedUntil = fields[12], lease = fields[13],
+    dedupeKey = fields[14], errors = fields[15], lastError = fields[16], createdAt = fields[17],
+    updatedAt = fields[18], startedAt = fields[19], lastRunMs = fields[20], progress = fields[21],
+    progressMessage = fields[22], timeoutMs = fields[23]
   if (
     !isId(id) || !isText(stage) || !isTextOrNull(orgId) || !isTextOrNull(subjectId) || !isNumber(priority) ||
     !isLive(status) || !isNumber(attempts) || !isNumber(maxAttempts) || !isNumber(polls) || !isNumber(availableAt) ||
@@ -355,16 +359,14 @@ export const decodeClaimed = (a: unknown): Either.Either<typeof ClaimedRow.Type,
   ) {
     return Either.left(`claimed job ${String(id)}: a field is not of its column's kind`)
   }
-  let history: ReadonlyArray<ErrorEntry> | null = null
-  if (errors !== null) {
-    if (!Array.isArray(errors)) return Either.left(`claimed job ${id}: its error history is not an array`)
-    const entries: Array<ErrorEntry> = []
-    for (const e of errors as ReadonlyArray<unknown>) {
-      const entry = entryOf(e)
-      if (entry === undefined) return Either.left(`claimed job ${id}: an error history entry is not one`)
-      entries.push(entry)
-    }
-    history = entries
+  // no error history (a job's first run, the common case): the array is already what the Tuple decodes to
+  if (errors === null) return Either.right(fields as typeof ClaimedRow.Type)
+  if (!Array.isArray(errors)) return Either.left(`claimed job ${id}: its error history is not an array`)
+  const history: Array<ErrorEntry> = []
+  for (const e of errors as ReadonlyArray<unknown>) {
+    const entry = entryOf(e)
+    if (entry === undefined) return Either.left(`claimed job ${id}: an error history entry is not one`)
+    history.push(entry)
   }
   return Either.right([
     id, stage, orgId, subjectId, payload, priority, status, attempts, maxAttempts, polls, availableAt, lockedBy,

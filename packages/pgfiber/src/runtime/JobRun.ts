@@ -133,6 +133,33 @@ export const invalidPayload = (job: Job, message: string): Decided => ({
 })
 
 /**
+ * A handler's success value as an outcome (`decideExit`'s success case, called by the pool's slots without
+ * building an Exit). `lease` is the job's, when the caller holds it already.
+ */
+export const decideSuccess = (stage: Stage.Any, job: Job, value: unknown, runMs?: number, lease: Lease = leaseOf(job)): Decided => {
+  // the common case, a handler that returns nothing to store: no output to encode, no follow-ups to check
+  if ((stage.output === undefined || value === undefined) && !Stage.isCompletion(value)) {
+    return { outcome: Outcome.complete(lease, [], undefined, runMs), kind: "defect" }
+  }
+  const completion = Stage.isCompletion(value) ? value : undefined
+  const output = encodeOutput(stage, completion ? completion.output : value)
+  if (Either.isLeft(output)) {
+    // retrying would produce the same value: the job dies with the reason
+    return { outcome: Outcome.deadLetter(lease, output.left), kind: "failure", note: `dead-lettered: ${output.left.message}` }
+  }
+  // an org's job hands off within its org: a follow-up without an org takes the job's, another org is refused
+  const followUps = (completion ? completion.followUps : []).map((f) =>
+    f.orgId === undefined && job.orgId !== null ? { ...f, orgId: job.orgId } : f
+  )
+  const foreign = job.orgId === null ? undefined : followUps.find((f) => f.orgId !== job.orgId)
+  if (foreign !== undefined) {
+    const message = `follow-up to ${foreign.stage} names another org than the job's`
+    return { outcome: Outcome.deadLetter(lease, { tag: "InvalidFollowUp", message }), kind: "defect", note: `dead-lettered: ${message}` }
+  }
+  return { outcome: Outcome.complete(lease, followUps, output.right, runMs), kind: "defect" }
+}
+
+/**
  * The handler's Exit as an outcome. `timedOut` and `leaseLost` say why an interruption happened (the pool's
  * watchdog and heartbeat interrupt from outside); any other interruption is shutdown: release.
  */
@@ -144,24 +171,7 @@ export const decideExit = (
   /** The run's length, carried by a completion's outcome (the other kinds get it from the settler). */
   runMs?: number
 ): Decided | Effect.Effect<Decided> => {
-  if (Exit.isSuccess(exit)) {
-    const completion = Stage.isCompletion(exit.value) ? exit.value : undefined
-    const output = encodeOutput(stage, completion ? completion.output : exit.value)
-    if (Either.isLeft(output)) {
-      // retrying would produce the same value: the job dies with the reason
-      return { outcome: Outcome.deadLetter(leaseOf(job), output.left), kind: "failure", note: `dead-lettered: ${output.left.message}` }
-    }
-    // an org's job hands off within its org: a follow-up without an org takes the job's, another org is refused
-    const followUps = (completion ? completion.followUps : []).map((f) =>
-      f.orgId === undefined && job.orgId !== null ? { ...f, orgId: job.orgId } : f
-    )
-    const foreign = job.orgId === null ? undefined : followUps.find((f) => f.orgId !== job.orgId)
-    if (foreign !== undefined) {
-      const message = `follow-up to ${foreign.stage} names another org than the job's`
-      return { outcome: Outcome.deadLetter(leaseOf(job), { tag: "InvalidFollowUp", message }), kind: "defect", note: `dead-lettered: ${message}` }
-    }
-    return { outcome: Outcome.complete(leaseOf(job), followUps, output.right, runMs), kind: "defect" }
-  }
+  if (Exit.isSuccess(exit)) return decideSuccess(stage, job, exit.value, runMs)
   if (Cause.isInterruptedOnly(exit.cause)) {
     if (why.timedOut) {
       const message = `handler timed out after ${Duration.format(timeoutOf(stage, job))}`

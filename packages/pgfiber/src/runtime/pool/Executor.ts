@@ -49,8 +49,7 @@ export const make = <A, I, R>(
     const slotByFiber = new Map<number, Held.Slot>()
     const fork = Runtime.runFork(yield* slotRuntime<R>(stage.name, slotByFiber))
     let stopped = false
-
-    const finish = finishOf(held, settler)
+    const { finish, ran, done } = handOverOf(held, settler, clock, options)
 
     // finished jobs whose outcomes are not yet written are what a crash would repeat: past the cap (a slow or
     // absent database), the slots wait for the settler instead of running more
@@ -72,27 +71,29 @@ export const make = <A, I, R>(
 
     const runSlot = (slot: Held.Slot) =>
       Effect.uninterruptibleMask((restore) => {
-        const next: Effect.Effect<void, never, R> = Effect.suspend(() => {
+        /** Takes the next waiting job and runs it; its outcome's continuation takes the one after (no effect per job in between). */
+        const next = (): Effect.Effect<void, never, R> => {
           const taken = startNext(slot)
           if (taken === undefined) return Effect.void
           const { entry, payload } = taken
           if (events.active()) publishStarted(events, entry)
-          return Effect.flatMap(Effect.exit(restore(handlerOf(stage, entry, payload, traced, progressOf(entry, events, clock)))), (exit) => {
-            const runMs = clock.unsafeCurrentTimeMillis() - entry.startedAt
-            options.onRan(runMs)
-            const decided = JobRun.decideExit(stage, entry.job, exit, entry, runMs)
-            const done = (d: JobRun.Decided) => {
-              finish(entry, d, runMs / 1000)
-              options.onCapacity()
+          return Effect.matchCauseEffect(restore(handlerOf(stage, entry, payload, traced, progressOf(entry, events, clock))), {
+            // the common case: the outcome is decided and handed over here, and the slot goes straight on
+            onSuccess: (value) => {
+              const runMs = ran(entry)
+              done(entry, JobRun.decideSuccess(stage, entry.job, value, runMs, entry.lease), runMs)
+              return next()
+            },
+            onFailure: (cause) => {
+              const runMs = ran(entry)
+              const decided = JobRun.decideExit(stage, entry.job, Exit.failCause(cause), entry, runMs)
+              return afterFailure(decided, Cause.isInterrupted(cause), (d) => done(entry, d, runMs), next, startWaiting)
             }
-            const settled = Effect.isEffect(decided) ? Effect.map(decided, done) : Effect.sync(() => done(decided))
-            // an interrupted slot ends here (its interruption would hit the next handler); a fresh one takes over
-            return Exit.isFailure(exit) && Cause.isInterrupted(exit.cause) ? Effect.zipRight(settled, Effect.sync(startWaiting)) : Effect.zipRight(settled, next)
           })
-        })
+        }
         return Effect.fiberIdWith((id) => {
           slotByFiber.set(id.id, slot)
-          return next.pipe(Effect.ensuring(Effect.sync(() => {
+          return Effect.suspend(next).pipe(Effect.ensuring(Effect.sync(() => {
             slotByFiber.delete(id.id)
             slots.delete(slot)
           })))
@@ -124,8 +125,6 @@ export const make = <A, I, R>(
       for (const entry of held.finishWaiting()) settler.post({ job: entry.job, decided: released(entry), seconds: undefined })
     }
 
-    const runningFibers = () => [...slots].flatMap((slot) => (slot.fiber ? [slot.fiber] : []))
-
     return {
       /** Takes claimed jobs into the held value and starts as many as there are free slots. */
       accept: (jobs: ReadonlyArray<Job>) => {
@@ -151,9 +150,9 @@ export const make = <A, I, R>(
         releaseWaiting()
       },
       /** Interrupts every running handler; each settles as released. */
-      interruptRunning: Effect.suspend(() => Effect.forEach(runningFibers(), Fiber.interrupt, { discard: true })),
+      interruptRunning: Effect.suspend(() => Effect.forEach(fibersOf(slots), Fiber.interrupt, { discard: true })),
       /** Waits until no handler runs. */
-      awaitNoneRunning: Effect.suspend(() => Effect.forEach(runningFibers(), Fiber.await, { discard: true }))
+      awaitNoneRunning: Effect.suspend(() => Effect.forEach(fibersOf(slots), Fiber.await, { discard: true }))
     }
   })
 
@@ -225,8 +224,13 @@ const stopOlderRun = (job: Job, fiber: Fiber.RuntimeFiber<void, never>) =>
  * heartbeat has not written yet (it writes at most one a second) goes with the outcome: the finished job shows
  * its handler's last report.
  */
-const finishOf = (held: Held.Held, settler: { readonly post: (finished: Settler.Finished) => void }) =>
-  (entry: Held.Entry, decided: JobRun.Decided, seconds: number | undefined) => {
+const handOverOf = (
+  held: Held.Held,
+  settler: { readonly post: (finished: Settler.Finished) => void },
+  clock: Clock.Clock,
+  options: ExecutorOptions
+) => {
+  const finish = (entry: Held.Entry, decided: JobRun.Decided, seconds: number | undefined) => {
     held.finish(entry)
     const reported = entry.reported
     if (reported !== undefined) {
@@ -235,6 +239,43 @@ const finishOf = (held: Held.Held, settler: { readonly post: (finished: Settler.
     }
     settler.post({ job: entry.job, decided, seconds })
   }
+  return {
+    finish,
+    /** The handler returned: its run time, told to the claimer's sizing. */
+    ran: (entry: Held.Entry) => {
+      const runMs = clock.unsafeCurrentTimeMillis() - entry.startedAt
+      options.onRan(runMs)
+      return runMs
+    },
+    /** A run's outcome goes to the settler; its slot is free. */
+    done: (entry: Held.Entry, decided: JobRun.Decided, runMs: number) => {
+      finish(entry, decided, runMs / 1000)
+      options.onCapacity()
+    }
+  }
+}
+
+/**
+ * After a handler failed or was interrupted: its outcome (decided at once, or through the stage's policy) is
+ * handed over; an interrupted slot ends here (its interruption would hit the next handler) and a fresh one takes
+ * over, any other goes on to the next job.
+ */
+const afterFailure = <R>(
+  decided: JobRun.Decided | Effect.Effect<JobRun.Decided>,
+  interrupted: boolean,
+  done: (decided: JobRun.Decided) => void,
+  next: () => Effect.Effect<void, never, R>,
+  startWaiting: () => void
+): Effect.Effect<void, never, R> => {
+  if (Effect.isEffect(decided)) {
+    const settled = Effect.map(decided, done)
+    return interrupted ? Effect.zipRight(settled, Effect.sync(startWaiting)) : Effect.zipRight(settled, Effect.suspend(next))
+  }
+  done(decided)
+  if (!interrupted) return next()
+  startWaiting()
+  return Effect.void
+}
 
 /** A waiting job with its decoded payload, or the outcome of a job that dies without running. */
 const readyToRun = <A>(
@@ -264,6 +305,8 @@ const slotRuntime = <R>(stageName: string, slotByFiber: ReadonlyMap<number, Held
 
 /** A job that never started goes back with no attempt spent. */
 const released = (entry: Held.Entry): JobRun.Decided => ({ outcome: Outcome.release(entry.lease), kind: "defect" })
+
+const fibersOf = (slots: ReadonlySet<Held.Slot>) => [...slots].flatMap((slot) => (slot.fiber ? [slot.fiber] : []))
 
 const idleSlots = (slots: ReadonlySet<Held.Slot>) => {
   let n = 0

@@ -208,8 +208,9 @@ class HeldJobs implements Held {
     if (this.checking) this.check()
     return result
   }
-  private expect(entry: Entry, ...modes: ReadonlyArray<Mode>) {
-    if (!modes.includes(entry.mode)) broken(`job ${entry.job.id} is ${entry.mode}, expected ${modes.join(" or ")}`)
+  // two modes at most, as parameters: a rest array would be built on every transition, several per job
+  private expect(entry: Entry, mode: Mode, orMode: Mode = mode) {
+    if (entry.mode !== mode && entry.mode !== orMode) broken(`job ${entry.job.id} is ${entry.mode}, expected ${mode === orMode ? mode : `${mode} or ${orMode}`}`)
   }
   private leaveQueue(entry: Entry) {
     if (this.queue[0] === entry) this.queue.shift()
