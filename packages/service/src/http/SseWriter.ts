@@ -75,9 +75,23 @@ const ascii = (out: Uint8Array, at: number, s: string) => {
   return at + s.length
 }
 
+/**
+ * Any text at `at` as UTF-8 (what TextEncoder writes: a lone surrogate becomes U+FFFD either way); the place
+ * after it. ASCII by a loop, which is what JSON text mostly is; the rest from the first other character by the
+ * native encoder, whose call cost more than a short text's bytes.
+ */
+const utf8 = (out: Buffer, at: number, s: string) => {
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i)
+    if (c >= 128) return at + i + out.write(s.slice(i), at + i, "utf8")
+    out[at + i] = c
+  }
+  return at + s.length
+}
+
 /** A string as JSON at `at` (digits in quotes as they are, anything else through JSON.stringify); the place after. */
 const jsonString = (out: Buffer, at: number, s: string, digits: boolean) => {
-  if (!digits) return at + out.write(JSON.stringify(s), at, "utf8")
+  if (!digits) return utf8(out, at, JSON.stringify(s))
   out[at] = 34
   at = ascii(out, at + 1, s)
   out[at] = 34
@@ -114,19 +128,19 @@ export const sseWriter = (): (events: ReadonlyArray<EventLog.LoggedEvent>) => Ui
   const event = (out: Buffer, at: number, e: EventLog.LoggedEvent, parts: RowParts, d: Buffer | string) => {
     const idDigits = isDigits(e.id)
     at = copy(out, at, idLine)
-    at = idDigits ? ascii(out, at, e.id) : at + out.write(e.id, at, "utf8")
+    at = idDigits ? ascii(out, at, e.id) : utf8(out, at, e.id)
     at = copy(out, at, parts.afterId)
     at = jsonString(out, at, e.id, idDigits)
     at = copy(out, at, parts.afterEventId)
     at = jsonString(out, at, e.jobId, isDigits(e.jobId))
     at = copy(out, at, parts.afterJobId)
-    at = e.subjectId === null ? copy(out, at, nullText) : at + out.write(JSON.stringify(e.subjectId), at, "utf8")
+    at = e.subjectId === null ? copy(out, at, nullText) : utf8(out, at, JSON.stringify(e.subjectId))
     at = copy(out, at, attemptField)
     // an attempt is a small whole number: one digit, as JSON writes it
     if (Number.isInteger(e.attempt) && e.attempt >= 0 && e.attempt < 10) out[at++] = 48 + e.attempt
-    else at += out.write(JSON.stringify(e.attempt), at, "utf8")
+    else at = utf8(out, at, JSON.stringify(e.attempt))
     at = copy(out, at, dataField)
-    at = typeof d === "string" ? at + out.write(d, at, "utf8") : copy(out, at, d)
+    at = typeof d === "string" ? utf8(out, at, d) : copy(out, at, d)
     return copy(out, at, parts.end)
   }
 
