@@ -151,8 +151,9 @@ export const sseWriter = (): (events: ReadonlyArray<EventLog.LoggedEvent>) => Ui
     for (const e of events) {
       if (row === undefined || !sameRow(row, e)) row = rowParts(e)
       const d = dataOf(e)
-      const need = row.size + 3 * (most(e.id) * 2 + most(e.jobId) + (e.subjectId === null ? 4 : most(e.subjectId) + 32) +
-        (typeof d === "string" ? d.length : d.length))
+      // the ids twice (the id line and the JSON), the subject ("null" or JSON), an attempt's JSON (a number's
+      // text is at most 24 characters), the data: at most 3 bytes a UTF-16 unit
+      const need = row.size + 3 * (most(e.id) * 2 + most(e.jobId) + (e.subjectId === null ? 4 : most(e.subjectId)) + 24) + d.length * 3
       if (at + need > out.length) {
         const bigger = Buffer.allocUnsafe(Math.max(out.length * 2, at + need))
         out.copy(bigger, 0, 0, at)
