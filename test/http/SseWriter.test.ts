@@ -52,4 +52,16 @@ describe("sseWriter", () => {
       expect(actual.toString("utf8")).toBe(expected)
       expect(actual.equals(new TextEncoder().encode(expected))).toBe(true)
     }), { numRuns: 500 }))
+
+  it("grows its buffer for events larger than it guessed, keeping what it wrote before", () => {
+    const at = new Date("2026-11-28T01:00:00.000Z")
+    const event = (n: number, message: string): EventLog.LoggedEvent => ({
+      id: String(41_000 * 1024 + n), kind: "dead", jobId: String(7_000_000 + n), stage: "s", orgId: "o", subjectId: null,
+      attempt: 3, data: { tag: "Failed", message }, at
+    })
+    // past the guess of 256 bytes an event, more than once, and not ASCII (3 bytes a character in UTF-8)
+    const events = [event(0, "short"), event(1, "€".repeat(3000)), event(2, "x".repeat(20_000)), event(3, "end")]
+    const written = sseWriter()(events)
+    expect(Buffer.from(written).equals(new TextEncoder().encode(events.map(sseMessage).join("")))).toBe(true)
+  })
 })
