@@ -24,8 +24,10 @@ const row = fc.record({
     id: fc.oneof(fc.bigInt({ min: 0n, max: 2n ** 62n }).map(String), text),
     jobId: fc.oneof(fc.bigInt({ min: 1n, max: 2n ** 62n }).map(String), text),
     subjectId: fc.option(text, { nil: null }),
-    attempt: fc.oneof(fc.nat(1000), fc.double(), fc.integer()),
-    own: fc.option(fc.dictionary(text, fc.jsonValue()), { nil: undefined })
+    // mostly small, as the log's are (the writer keeps a row's bytes per attempt), and any number
+    attempt: fc.oneof({ arbitrary: fc.nat(9), weight: 4 }, fc.nat(1000), fc.double(), fc.integer()),
+    // its own data, none (null), or the row's shared data (undefined)
+    own: fc.option(fc.option(fc.dictionary(text, fc.jsonValue()), { nil: null }), { nil: undefined })
   }), { minLength: 1, maxLength: 5 })
 })
 

@@ -110,6 +110,11 @@ export const sseWriter = (): (events: ReadonlyArray<EventLog.LoggedEvent>) => Ui
   let data: unknown = undefined
   let dataJson = ""
   let dataBytes: Buffer | undefined
+  // most of a message is the same for a row's events: what follows the job id up to the data (for the last row
+  // and attempt that had it, with no subject), and the data with the message's end (for the last row and kept
+  // data): one copy each
+  let tail = Buffer.alloc(0), tailParts: RowParts | undefined, tailAttempt = -1
+  let end = Buffer.alloc(0), endParts: RowParts | undefined, endData: Buffer | undefined
 
   /** The event's data as bytes when kept (a row's shared data, seen twice), else as JSON text. */
   const dataOf = (e: EventLog.LoggedEvent): Buffer | string => {
@@ -133,15 +138,30 @@ export const sseWriter = (): (events: ReadonlyArray<EventLog.LoggedEvent>) => Ui
     at = jsonString(out, at, e.id, idDigits)
     at = copy(out, at, parts.afterEventId)
     at = jsonString(out, at, e.jobId, isDigits(e.jobId))
-    at = copy(out, at, parts.afterJobId)
-    at = e.subjectId === null ? copy(out, at, nullText) : utf8(out, at, JSON.stringify(e.subjectId))
-    at = copy(out, at, attemptField)
     // an attempt is a small whole number: one digit, as JSON writes it
-    if (Number.isInteger(e.attempt) && e.attempt >= 0 && e.attempt < 10) out[at++] = 48 + e.attempt
-    else at = utf8(out, at, JSON.stringify(e.attempt))
-    at = copy(out, at, dataField)
-    at = typeof d === "string" ? utf8(out, at, d) : copy(out, at, d)
-    return copy(out, at, parts.end)
+    const digit = Number.isInteger(e.attempt) && e.attempt >= 0 && e.attempt < 10
+    if (e.subjectId === null && digit) {
+      if (tailParts !== parts || tailAttempt !== e.attempt) {
+        tail = Buffer.concat([parts.afterJobId, nullText, attemptField, Buffer.of(48 + e.attempt), dataField])
+        tailParts = parts
+        tailAttempt = e.attempt
+      }
+      at = copy(out, at, tail)
+    } else {
+      at = copy(out, at, parts.afterJobId)
+      at = e.subjectId === null ? copy(out, at, nullText) : utf8(out, at, JSON.stringify(e.subjectId))
+      at = copy(out, at, attemptField)
+      if (digit) out[at++] = 48 + e.attempt
+      else at = utf8(out, at, JSON.stringify(e.attempt))
+      at = copy(out, at, dataField)
+    }
+    if (typeof d === "string") return copy(out, utf8(out, at, d), parts.end)
+    if (endParts !== parts || endData !== d) {
+      end = Buffer.concat([d, parts.end])
+      endParts = parts
+      endData = d
+    }
+    return copy(out, at, end)
   }
 
   return (events) => {
