@@ -215,7 +215,7 @@ const main = async () => {
         m.server.push(serverPer1k)
         m.statements.push(statementsPer1k)
         m.load.push(load)
-        log(`round ${r + 1} ${label(mode)} (load ${load.toFixed(2)}): drain ${Math.round(rate)} jobs/s, this process${typeof mode === "string" ? ` and the service's (${servicePer1k.toFixed(0)} ms of it)` : ""} ${cpuPer1k.toFixed(0)} ms and the server ${serverPer1k.toFixed(0)} ms CPU per 1k jobs${mode !== 0 ? `, ${statementsPer1k.toFixed(1)} follower statements per 1k jobs (they read ${seen.join(", ")} events)` : ""}`)
+        log(`round ${r + 1} ${label(mode)} (load ${load.toFixed(2)}): drain ${Math.round(rate)} jobs/s, this process${typeof mode === "string" ? ` and the service's (${servicePer1k.toFixed(0)} ms of it; ${serviceAllPer1k.toFixed(1)} ms until its client had every event)` : ""} ${cpuPer1k.toFixed(0)} ms and the server ${serverPer1k.toFixed(0)} ms CPU per 1k jobs${mode !== 0 ? `, ${statementsPer1k.toFixed(1)} follower statements per 1k jobs (they read ${seen.join(", ")} events)` : ""}`)
         await cluster.dropDatabase(name)
       }
     }
