@@ -129,7 +129,7 @@ export const sseWriter = (): (events: ReadonlyArray<EventLog.LoggedEvent>) => Ui
     return dataBytes ??= bytes(dataJson)
   }
 
-  /** Writes `e` at `at` of `out`, which has room for `fixed` + its strings' most; the place after it. */
+  /** Writes `e` at `at` of `out` (which has room for it: see the caller); the place after it. */
   const event = (out: Buffer, at: number, e: EventLog.LoggedEvent, parts: RowParts, d: Buffer | string) => {
     const idDigits = isDigits(e.id)
     at = copy(out, at, idLine)
