@@ -171,9 +171,13 @@ const drainOnce = async (url: string, dataDir: string, mode: Mode) => {
   const ms = msSince(started)
   const cpu = process.cpuUsage(cpuAtStart)
   const serviceCpu = service === null ? 0 : (cpuMsOf(service.pid) ?? 0) - serviceCpuAtStart
+  // the service's CPU until its client had every event: what the SSE path costs per event, also the part after
+  // the drain (the client may still be catching up when the last job completes)
+  let serviceCpuAll = serviceCpu
   if (sse !== null) {
     // every event of the drain reaches the client (3 per job, the enqueued ones read from the log's beginning)
     for (const deadline = Date.now() + 120_000; sse.received() < jobs * 3 && Date.now() < deadline;) await sleep(20)
+    serviceCpuAll = (cpuMsOf(service!.pid) ?? 0) - serviceCpuAtStart
     seen.push(sse.received())
     await sse.close()
   }
@@ -182,14 +186,14 @@ const drainOnce = async (url: string, dataDir: string, mode: Mode) => {
   const statementsPer1k = (statements - statementsAtStart) / (jobs / 1000)
   await sql.end({ timeout: 5 })
   await Effect.runPromise(Scope.close(scope, Exit.void))
-  return { rate: (jobs / ms) * 1000, seen, cpuPer1k: ((cpu.user + cpu.system) / 1000 + serviceCpu) / (jobs / 1000), servicePer1k: serviceCpu / (jobs / 1000), serverPer1k: serverMs / (jobs / 1000), statementsPer1k }
+  return { rate: (jobs / ms) * 1000, seen, cpuPer1k: ((cpu.user + cpu.system) / 1000 + serviceCpu) / (jobs / 1000), servicePer1k: serviceCpu / (jobs / 1000), serviceAllPer1k: serviceCpuAll / (jobs / 1000), serverPer1k: serverMs / (jobs / 1000), statementsPer1k }
 }
 
 const load1 = () => Os.loadavg()[0]!
 
 const main = async () => {
   const cluster = await startCluster({ flags: ["-c", "shared_buffers=512MB"] })
-  const results = new Map(modes.map((m) => [m, { rate: [] as Array<number>, cpu: [] as Array<number>, server: [] as Array<number>, statements: [] as Array<number>, load: [] as Array<number> }]))
+  const results = new Map(modes.map((m) => [m, { rate: [] as Array<number>, cpu: [] as Array<number>, service: [] as Array<number>, serviceAll: [] as Array<number>, server: [] as Array<number>, statements: [] as Array<number>, load: [] as Array<number> }]))
   const label = (m: Mode) =>
     m === "sse" ? "an SSE client of the service" : m === "svc" ? "the service, no client" : m === 0 ? "no follower" : m === 1 ? "1 follower" : `${m} followers`
   try {
@@ -202,14 +206,16 @@ const main = async () => {
         const { migratePgfiber } = await import("./workloads.js")
         await migratePgfiber(url)
         const load = load1()
-        const { cpuPer1k, rate, seen, servicePer1k, serverPer1k, statementsPer1k } = await drainOnce(url, cluster.dataDir, mode)
+        const { cpuPer1k, rate, seen, serviceAllPer1k, servicePer1k, serverPer1k, statementsPer1k } = await drainOnce(url, cluster.dataDir, mode)
         const m = results.get(mode)!
         m.rate.push(rate)
         m.cpu.push(cpuPer1k)
+        m.service.push(servicePer1k)
+        m.serviceAll.push(serviceAllPer1k)
         m.server.push(serverPer1k)
         m.statements.push(statementsPer1k)
         m.load.push(load)
-        log(`round ${r + 1} ${label(mode)} (load ${load.toFixed(2)}): drain ${Math.round(rate)} jobs/s, this process${typeof mode === "string" ? ` and the service's (${servicePer1k.toFixed(0)} ms of it)` : ""} ${cpuPer1k.toFixed(0)} ms and the server ${serverPer1k.toFixed(0)} ms CPU per 1k jobs${mode !== 0 ? `, ${statementsPer1k.toFixed(1)} follower statements per 1k jobs (they read ${seen.join(", ")} events)` : ""}`)
+        log(`round ${r + 1} ${label(mode)} (load ${load.toFixed(2)}): drain ${Math.round(rate)} jobs/s, this process${typeof mode === "string" ? ` and the service's (${servicePer1k.toFixed(0)} ms of it; ${serviceAllPer1k.toFixed(1)} ms until its client had every event)` : ""} ${cpuPer1k.toFixed(0)} ms and the server ${serverPer1k.toFixed(0)} ms CPU per 1k jobs${mode !== 0 ? `, ${statementsPer1k.toFixed(1)} follower statements per 1k jobs (they read ${seen.join(", ")} events)` : ""}`)
         await cluster.dropDatabase(name)
       }
     }
@@ -217,7 +223,7 @@ const main = async () => {
     for (const mode of modes) {
       const m = results.get(mode)!
       const rate = median(m.rate)
-      log(`median ${label(mode)}: drain ${Math.round(rate)} jobs/s (${((rate / base - 1) * 100).toFixed(1)} % against ${label(modes[0]!)}), CPU per 1k jobs this process ${median(m.cpu).toFixed(0)} ms, server ${median(m.server).toFixed(0)} ms, follower statements per 1k jobs ${median(m.statements).toFixed(1)}, load ${median(m.load).toFixed(2)}`)
+      log(`median ${label(mode)}: drain ${Math.round(rate)} jobs/s (${((rate / base - 1) * 100).toFixed(1)} % against ${label(modes[0]!)}), CPU per 1k jobs this process ${median(m.cpu).toFixed(0)} ms${typeof mode === "string" ? ` (the service ${median(m.service).toFixed(1)} ms; ${median(m.serviceAll).toFixed(1)} ms until its client had every event)` : ""}, server ${median(m.server).toFixed(0)} ms, follower statements per 1k jobs ${median(m.statements).toFixed(1)}, load ${median(m.load).toFixed(2)}`)
     }
   } finally {
     await cluster.close()

@@ -55,9 +55,9 @@ const isKind = Schema.is(Kind)
  * machine. Only the kind is checked (the table's CHECK holds it too; the other fields' types are the columns').
  * The model is still `LoggedEvent`. Events go straight into `out` as they are handed out (no copy per event
  * afterwards). `skip`: how many of the row's first events the reader has already had. Returns the place after
- * the last one looked at.
+ * the last one looked at. Exported for bench/sseEncode.ts, which makes its events as the reader does.
  */
-const unnestRow = (
+export const unnestRow = (
   a: ReadonlyArray<unknown>,
   skip: number,
   keep: ((jobId: string, subjectId: string | null) => boolean) | null,
