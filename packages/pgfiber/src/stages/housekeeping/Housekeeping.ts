@@ -12,11 +12,14 @@
  *   and never holds up the workers' settles.
  * - `pgfiber.events-retention` (every 10 minutes): delete events older than `PGFIBER_EVENTS_RETAIN` (1 day) from
  *   the event log, 5,000 per statement.
- * All four do what deploy/pg_cron.sql does from inside the database, for deployments that prefer pg_cron.
+ * - `pgfiber.payload-index` (hourly): rebuild the live jobs' payload index, concurrently, once it has outgrown the
+ *   table (PayloadIndex.ts: GIN keeps every payload value ever queued).
+ * The first four do what deploy/pg_cron.sql does from inside the database, for deployments that prefer pg_cron.
  */
 import { Duration, Effect, Schema } from "effect"
 import * as ArchivePartitions from "../../queue/ArchivePartitions.js"
 import * as EventLog from "../../queue/EventLog.js"
+import * as PayloadIndex from "../../queue/PayloadIndex.js"
 import * as Queue from "../../queue/Queue.js"
 import type * as Schedules from "../../queue/Schedules.js"
 import { Transient } from "../../JobError.js"
@@ -33,7 +36,8 @@ export const Task = Schema.Union(
     partitionHours: Schema.optional(Schema.Int.pipe(Schema.between(1, 744))),
     aheadHours: Schema.optional(Schema.Int.pipe(Schema.between(1, 24 * 366)))
   }),
-  Schema.Struct({ task: Schema.Literal("prune-events"), batch: Schema.optional(Schema.Int.pipe(Schema.between(1, 100_000))) })
+  Schema.Struct({ task: Schema.Literal("prune-events"), batch: Schema.optional(Schema.Int.pipe(Schema.between(1, 100_000))) }),
+  Schema.Struct({ task: Schema.Literal("payload-index"), minMB: Schema.optional(Schema.Int.pipe(Schema.between(0, 1_000_000))) })
 )
 
 /** The database failed (the queue's statements, or the partitions' own): try again at the next attempt. */
@@ -73,6 +77,11 @@ export const housekeeping = Stage.make({
         if (pruned > 0) yield* Effect.logInfo("housekeeping: events past their retention pruned", { pruned })
         return
       }
+      if (task.task === "payload-index") {
+        const r = yield* PayloadIndex.upkeep(task.minMB === undefined ? {} : { minBytes: task.minMB * 1024 * 1024 })
+        if (r.rebuilt || r.droppedLeftovers.length > 0) yield* Effect.logInfo("housekeeping: the payload index rebuilt", r)
+        return
+      }
       const purged = yield* queue.deadLetters.purge({ olderThan: Duration.days(task.olderThanDays) })
       if (purged > 0) yield* Effect.logInfo("housekeeping: handled dead letters purged", { purged })
     }).pipe(Effect.catchTags({ QueueError: transient, DbError: transient }))
@@ -87,5 +96,6 @@ export const schedules: ReadonlyArray<Schedules.ScheduleSpec> = [
     payload: { task: "purge-dead-letters", olderThanDays: 30 }
   },
   { name: "pgfiber.history-retention", stage: stageName, cron: "*/10 * * * *", payload: { task: "prune-history" } },
-  { name: "pgfiber.events-retention", stage: stageName, cron: "5-59/10 * * * *", payload: { task: "prune-events" } }
+  { name: "pgfiber.events-retention", stage: stageName, cron: "5-59/10 * * * *", payload: { task: "prune-events" } },
+  { name: "pgfiber.payload-index", stage: stageName, cron: "37 * * * *", payload: { task: "payload-index" } }
 ]
