@@ -14,14 +14,10 @@
  */
 import * as Os from "node:os"
 import * as JobsSql from "../packages/pgfiber/src/queue/JobsSql.js"
-import { claimedAt, connect, log, median, msSince, nowNs, type Sql, startCluster } from "./lib.js"
+import { claimedAt, connect, log, median, msSince, nowNs, option, type Sql, startCluster } from "./lib.js"
 import { queueName } from "./subjects/types.js"
 
 const args = process.argv.slice(2)
-const option = (name: string) => {
-  const i = args.indexOf(`--${name}`)
-  return i >= 0 ? args[i + 1] : undefined
-}
 const queued = Number(option("queued") ?? 1_000_000)
 const segment = Number(option("segment") ?? 5_000)
 const rounds = Number(option("rounds") ?? 4)

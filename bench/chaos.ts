@@ -43,13 +43,9 @@ import * as Migrations from "../packages/pgfiber/src/queue/Migrations.js"
 import * as PgQueue from "../packages/pgfiber/src/queue/PgQueue.js"
 import * as Stage from "../packages/pgfiber/src/runtime/Stage.js"
 import type { ChaosWorkerConfig } from "./chaosWorker.js"
-import { benchDir, type Cluster, compileWorker, connect, log, type Sql, sleep, spawnWorker, startCluster, type WorkerChild, writeFailedRun } from "./lib.js"
+import { benchDir, type Cluster, compileWorker, connect, log, option, sleep, spawnWorker, type Sql, startCluster, type WorkerChild, writeFailedRun } from "./lib.js"
 
 const args = process.argv.slice(2)
-const option = (name: string) => {
-  const i = args.indexOf(`--${name}`)
-  return i >= 0 ? args[i + 1] : undefined
-}
 const ci = args.includes("--ci")
 const jsonPath = option("json")
 

@@ -15,13 +15,8 @@
 import postgres from "postgres"
 import * as JobsSql from "../packages/pgfiber/src/queue/JobsSql.js"
 import * as Migrations from "../packages/pgfiber/src/queue/Migrations.js"
-import { connect, log, median, type Sql, startCluster } from "./lib.js"
+import { connect, log, median, option, type Sql, startCluster } from "./lib.js"
 
-const args = process.argv.slice(2)
-const option = (name: string) => {
-  const i = args.indexOf(`--${name}`)
-  return i >= 0 ? args[i + 1] : undefined
-}
 const claimers = (option("claimers") ?? "1,4").split(",").map(Number)
 const modes = (option("modes") ?? "fair,plain").split(",") as Array<"fair" | "plain">
 const jobs = Number(option("jobs") ?? 40_000)

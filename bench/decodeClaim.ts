@@ -20,12 +20,8 @@
 import { Either, Schema } from "effect"
 import type { ErrorEntry, Job, JobStatus } from "../packages/pgfiber/src/queue/Job.js"
 import * as Rows from "../packages/pgfiber/src/queue/Rows.js"
+import { option } from "./lib.js"
 
-const args = process.argv.slice(2)
-const option = (name: string) => {
-  const i = args.indexOf(`--${name}`)
-  return i >= 0 ? args[i + 1] : undefined
-}
 const count = Number(option("rows") ?? 200_000)
 const rounds = Number(option("rounds") ?? 7)
 // the drain's worker CPU per job, in µs (docs/benchmarks.md, the last quiet run: 54–62 ms per 1,000 jobs)

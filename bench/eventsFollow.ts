@@ -28,13 +28,8 @@ import * as Http from "node:http"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import * as ApiKeys from "../packages/service/src/auth/ApiKeys.js"
-import { connect, cpuMsOf, freePort, log, median, msSince, nowNs, serverCpuMsOf, sleep, startCluster } from "./lib.js"
+import { connect, cpuMsOf, freePort, log, median, msSince, nowNs, option, serverCpuMsOf, sleep, startCluster } from "./lib.js"
 
-const args = process.argv.slice(2)
-const option = (name: string) => {
-  const i = args.indexOf(`--${name}`)
-  return i >= 0 ? args[i + 1] : undefined
-}
 const rounds = Number(option("rounds") ?? 4)
 const jobs = Number(option("jobs") ?? 20_000)
 /** How many followers each mode runs (0: none), or `svc` / `sse` (the service in a process of its own; with an SSE client). */

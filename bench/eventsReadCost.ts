@@ -19,14 +19,10 @@ import * as Queue from "../packages/pgfiber/src/queue/Queue.js"
 import * as Stage from "../packages/pgfiber/src/runtime/Stage.js"
 import * as Worker from "../packages/pgfiber/src/runtime/Worker.js"
 import * as Os from "node:os"
-import { connect, log, median, serverCpuMsOf, sleep, startCluster } from "./lib.js"
+import { connect, log, median, option, serverCpuMsOf, sleep, startCluster } from "./lib.js"
 import { migratePgfiber } from "./workloads.js"
 
 const args = process.argv.slice(2)
-const option = (name: string) => {
-  const i = args.indexOf(`--${name}`)
-  return i >= 0 ? args[i + 1] : undefined
-}
 const jobs = Number(option("jobs") ?? 20_000)
 const rounds = Number(option("rounds") ?? 10)
 const keep = args.includes("--keep")

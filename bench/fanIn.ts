@@ -13,13 +13,8 @@ import * as PgQueue from "../packages/pgfiber/src/queue/PgQueue.js"
 import * as Queue from "../packages/pgfiber/src/queue/Queue.js"
 import * as Stage from "../packages/pgfiber/src/runtime/Stage.js"
 import * as Worker from "../packages/pgfiber/src/runtime/Worker.js"
-import { connect, log, median, sleep, startCluster } from "./lib.js"
+import { connect, log, median, option, sleep, startCluster } from "./lib.js"
 
-const args = process.argv.slice(2)
-const option = (name: string) => {
-  const i = args.indexOf(`--${name}`)
-  return i >= 0 ? args[i + 1] : undefined
-}
 const runs = Number(option("runs") ?? 5)
 const children = Number(option("children") ?? 10_000)
 

@@ -22,13 +22,9 @@ import * as PgQueue from "../packages/pgfiber/src/queue/PgQueue.js"
 import * as Queue from "../packages/pgfiber/src/queue/Queue.js"
 import * as Stage from "../packages/pgfiber/src/runtime/Stage.js"
 import { startPgBouncer } from "../test/support/pgbouncerProcess.js"
-import { connect, log, repoDir, sleep, startCluster } from "./lib.js"
+import { connect, log, option, repoDir, sleep, startCluster } from "./lib.js"
 
 const args = process.argv.slice(2)
-const option = (name: string) => {
-  const i = args.indexOf(`--${name}`)
-  return i >= 0 ? args[i + 1] : undefined
-}
 const list = (text: string) => text.split(",").map(Number)
 const counts = list(option("processes") ?? "1,4,16")
 const jobs = Number(option("jobs") ?? 50)

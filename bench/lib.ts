@@ -21,6 +21,13 @@ export const repoDir = Path.resolve(benchDir, "..")
 export const nowNs = (): number => Number(process.hrtime.bigint())
 export const msSince = (startNs: number) => (nowNs() - startNs) / 1e6
 
+/** The value after `--name` on this process's command line (`--rounds 3` → "3"), or undefined. */
+export const option = (name: string): string | undefined => {
+  const args = process.argv.slice(2)
+  const i = args.indexOf(`--${name}`)
+  return i >= 0 ? args[i + 1] : undefined
+}
+
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 
 export const median = (xs: ReadonlyArray<number>): number => {

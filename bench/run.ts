@@ -13,7 +13,7 @@
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
-import { benchDir, log, machineInfo, median, msSince, nowNs, packageVersion, startCluster } from "./lib.js"
+import { benchDir, log, machineInfo, median, msSince, nowNs, option, packageVersion, startCluster } from "./lib.js"
 import * as Dashboards from "./dashboards.js"
 import { all as allSubjects } from "./subjects/index.js"
 import * as PgBoss from "./subjects/pgboss.js"
@@ -23,10 +23,6 @@ import * as W from "./workloads.js"
 
 const args = process.argv.slice(2)
 const flag = (name: string) => args.includes(`--${name}`)
-const option = (name: string) => {
-  const i = args.indexOf(`--${name}`)
-  return i >= 0 ? args[i + 1] : undefined
-}
 
 const quick = flag("quick")
 const runs = Number(option("runs") ?? (quick ? 1 : 3))

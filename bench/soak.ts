@@ -26,14 +26,10 @@ import * as Db from "../packages/pgfiber/src/layers/Db.js"
 import * as Migrations from "../packages/pgfiber/src/queue/Migrations.js"
 import * as PgQueue from "../packages/pgfiber/src/queue/PgQueue.js"
 import * as Queue from "../packages/pgfiber/src/queue/Queue.js"
-import { benchDir, compileWorker, connect, log, median, percentile, sleep, spawnWorker, startCluster, type WorkerChild, writeFailedRun } from "./lib.js"
+import { benchDir, compileWorker, connect, log, median, option, percentile, sleep, spawnWorker, startCluster, type WorkerChild, writeFailedRun } from "./lib.js"
 import type { SoakWorkerConfig } from "./soakWorker.js"
 
 const args = process.argv.slice(2)
-const option = (name: string) => {
-  const i = args.indexOf(`--${name}`)
-  return i >= 0 ? args[i + 1] : undefined
-}
 const ci = args.includes("--ci")
 const jsonPath = option("json")
 const totalJobs = Number(option("jobs") ?? 100_000)

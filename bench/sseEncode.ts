@@ -18,13 +18,8 @@ import { pathToFileURL } from "node:url"
 import * as EventLog from "../packages/pgfiber/src/queue/EventLog.js"
 import * as EventsSql from "../packages/pgfiber/src/queue/EventsSql.js"
 import type { sseWriter as SseWriter } from "../packages/service/src/http/SseWriter.js"
-import { log, median } from "./lib.js"
+import { log, median, option } from "./lib.js"
 
-const args = process.argv.slice(2)
-const option = (name: string) => {
-  const i = args.indexOf(`--${name}`)
-  return i >= 0 ? args[i + 1] : undefined
-}
 const jobs = Number(option("jobs") ?? 20_000)
 const perRow = Number(option("row") ?? 200)
 const batch = Number(option("batch") ?? 5000)

@@ -21,13 +21,8 @@ import * as Migrations from "../packages/pgfiber/src/queue/Migrations.js"
 import * as JobsSql from "../packages/pgfiber/src/queue/JobsSql.js"
 import { Effect } from "effect"
 import { claimedJobs } from "../packages/pgfiber/src/queue/PgQueue.js"
-import { connect, cpuMsOf, log, median, type Sql, startCluster } from "./lib.js"
+import { connect, cpuMsOf, log, median, option, type Sql, startCluster } from "./lib.js"
 
-const args = process.argv.slice(2)
-const option = (name: string) => {
-  const i = args.indexOf(`--${name}`)
-  return i >= 0 ? args[i + 1] : undefined
-}
 const rounds = Number(option("rounds") ?? 10)
 const jobs = 20_000
 const batch = 508
