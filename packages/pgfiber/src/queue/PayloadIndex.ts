@@ -54,11 +54,8 @@ export const upkeep = (options: Options = {}) =>
     )
     for (const { name } of leftovers) yield* db.run((sql) => sql`drop index concurrently if exists ${sql(name)}`)
     const before = yield* sizes(db)
-    const bloated = before.index !== null && before.index > Math.max(options.minBytes ?? defaultMinBytes, before.table)
-    if (!bloated) {
-      return { indexBytes: before.index, tableBytes: before.table, rebuilt: false, afterBytes: before.index, droppedLeftovers: leftovers.map((l) => l.name) } satisfies Upkeep
-    }
-    yield* db.run((sql) => sql`reindex index concurrently jobs_payload`)
-    const after = yield* sizes(db)
-    return { indexBytes: before.index, tableBytes: before.table, rebuilt: true, afterBytes: after.index, droppedLeftovers: leftovers.map((l) => l.name) } satisfies Upkeep
+    const rebuilt = before.index !== null && before.index > Math.max(options.minBytes ?? defaultMinBytes, before.table)
+    if (rebuilt) yield* db.run((sql) => sql`reindex index concurrently jobs_payload`)
+    const afterBytes = rebuilt ? (yield* sizes(db)).index : before.index
+    return { indexBytes: before.index, tableBytes: before.table, rebuilt, afterBytes, droppedLeftovers: leftovers.map((l) => l.name) } satisfies Upkeep
   })).pipe(Effect.withSpan("PayloadIndex.upkeep"))
