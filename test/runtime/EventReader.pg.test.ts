@@ -40,6 +40,14 @@ describe("the shared event reader", () => {
 
       // some history, for the follower that starts from the beginning
       const [early] = yield* queue.enqueue([{ stage: "early" }])
+      // "now" is the oldest transaction still running on the server (EventsSql.horizon): another test's open
+      // transaction on a shared server holds it back, and a follower "from now" would rightly get the early job
+      // too. Start the followers once the early job's row is behind the horizon.
+      const db = Context.get(services, Db.Db)
+      yield* waitFor("the early job's event behind the horizon", Effect.promise(() =>
+        db.pool<Array<{ behind: boolean }>>`
+          select not exists (select 1 from job_events e where e.tx >= pg_snapshot_xmin(pg_current_snapshot())) as behind`
+      ).pipe(Effect.map(([r]) => r!.behind)))
       const follow = (filter: EventLog.Filter, from: EventFeed.FollowOptions["from"]) =>
         Effect.gen(function*() {
           const seen: Array<EventLog.LoggedEvent> = []
