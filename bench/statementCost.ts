@@ -12,7 +12,7 @@
  * - `complete`, `general`: a batch of completions settled by `JobsSql.completeOutcomes` (what `PgQueue.settle`
  *   sends for them) and by `JobsSql.settleOutcomes` (its statement for every kind), both keeping history.
  *
- *   DATABASE_URL=postgres://postgres@127.0.0.1:5432/test node --import tsx bench/statementCost.ts [--rounds 10]
+ *   DATABASE_URL=postgres://postgres@127.0.0.1:5432/test node --import tsx bench/statementCost.ts [--rounds 10] [--without INDEX,...]
  *
  * Without DATABASE_URL it boots an embedded PostgreSQL of its own.
  */
@@ -24,6 +24,8 @@ import { claimedJobs } from "../packages/pgfiber/src/queue/PgQueue.js"
 import { connect, cpuMsOf, log, median, option, type Sql, startCluster } from "./lib.js"
 
 const rounds = Number(option("rounds") ?? 10)
+/** `--without a,b`: drops these indexes of `jobs` first (what an index costs the drain's statements). */
+const without = (option("without") ?? "").split(",").filter((n) => n !== "")
 const jobs = 20_000
 const batch = 508
 const stage = "cost"
@@ -107,6 +109,7 @@ const main = async () => {
   for (const m of Migrations.load()) {
     await admin.unsafe(`create schema if not exists ${schema}; ${m.sql.replaceAll("{{schema}}", schema)}`).simple()
   }
+  for (const index of without) await admin.unsafe(`drop index ${schema}.${index}`)
   // claims on a connection whose session has the claims' settings, as the worker's claim pool has them; settles
   // on a plain one, as the worker's main pool
   const claims: Sql = postgres(url, {
