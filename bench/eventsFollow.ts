@@ -7,12 +7,13 @@
  * 1-minute load.
  *
  * Mode `sse` is a subscriber as users open one: the service (`pgfiber start`, the compiled CLI: run `npm run
- * build` first) in a process of its own on the same database, and an SSE client here on `GET /events` with an
- * org's key from the log's beginning (`Last-Event-ID: 0`) that counts the events it receives (it does not parse
- * them: a real subscriber is elsewhere). Its CPU figures add the service's process. Mode `svc` runs the service
- * with no client: what the service costs the drain by itself.
+ * build` first) in a process of its own on the same database, started before the jobs are enqueued, and an SSE
+ * client here on `GET /events` with an org's key from the log's beginning (`Last-Event-ID: 0`), open while they
+ * are enqueued, that counts the events it receives (it does not parse them: a real subscriber is elsewhere). Its
+ * CPU figures add the service's process. Mode `svc` runs the service with no client: what the service costs the
+ * drain by itself. Every mode drains once the server (and the service) have been quiet for a second.
  *
- *   node --import tsx bench/eventsFollow.ts [--rounds 4] [--jobs 20000] [--modes 0,1,3,svc,sse]
+ *   node --import tsx bench/eventsFollow.ts [--rounds 4] [--jobs 20000] [--modes 0,1,3,svc,sse] [--statements]
  */
 import { Context, Duration, Effect, Exit, Fiber, Layer, Redacted, Schema, Scope, Stream } from "effect"
 import * as Db from "../packages/pgfiber/src/layers/Db.js"
@@ -28,7 +29,7 @@ import * as Http from "node:http"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import * as ApiKeys from "../packages/service/src/auth/ApiKeys.js"
-import { connect, cpuMsOf, freePort, log, median, msSince, nowNs, option, serverCpuMsOf, sleep, startCluster } from "./lib.js"
+import { connect, cpuMsOf, statementsByQuery, type Sql, freePort, log, median, msSince, nowNs, option, serverCpuMsOf, sleep, startCluster } from "./lib.js"
 
 const rounds = Number(option("rounds") ?? 4)
 const jobs = Number(option("jobs") ?? 20_000)
@@ -36,6 +37,8 @@ const jobs = Number(option("jobs") ?? 20_000)
 type Mode = number | "svc" | "sse"
 const modes: Array<Mode> = (option("modes") ?? "0,1,3").split(",").map((m) => (m === "sse" || m === "svc" ? m : Number(m)))
 const org = "bench-org"
+/** `--statements`: the cluster keeps pg_stat_statements, and each run prints its database's costliest statements in the drain. */
+const showStatements = process.argv.includes("--statements")
 
 const stage = Stage.make({
   name: "bench_follow",
@@ -113,7 +116,24 @@ const openSse = async (base: string, token: string) => {
   return { received: () => events, close: async () => void request.destroy() }
 }
 
-const drainOnce = async (url: string, dataDir: string, mode: Mode) => {
+/**
+ * Waits until the server (and the service, when one runs) have been quiet for a second: under 10 ms of the
+ * server's CPU and 5 ms of the service's in each half second. A service just started is still warming up (its
+ * stages' first claims, schedules, compilation): a user's has run for a while. Gives up after a minute, saying so.
+ */
+const quiet = async (dataDir: string, servicePid: number | null) => {
+  let calm = 0
+  let [server, service] = [serverCpuMsOf(dataDir) ?? 0, servicePid === null ? 0 : (cpuMsOf(servicePid) ?? 0)]
+  for (const deadline = Date.now() + 60_000; calm < 2;) {
+    if (Date.now() > deadline) return log("the server or the service was not quiet within a minute: draining anyway")
+    await sleep(500)
+    const [nextServer, nextService] = [serverCpuMsOf(dataDir) ?? 0, servicePid === null ? 0 : (cpuMsOf(servicePid) ?? 0)]
+    calm = nextServer - server < 10 && nextService - service < 5 ? calm + 1 : 0
+    ;[server, service] = [nextServer, nextService]
+  }
+}
+
+const drainOnce = async (url: string, dataDir: string, mode: Mode, admin: Sql, database: string) => {
   const followers = typeof mode === "number" ? mode : 0
   const scope = Effect.runSync(Scope.make())
   const build = <A, E>(layer: Layer.Layer<A, E, never>) => Effect.runPromise(Layer.buildWithScope(layer, scope))
@@ -124,14 +144,22 @@ const drainOnce = async (url: string, dataDir: string, mode: Mode) => {
   const dbLayer = Layer.scoped(Db.Db, Db.make({ url: Redacted.make(url), schema: "pgfiber", poolMax: 6, onStatement }))
   const base = await build(Layer.mergeAll(PgQueue.layer(), EventLog.layer).pipe(Layer.provideMerge(dbLayer)))
   const queue = Context.get(base, Queue.Queue)
-  for (let i = 0; i < jobs; i += 1000) {
-    await Effect.runPromise(queue.enqueue(Array.from({ length: Math.min(1000, jobs - i) }, (_, n) => ({ stage: stage.name, orgId: org, payload: { n } }))))
-  }
+  // the service runs before the jobs come, as a user's does, and its client is open while they are enqueued
   const service = typeof mode === "number" ? null : await startService(url)
+  if (service !== null) await quiet(dataDir, service.pid)
   const token = service === null ? null : await Effect.runPromise(
     ApiKeys.make.pipe(Effect.flatMap((keys) => keys.create({ orgId: org })), Effect.provide(Layer.succeedContext(base)))
   )
   const sse = service === null || token === null || mode !== "sse" ? null : await openSse(service.base, Redacted.value(token.token))
+  for (let i = 0; i < jobs; i += 1000) {
+    await Effect.runPromise(queue.enqueue(Array.from({ length: Math.min(1000, jobs - i) }, (_, n) => ({ stage: stage.name, orgId: org, payload: { n } }))))
+  }
+  if (sse !== null) {
+    // the client has had every Enqueued before the drain starts: the drain's window holds the drain's events
+    for (const deadline = Date.now() + 120_000; sse.received() < jobs && Date.now() < deadline;) await sleep(20)
+  }
+  // every mode starts its drain on a quiet server (and service): no startup or insert work left in the window
+  await quiet(dataDir, service?.pid ?? null)
   const serviceCpuAtStart = service === null ? 0 : (cpuMsOf(service.pid) ?? 0)
   const seen = Array.from({ length: followers }, () => 0)
   const options: Worker.WorkerOptions = {
@@ -142,6 +170,7 @@ const drainOnce = async (url: string, dataDir: string, mode: Mode) => {
     concurrency: {}
   }
   const statementsAtStart = statements
+  if (showStatements) await admin`select public.pg_stat_statements_reset()`
   const started = nowNs()
   const cpuAtStart = process.cpuUsage()
   const serverAtStart = serverCpuMsOf(dataDir) ?? 0
@@ -158,9 +187,11 @@ const drainOnce = async (url: string, dataDir: string, mode: Mode) => {
     }
   }
   const sql = connect(url, { max: 1, schema: "pgfiber" })
+  // drained once no job is left: one index probe a look (a count of the table every 20 ms cost the server as much
+  // as 8 ms per 1,000 jobs, a fifth of the drain's own statements, in every mode)
   for (;;) {
-    const [row] = await sql<Array<{ n: number }>>`select count(*)::int as n from jobs`
-    if (row!.n === 0) break
+    const [row] = await sql<Array<{ left: boolean }>>`select exists (select 1 from jobs) as left`
+    if (!row!.left) break
     await sleep(20)
   }
   const ms = msSince(started)
@@ -177,6 +208,11 @@ const drainOnce = async (url: string, dataDir: string, mode: Mode) => {
     await sse.close()
   }
   if (service !== null) await service.stop()
+  if (showStatements) {
+    for (const s of await statementsByQuery(admin, database, 8)) {
+      log(`  ${s.calls} calls, ${s.total_ms.toFixed(0)} ms (${(s.total_ms / (jobs / 1000)).toFixed(2)} ms per 1k jobs): ${s.query}`)
+    }
+  }
   const serverMs = (serverCpuMsOf(dataDir) ?? 0) - serverAtStart
   const statementsPer1k = (statements - statementsAtStart) / (jobs / 1000)
   await sql.end({ timeout: 5 })
@@ -187,7 +223,9 @@ const drainOnce = async (url: string, dataDir: string, mode: Mode) => {
 const load1 = () => Os.loadavg()[0]!
 
 const main = async () => {
-  const cluster = await startCluster({ flags: ["-c", "shared_buffers=512MB"] })
+  const cluster = await startCluster({
+    flags: ["-c", "shared_buffers=512MB", ...(showStatements ? ["-c", "shared_preload_libraries=pg_stat_statements", "-c", "pg_stat_statements.track=top"] : [])]
+  })
   const results = new Map(modes.map((m) => [m, { rate: [] as Array<number>, cpu: [] as Array<number>, service: [] as Array<number>, serviceAll: [] as Array<number>, server: [] as Array<number>, statements: [] as Array<number>, load: [] as Array<number> }]))
   const label = (m: Mode) =>
     m === "sse" ? "an SSE client of the service" : m === "svc" ? "the service, no client" : m === 0 ? "no follower" : m === 1 ? "1 follower" : `${m} followers`
@@ -201,7 +239,7 @@ const main = async () => {
         const { migratePgfiber } = await import("./workloads.js")
         await migratePgfiber(url)
         const load = load1()
-        const { cpuPer1k, rate, seen, serviceAllPer1k, servicePer1k, serverPer1k, statementsPer1k } = await drainOnce(url, cluster.dataDir, mode)
+        const { cpuPer1k, rate, seen, serviceAllPer1k, servicePer1k, serverPer1k, statementsPer1k } = await drainOnce(url, cluster.dataDir, mode, cluster.admin, name)
         const m = results.get(mode)!
         m.rate.push(rate)
         m.cpu.push(cpuPer1k)
