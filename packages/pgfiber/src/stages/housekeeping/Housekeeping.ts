@@ -13,8 +13,9 @@
  * - `pgfiber.events-retention` (every 10 minutes): delete events older than `PGFIBER_EVENTS_RETAIN` (1 day) from
  *   the event log, 5,000 per statement.
  * - `pgfiber.payload-index` (every 10 minutes, at :07, :17, …): rebuild the live jobs' payload index, concurrently,
- *   once it has outgrown the table (PayloadIndex.ts: GIN keeps every payload value ever queued). Between rebuilds it
- *   is two catalogue reads; hourly, a queue doing 10M jobs an hour grew the index by ~350 MB between checks.
+ *   once it has outgrown the table (PayloadIndex.ts: GIN keeps every payload value ever queued). With nothing to
+ *   rebuild it is one job whose handler reads two catalogue rows; hourly, a queue doing 10M jobs an hour grew the
+ *   index by ~350 MB between checks.
  * The first four do what deploy/pg_cron.sql does from inside the database, for deployments that prefer pg_cron.
  */
 import { Duration, Effect, Schema } from "effect"
