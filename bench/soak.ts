@@ -5,7 +5,8 @@
  * (single jobs, 200/s). Every interval (10 s; `--interval`) it prints and records:
  *
  * - the drain: completions per second in the interval, and the backlog (jobs not yet completed);
- * - sizes: `jobs` (heap, indexes), the history (`jobs_archive`, every partition), the event log (`job_events`);
+ * - sizes: `jobs` (heap, indexes, and of those the payload index `jobs_payload`), the history (`jobs_archive`,
+ *   every partition), the event log (`job_events`);
  * - dead tuples in each, and how many times autovacuum (and autoanalyze) ran on each so far;
  * - WAL written in the interval (MB/s);
  * - the claim statement's round trip, p50 and p99, as the workers' pools waited for it (a tracer in each worker
@@ -17,6 +18,11 @@
  * last third drains below half the first third's rate (a loose bound: the machine is shared; a queue whose claim
  * grows with its history would fall far below it). `--drop-rows R` also drops a partition of R expired history
  * rows mid-run (below). `--json PATH` writes the summary (default, outside CI: bench/results/soak-latest.json).
+ *
+ * The workers run pgfiber's housekeeping stage and its schedules as a deployment does, so the payload index's
+ * rebuild (`pgfiber.payload-index`) happens in the run: the summary gives `jobs`' indexes in the first and last
+ * thirds of the samples, their largest, and the rebuilds seen (the index's file changed between two samples).
+ * That is reported, not checked: when a rebuild falls depends on the wall clock's cron ticks, not on the run.
  */
 import { Effect, Layer, ManagedRuntime, Redacted } from "effect"
 import * as Fs from "node:fs"
@@ -48,6 +54,27 @@ const orgs = Number(option("orgs") ?? 10)
  */
 const dropRows = Number(option("drop-rows") ?? 0)
 const dropAtS = Number(option("drop-at-s") ?? 60)
+/**
+ * Shortcuts for a short run, labelled as such in the summary: `--payload-index-cron "* * * * *"` checks the payload
+ * index every minute instead of on the code's schedule; `--payload-index-min-mb M` lowers its 64 MiB floor (the
+ * index must still be larger than the `jobs` table). Both change the `pgfiber.payload-index` schedule's row as an
+ * operator could.
+ */
+const payloadIndexCron = option("payload-index-cron")
+const payloadIndexMinMB = option("payload-index-min-mb") === undefined ? undefined : Number(option("payload-index-min-mb"))
+/**
+ * `--payload-values K` (a shortcut too): each job's payload holds K values of its own instead of one, so the payload
+ * index grows K times as fast and passes the table within a short run, as it does after ~3M jobs in the 10M run.
+ */
+const payloadValues = Number(option("payload-values") ?? 1)
+/**
+ * `--autovacuum-naptime S` (a shortcut too): the server's autovacuum naptime (60 s by default). The index is rebuilt
+ * only once larger than the table's heap, and a short run's heap is set by the dead rows of the minutes before its
+ * first autovacuum (450 MB in a 600,000-job run), which it never gives back while draining.
+ */
+const autovacuumNaptimeS = option("autovacuum-naptime")
+const payloadIndexShortcut = payloadIndexCron !== undefined || payloadIndexMinMB !== undefined || payloadValues !== 1 ||
+  autovacuumNaptimeS !== undefined
 const bulkBatch = 1_000
 const bulkBacklog = 20_000
 /** An interval counts towards flatness when at least this many jobs waited at its start and at its end. */
@@ -70,6 +97,9 @@ interface Sample {
   readonly claims: number
   readonly tables: Record<"jobs" | "archive" | "events", TableStats>
   readonly partitions: number
+  /** `jobs_payload` alone (null: no such index), and whether its file changed since the last sample: a rebuild. */
+  readonly payloadIndexMB: number | null
+  readonly payloadIndexRebuilt: boolean
 }
 
 interface TableStats {
@@ -115,7 +145,10 @@ const main = async () => {
   const started = Date.now()
   log(`soak${ci ? " (CI)" : ""}: ${totalJobs} jobs, ${workersN} worker processes × concurrency ${concurrency}, fairness on across ${orgs} orgs, history kept; bulk producer ${bulkBatch}/call (backlog ~${bulkBacklog}), steady producer ${steadyRate}/s; every ${intervalMs / 1000} s`)
   const dataDir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "pgfiber-soak-pg-"))
-  const cluster = await startCluster({ dataDir, flags: ["-c", "max_connections=100"] })
+  const cluster = await startCluster({
+    dataDir,
+    flags: ["-c", "max_connections=100", ...(autovacuumNaptimeS === undefined ? [] : ["-c", `autovacuum_naptime=${autovacuumNaptimeS}s`])]
+  })
   cleanups.push(() => cluster.close())
   const url = await cluster.createDatabase("soak")
   log(`postgres ${cluster.version} on port ${cluster.port}`)
@@ -147,7 +180,8 @@ const main = async () => {
   const workers: Array<WorkerChild> = []
   for (let i = 1; i <= workersN; i++) {
     const id = `soak-w${i}`
-    const child = spawnWorker("soakWorker.ts", { url, schema, workerId: id, stage, concurrency } satisfies SoakWorkerConfig, { compiled })
+    const payloadIndex = payloadIndexShortcut ? { cron: payloadIndexCron, minMB: payloadIndexMinMB } : undefined
+    const child = spawnWorker("soakWorker.ts", { url, schema, workerId: id, stage, concurrency, payloadIndex } satisfies SoakWorkerConfig, { compiled })
     child.onMessage((m) => {
       if (m.t === "metrics") completedBy.set(id, m.completed)
       if (m.t === "claims") claimMs.push(...m.ms)
@@ -171,7 +205,12 @@ const main = async () => {
       enqueueFailures++
       log(`enqueue failed: ${e instanceof Error ? e.message : String(e)}`)
     })
-  const job = (n: number): Queue.NewJob => ({ stage, orgId: `org-${n % orgs}`, payload: { n } })
+  const payload = (n: number) => {
+    const p: Record<string, number> = { n }
+    for (let k = 1; k < payloadValues; k++) p[`v${k}`] = n * payloadValues + k
+    return p
+  }
+  const job = (n: number): Queue.NewJob => ({ stage, orgId: `org-${n % orgs}`, payload: payload(n) })
   let bulkDone = false
   const bulk = (async () => {
     while (totalJobs - enqueued >= bulkBatch * 2) {
@@ -213,6 +252,7 @@ const main = async () => {
   let lastWal = Number(walRow!.wal)
   let producing = true
   let lastBacklog = 0
+  let lastPayloadFile: string | null = null
   void Promise.all([bulk, steady]).then(() => (producing = false))
   const deadlineMs = Math.max(600_000, totalJobs * 5)
   let drop: { atS: number; ms: number; dropped: ReadonlyArray<string>; sample: number } | null = null
@@ -227,7 +267,7 @@ const main = async () => {
     drop = { atS, ms: Date.now() - d0, dropped: rows.map((r) => r.name), sample: samples.length }
     log(`dropped ${drop.dropped.join(", ") || "nothing"} in ${drop.ms} ms at ${atS.toFixed(1)} s`)
   })()
-  const header = "    t s  enqueued  done/s  backlog | jobs MB (idx)  dead  av | archive MB (idx)  dead  av | events MB  dead  av | WAL MB/s | claim p50/p99 ms"
+  const header = "    t s  enqueued  done/s  backlog | jobs MB (idx)  dead  av | payload idx MB | archive MB (idx)  dead  av | events MB  dead  av | WAL MB/s | claim p50/p99 ms"
   log(header)
   for (;;) {
     await sleep(intervalMs - ((Date.now() - t0) % intervalMs))
@@ -237,6 +277,11 @@ const main = async () => {
     const wal = Number(walRow!.wal)
     const [jobs, archive, events] = await Promise.all([tableStats(monitor, "jobs"), tableStats(monitor, "jobs_archive"), tableStats(monitor, "job_events")])
     const [parts] = await monitor<Array<{ n: number }>>`select count(*)::int as n from pg_partition_tree(${`${schema}.jobs_archive`}::regclass) where isleaf`
+    // REINDEX CONCURRENTLY builds a new index under the old name: its file is another
+    const [payloadIdx] = await monitor<Array<{ bytes: string | null; file: string | null }>>`
+      select pg_relation_size(to_regclass(${`${schema}.jobs_payload`}))::text as bytes,
+             pg_relation_filenode(to_regclass(${`${schema}.jobs_payload`}))::text as file`
+    const payloadFile = payloadIdx!.file
     const claims = claimMs
     claimMs = []
     const seconds = (now - lastAt) / 1000
@@ -253,15 +298,19 @@ const main = async () => {
       claimP99Ms: Math.round(percentile(claims, 99) * 100) / 100,
       claims: claims.length,
       tables: { jobs, archive, events },
-      partitions: parts!.n
+      partitions: parts!.n,
+      payloadIndexMB: payloadIdx!.bytes === null ? null : mb(Number(payloadIdx!.bytes)),
+      payloadIndexRebuilt: lastPayloadFile !== null && payloadFile !== null && payloadFile !== lastPayloadFile
     }
     samples.push(sample)
     const t = (s: TableStats) => `${s.heapMB.toFixed(1).padStart(7)} (${s.indexMB.toFixed(1)}) ${String(s.dead).padStart(6)} ${String(s.autovacuums).padStart(3)}`
-    log(`${sample.atS.toFixed(0).padStart(7)} ${String(enqueued).padStart(9)} ${String(sample.drainPerSec).padStart(7)} ${String(sample.backlog).padStart(8)} | ${t(jobs)} | ${t(archive)} | ${events.heapMB.toFixed(1).padStart(9)} ${String(events.dead).padStart(6)} ${String(events.autovacuums).padStart(3)} | ${sample.walMBPerSec.toFixed(1).padStart(8)} | ${sample.claimP50Ms.toFixed(1)}/${sample.claimP99Ms.toFixed(1)}`)
+    const payloadCell = `${(sample.payloadIndexMB ?? Number.NaN).toFixed(1).padStart(8)}${sample.payloadIndexRebuilt ? " rebuilt" : "        "}`
+    log(`${sample.atS.toFixed(0).padStart(7)} ${String(enqueued).padStart(9)} ${String(sample.drainPerSec).padStart(7)} ${String(sample.backlog).padStart(8)} | ${t(jobs)} | ${payloadCell} | ${t(archive)} | ${events.heapMB.toFixed(1).padStart(9)} ${String(events.dead).padStart(6)} ${String(events.autovacuums).padStart(3)} | ${sample.walMBPerSec.toFixed(1).padStart(8)} | ${sample.claimP50Ms.toFixed(1)}/${sample.claimP99Ms.toFixed(1)}`)
     lastAt = now
     lastCompleted = done
     lastWal = wal
     lastBacklog = sample.backlog
+    lastPayloadFile = payloadFile ?? lastPayloadFile
     if (!producing && done >= totalJobs) break
     if (crashes.length > 0 || now - t0 > deadlineMs) break
   }
@@ -269,12 +318,18 @@ const main = async () => {
   await dropping
 
   // the books: every job ran once, none is left, every one is in the history
+  // (housekeeping's own jobs share the tables: only the soak's stage is counted)
   const [books] = await monitor<Array<{ live: number; archived: number; distinct_ids: number; completed: number; dead: number }>>`
-    select (select count(*)::int from jobs) as live,
+    select (select count(*)::int from jobs where stage = ${stage}) as live,
            (select count(*)::int from jobs_archive where stage = ${stage}) as archived,
            (select count(distinct id)::int from jobs_archive where stage = ${stage}) as distinct_ids,
            (select count(*)::int from jobs_archive where stage = ${stage} and status = 'completed') as completed,
-           (select count(*)::int from dead_letters) as dead`
+           (select count(*)::int from dead_letters where stage = ${stage}) as dead`
+  // the payload index's checks that ran (each a housekeeping job, kept in the history), and housekeeping's failures
+  const [upkeep] = await monitor<Array<{ checks: number; dead: number }>>`
+    select (select count(*)::int from jobs_archive where stage = 'pgfiber.housekeeping' and status = 'completed'
+              and payload->>'task' = 'payload-index') as checks,
+           (select count(*)::int from dead_letters where stage = 'pgfiber.housekeeping') as dead`
   stopping = true
 
   // flatness: the saturated intervals, all but the first (workers warming up) and the last (partial)
@@ -310,6 +365,24 @@ const main = async () => {
       share: during ? Math.round(during.drainPerSec / aroundPerSec * 100) / 100 : null
     }
   })()
+  // `jobs`' indexes over the run, every sample (not only the saturated ones: the index grows with the jobs done)
+  const sampleThird = Math.max(1, Math.floor(samples.length / 3))
+  const indexMB = samples.map((s) => s.tables.jobs.indexMB)
+  const payloadMB = samples.map((s) => s.payloadIndexMB ?? 0)
+  const tenth = (x: number) => Math.round(x * 10) / 10
+  const jobsIndexes = {
+    firstThirdMB: tenth(median(indexMB.slice(0, sampleThird))),
+    lastThirdMB: tenth(median(indexMB.slice(-sampleThird))),
+    maxMB: Math.max(...indexMB),
+    payloadFirstThirdMB: tenth(median(payloadMB.slice(0, sampleThird))),
+    payloadLastThirdMB: tenth(median(payloadMB.slice(-sampleThird))),
+    payloadMaxMB: Math.max(...payloadMB),
+    rebuilds: samples.filter((s) => s.payloadIndexRebuilt).length,
+    rebuiltAtS: samples.filter((s) => s.payloadIndexRebuilt).map((s) => s.atS),
+    checksRun: upkeep!.checks,
+    housekeepingDeadLetters: upkeep!.dead,
+    shortcut: payloadIndexShortcut ? { cron: payloadIndexCron ?? null, minMB: payloadIndexMinMB ?? null, payloadValues, autovacuumNaptimeS: autovacuumNaptimeS === undefined ? null : Number(autovacuumNaptimeS) } : null
+  }
   const passed = checks.filter((c) => c.ok).length
   const last = samples.at(-1)!
   const summary = {
@@ -329,6 +402,7 @@ const main = async () => {
     elapsedSeconds: Math.round(elapsedS * 10) / 10,
     averageDrainPerSec: Math.round(totalCompleted / elapsedS),
     flatness: { drainFirstThird: drainFirst, drainLastThird: drainLast, drainShare: Math.round(drainShare * 100) / 100, claimP99FirstThirdMs: claimP99First, claimP99LastThirdMs: claimP99Last },
+    jobsIndexes,
     walTotalMB: mb(samples.reduce((a, s) => a + s.walMBPerSec * intervalMs / 1000 * 1048576, 0)),
     end: { ...last.tables, partitions: last.partitions },
     partitionDrop: dropEffect,
@@ -340,6 +414,10 @@ const main = async () => {
     `soak ${summary.success ? "PASSED" : "FAILED"}${ci ? " (CI)" : ""}: ${totalJobs} jobs in ${summary.elapsedSeconds} s (${summary.averageDrainPerSec} jobs/s on average)`,
     `  drain, first → last third of the saturated intervals: ${drainFirst} → ${drainLast} jobs/s (${(drainShare * 100).toFixed(0)} %); claim p99 ${claimP99First} → ${claimP99Last} ms`,
     `  at the end: jobs ${last.tables.jobs.heapMB} MB + ${last.tables.jobs.indexMB} MB indexes (${last.tables.jobs.autovacuums} autovacuums); history ${last.tables.archive.heapMB} MB + ${last.tables.archive.indexMB} MB in ${last.partitions} partitions; events ${last.tables.events.heapMB} MB; WAL ${summary.walTotalMB} MB`,
+    `  jobs' indexes, first → last third of the samples: ${jobsIndexes.firstThirdMB} → ${jobsIndexes.lastThirdMB} MB (largest ${jobsIndexes.maxMB} MB); the payload index ${jobsIndexes.payloadFirstThirdMB} → ${jobsIndexes.payloadLastThirdMB} MB (largest ${jobsIndexes.payloadMaxMB} MB), rebuilt ${jobsIndexes.rebuilds} time(s)${jobsIndexes.rebuilds > 0 ? ` (at ${jobsIndexes.rebuiltAtS.join(", ")} s)` : ""} in ${jobsIndexes.checksRun} check(s); ${jobsIndexes.housekeepingDeadLetters} housekeeping dead letter(s)`,
+    ...(jobsIndexes.shortcut === null ? [] : [
+      `  (shortcuts for a short run, not the defaults: the payload-index schedule ${jobsIndexes.shortcut.cron ?? "as in code"}, minMB ${jobsIndexes.shortcut.minMB ?? "as in code"}, ${jobsIndexes.shortcut.payloadValues} payload value(s) per job, autovacuum naptime ${jobsIndexes.shortcut.autovacuumNaptimeS ?? 60} s)`
+    ]),
     ...(dropEffect === null ? [] : [
       `  partition drop (${dropRows} expired rows) at ${dropEffect.atS.toFixed(0)} s took ${dropEffect.ms} ms: the drain in its interval ${dropEffect.duringPerSec} jobs/s against ${dropEffect.aroundPerSec} around it (${((dropEffect.share ?? 0) * 100).toFixed(0)} %${dropEffect.duringSaturated ? "" : ", not a saturated interval"})`
     ]),

@@ -1,16 +1,22 @@
 /**
  * A soak worker process: the real pgfiber worker (`Worker.layer` under `NodeRuntime.runMain`) with one stage whose
- * handler is an async no-op, fairness on (the stage's default) and the history kept (the default retention). Every
- * second it tells the harness its counters and how long each claim took since the last report, timed by a tracer
- * that keeps only the `Queue.claim` spans (the claim statement's round trip, as the pool waits for it).
+ * handler is an async no-op, fairness on (the stage's default) and the history kept (the default retention), and
+ * pgfiber's housekeeping as a deployment runs it: the `pgfiber.housekeeping` stage beside it and its schedules
+ * declared to the Scheduler (what `pgfiber worker` composes in App.layerWorker). Every second it tells the harness
+ * its counters and how long each claim took since the last report, timed by a tracer that keeps only the
+ * `Queue.claim` spans (the claim statement's round trip, as the pool waits for it).
  */
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Context, Duration, Effect, Layer, Metric, Option, Redacted, Schedule, Schema, Tracer } from "effect"
 import * as Db from "../packages/pgfiber/src/layers/Db.js"
 import * as PgQueue from "../packages/pgfiber/src/queue/PgQueue.js"
+import * as PgSchedules from "../packages/pgfiber/src/queue/PgSchedules.js"
+import type * as Schedules from "../packages/pgfiber/src/queue/Schedules.js"
 import * as Metrics from "../packages/pgfiber/src/runtime/Metrics.js"
+import * as Scheduler from "../packages/pgfiber/src/runtime/Scheduler.js"
 import * as Stage from "../packages/pgfiber/src/runtime/Stage.js"
 import * as Worker from "../packages/pgfiber/src/runtime/Worker.js"
+import * as Housekeeping from "../packages/pgfiber/src/stages/housekeeping/Housekeeping.js"
 import { nowNs, tell } from "./lib.js"
 
 export interface SoakWorkerConfig {
@@ -19,6 +25,11 @@ export interface SoakWorkerConfig {
   readonly workerId: string
   readonly stage: string
   readonly concurrency: number
+  /**
+   * The `pgfiber.payload-index` schedule as an operator may change it (`pgfiber schedules add`), for short runs:
+   * another cron, another `minMB`. Unset, the code's definition.
+   */
+  readonly payloadIndex?: { readonly cron?: string | undefined; readonly minMB?: number | undefined } | undefined
 }
 
 const config = JSON.parse(process.argv[2] ?? "{}") as SoakWorkerConfig
@@ -66,6 +77,15 @@ const claimTimer = Tracer.make({
   context: (f) => f()
 })
 
+const payloadIndex = config.payloadIndex
+const housekeepingSchedules: ReadonlyArray<Schedules.ScheduleSpec> = Housekeeping.schedules.map((s) =>
+  s.name !== "pgfiber.payload-index" || payloadIndex === undefined ? s : {
+    ...s,
+    cron: payloadIndex.cron ?? s.cron,
+    payload: payloadIndex.minMB === undefined ? s.payload : { task: "payload-index", minMB: payloadIndex.minMB }
+  }
+)
+
 const counter = (m: Metric.Metric.Counter<number>) =>
   Effect.map(Metric.value(Metrics.forStage(m, config.stage)), (s) => s.count)
 
@@ -87,8 +107,9 @@ const reportCounters = Layer.scopedDiscard(
 tell({ t: "starting", at: nowNs() })
 Layer.launch(
   reportCounters.pipe(
-    Layer.provideMerge(Worker.layer([soak], { ...Worker.defaults(), workerId: config.workerId, shutdownGrace: Duration.seconds(5) })),
-    Layer.provide(PgQueue.layer({ knownStages: [config.stage] })),
+    Layer.provideMerge(Scheduler.layer(housekeepingSchedules).pipe(Layer.provide(PgSchedules.layer))),
+    Layer.provideMerge(Worker.layer([soak, Housekeeping.housekeeping], { ...Worker.defaults(), workerId: config.workerId, shutdownGrace: Duration.seconds(5) })),
+    Layer.provide(PgQueue.layer({ knownStages: [config.stage, Housekeeping.stageName] })),
     Layer.provideMerge(Db.layerWith({ url: Redacted.make(config.url), schema: config.schema, poolMax: 10, applicationName: config.workerId }))
   )
 ).pipe(
