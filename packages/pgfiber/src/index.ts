@@ -29,6 +29,8 @@ export * as Schedules from "./queue/Schedules.js"
 export * as PgSchedules from "./queue/PgSchedules.js"
 export * as MemorySchedules from "./queue/MemorySchedules.js"
 export * as Scheduler from "./runtime/Scheduler.js"
+/** The queue's own upkeep (history and event retention, the reaper's backstop, the payload index): run it beside your stages. */
+export * as Housekeeping from "./stages/housekeeping/Housekeeping.js"
 export * as Db from "./layers/Db.js"
 export * as EmbeddedPg from "./layers/EmbeddedPg.js"
 export * as Logging from "./layers/Logging.js"
