@@ -61,9 +61,10 @@ describe("call stages", () => {
       concurrency: { analyze: 7 },
       timeout: { extract_audio: "1 minute" },
       leaseFor: { analyze: "5 seconds" },
-      limits: { transcribe_poll: { maxRunning: 3 } }
+      limits: { transcribe_poll: { maxRunning: 3 }, extract_audio: { maxRunningPerOrg: 1 } }
     }).map(declared)
-    expect(extract).toMatchObject({ concurrency: 2, timeoutMs: 60_000, leaseForMs: 30_000 })
+    // a stage with no limits of its own takes those the options give it
+    expect(extract).toMatchObject({ concurrency: 2, timeoutMs: 60_000, leaseForMs: 30_000, shares: { ...Limits.defaultShares, maxRunningPerOrg: 1 } })
     expect(start).toMatchObject({ concurrency: 4, timeoutMs: 2 * 60_000, shares: Limits.fromStage(Settings.speechKitQuotas.transcribe_start) })
     expect(poll).toMatchObject({ concurrency: 16, shares: { ...Limits.defaultShares, maxRunning: 3 } })
     expect(analyze).toMatchObject({ concurrency: 7, timeoutMs: 5 * 60_000, leaseForMs: 5_000 })

@@ -22,7 +22,7 @@ export interface Definition<N extends Settings.CallStageName, P extends Schema.S
   readonly defaults: Parameters<typeof CallStore.stageFields>[2]
   /**
    * The stage's own shares and rate limits, which `options.limits` for the stage replaces. A stage without
-   * any runs under the queue's defaults and its configuration, and `options.limits` is not read for it.
+   * any runs under the queue's defaults and its configuration unless `options.limits` names it.
    */
   readonly limits?: Limits.StageLimits
   readonly policy: (options: Settings.CallStageOptions) => RetryPolicy.RetryPolicy
@@ -33,6 +33,9 @@ export interface Definition<N extends Settings.CallStageName, P extends Schema.S
     options: Settings.CallStageOptions
   ) => Effect.Effect<O | Stage.Completion<O>, JobError.JobError, R>
 }
+
+/** A stage's `limits` field: none when neither the options nor the stage have any (the queue's defaults apply). */
+const limitsOf = (limits: Limits.StageLimits | undefined) => limits === undefined ? {} : { limits }
 
 export const define = <
   N extends Settings.CallStageName,
@@ -53,7 +56,7 @@ export const define = <
       Stage.make<Schema.Schema.Type<P>, Schema.Schema.Encoded<P>, R | Db.Db, O>({
         ...CallStore.stageFields(name, options, definition.defaults),
         payload,
-        ...(limits === undefined ? {} : { limits: options.limits?.[name] ?? limits }),
+        ...limitsOf(options.limits?.[name] ?? limits),
         maxAttempts,
         policy: policy(options),
         handler: (value: Schema.Schema.Type<P>, job: Stage.JobInfo) => handler(value, job, options)
