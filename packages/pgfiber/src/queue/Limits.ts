@@ -124,6 +124,11 @@ export const fromStage = (l: StageLimits | undefined): Shares => {
 /** What a claim found about the stage's limits. */
 export interface ClaimResult<J> {
   readonly jobs: ReadonlyArray<J>
+  /**
+   * Rows the claim took, `jobs` and any it dead-lettered because they did not decode (absent: `jobs.length`).
+   * A claim that took all it asked for says a backlog is left, even when one of them could not run.
+   */
+  readonly taken?: number
   /** The bucket ran dry with jobs ready: ms until its next token. */
   readonly rateLimitedForMs: number | null
   /** The claim came back short with jobs ready under a cap: wait for a slot to free. */

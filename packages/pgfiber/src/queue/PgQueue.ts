@@ -423,6 +423,10 @@ export const make = (options: QueueOptions = {}) =>
       )
     }
 
+    /** The rows a claim took: those that decoded and those that did not. */
+    const taken = (claimed: { readonly jobs: ReadonlyArray<Job>; readonly undecodable: ReadonlyArray<Undecodable> }) =>
+      claimed.jobs.length + claimed.undecodable.length
+
     const claimBatch = (
       stage: string,
       limit: number,
@@ -437,8 +441,9 @@ export const make = (options: QueueOptions = {}) =>
             JobsSql.claimSettings,
             (sql, at) => JobsSql.claimReady(sql, at, stage, limit, claimOptions.workerId, leaseMs)
           )
-          const jobs = yield* runnable(yield* claimedJobs(rows[0]?.jobs ?? []))
-          return { jobs: jobs.sort(byClaimOrder), rateLimitedForMs: null, capped: false }
+          const claimed = yield* claimedJobs(rows[0]?.jobs ?? [])
+          const jobs = yield* runnable(claimed)
+          return { jobs: jobs.sort(byClaimOrder), taken: taken(claimed), rateLimitedForMs: null, capped: false }
         }
         const limited = Limits.isLimited(shares)
         if (!limited && (ranDry.has(stage) || !cursors.has(stage))) {
@@ -448,10 +453,11 @@ export const make = (options: QueueOptions = {}) =>
             (sql, at) => JobsSql.claimReadyIfAll(sql, at, stage, limit, claimOptions.workerId, leaseMs)
           )
           if (rows[0]?.fits === true) {
-            const jobs = (yield* runnable(yield* claimedJobs(rows[0].jobs ?? []))).sort(byClaimOrder)
-            if (jobs.length < limit) ranDry.add(stage)
+            const claimed = yield* claimedJobs(rows[0].jobs ?? [])
+            const jobs = (yield* runnable(claimed)).sort(byClaimOrder)
+            if (taken(claimed) < limit) ranDry.add(stage)
             else ranDry.delete(stage)
-            return { jobs, rateLimitedForMs: null, capped: false }
+            return { jobs, taken: taken(claimed), rateLimitedForMs: null, capped: false }
           }
           ranDry.delete(stage)
         }
@@ -464,14 +470,16 @@ export const make = (options: QueueOptions = {}) =>
           return await JobsSql.claimShares(sql, at, stage, limit, claimOptions.workerId, leaseMs, shares, cursor)
         }, { atomic: limited })
         // in claim order: by priority, then round by round across orgs
-        const jobs = yield* runnable(yield* claimedJobs(row?.jobs ?? []))
+        const claimed = yield* claimedJobs(row?.jobs ?? [])
+        const jobs = yield* runnable(claimed)
         // the walk stops after `limit` orgs: one found means one there only when it could have found two
         if (!limited && limit > 1 && row?.orgs === 1) cursors.delete(stage)
         else if (row?.cursor != null) cursors.set(stage, row.cursor)
-        if (jobs.length < limit) ranDry.add(stage)
+        if (taken(claimed) < limit) ranDry.add(stage)
         else ranDry.delete(stage)
         return {
           jobs,
+          taken: taken(claimed),
           rateLimitedForMs: row?.rate_wait_ms == null ? null : Math.max(1, Math.ceil(Number(row.rate_wait_ms))),
           capped: row?.capped === true
         }

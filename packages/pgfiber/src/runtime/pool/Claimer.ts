@@ -83,7 +83,8 @@ const absorb = (c: Claiming, result: Limits.ClaimResult<unknown>, want: number, 
   c.blocked = result.rateLimitedForMs !== null ? Date.now() + result.rateLimitedForMs : result.capped ? "capacity" : null
   if (result.capped) c.capsSeen = true
   if (c.blocked !== null) c.limited = true
-  c.backlog = result.jobs.length === want
+  // every row asked for came (some may have been dead-lettered, undecodable): more are likely waiting
+  c.backlog = (result.taken ?? result.jobs.length) === want
   if (c.backlog) c.moreWork = true
 }
 
