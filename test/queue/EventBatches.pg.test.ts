@@ -7,7 +7,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Duration, Effect, Layer, Redacted } from "effect"
 import * as Db from "../../packages/pgfiber/src/layers/Db.js"
 import * as WebhooksSql from "../../packages/service/src/stages/webhooks/WebhooksSql.js"
-import * as BrowseSql from "../../packages/pgfiber/src/queue/BrowseSql.js"
+import * as EventsSql from "../../packages/pgfiber/src/queue/EventsSql.js"
 import * as EventLog from "../../packages/pgfiber/src/queue/EventLog.js"
 import * as Migrations from "../../packages/pgfiber/src/queue/Migrations.js"
 import * as PgQueue from "../../packages/pgfiber/src/queue/PgQueue.js"
@@ -66,7 +66,7 @@ describe("the event log in batches", () => {
         expect(started.every((e) => e.attempt === 1 && e.data?.["worker"] === "w")).toBe(true)
         // the claim's worker is stored once for its row, and every reader of the log gives it to each event
         expect(yield* dataSizesOf(schema, "started")).toEqual([1])
-        const recent = yield* withSql(schema, (sql) => BrowseSql.recentEvents(sql, { org: null, stages: null, kinds: ["started"] }, 1000))
+        const recent = yield* withSql(schema, (sql) => EventsSql.recentEvents(sql, { org: null, stages: null, kinds: ["started"] }, 1000))
         expect(recent.length).toBe(300)
         expect(recent.every((e) => (e.data as Record<string, unknown> | null)?.["worker"] === "w")).toBe(true)
         const [delivery] = yield* withSql(schema, (sql) => WebhooksSql.deliveryParts(sql, "1", started[299]!.id))

@@ -106,3 +106,30 @@ export const pruneEvents = (sql: Sql, retentionMs: number, limit: number) =>
       returning jobs as n
     )
     select coalesce(sum(n), 0)::int as n from gone`
+
+/**
+ * The newest `limit` events matching the filter, newest first, one per job of each row (an event's id is its row's
+ * id × idScale + its 0-based place, as the log's reader numbers them). Newest by row id: the order rows were written
+ * in, which is the log's read order but for transactions that overlapped. Walks the primary key backwards.
+ */
+export const recentEvents = (
+  sql: Sql,
+  f: { readonly org: string | null; readonly stages: ReadonlyArray<string> | null; readonly kinds: ReadonlyArray<string> | null },
+  limit: number
+) =>
+  sql<Array<Record<string, unknown>>>`
+    select (e.id * ${idScale} + u.n - 1)::text as id, e.kind, u.job_id::text as job_id, e.stage, e.org_id,
+           e.subject_ids[u.n] as subject_id, coalesce(e.attempts[u.n], 0) as attempt,
+           -- one element: shared by every event of the row (EventsSql's header)
+           e.data[case when cardinality(e.data) = 1 then 1 else u.n end] as data, e.at
+    from (
+      select * from job_events
+      where (${f.org}::text is null or org_id = ${f.org}::text)
+        and (${f.stages as Array<string> | null}::text[] is null or stage = any(${f.stages as Array<string> | null}::text[]))
+        and (${f.kinds as Array<string> | null}::text[] is null or kind = any(${f.kinds as Array<string> | null}::text[]))
+      order by id desc
+      limit ${limit}
+    ) e
+    cross join lateral unnest(e.job_ids) with ordinality as u(job_id, n)
+    order by e.id desc, u.n desc
+    limit ${limit}`

@@ -16,6 +16,7 @@ import * as Db from "../layers/Db.js"
 import * as BrowseSql from "./BrowseSql.js"
 import * as Bulk from "./Bulk.js"
 import * as EventLog from "./EventLog.js"
+import * as EventsSql from "./EventsSql.js"
 import {
   type BrowseFilter,
   type BrowseStatus,
@@ -81,7 +82,7 @@ const asViewer = (viewer: Viewer) => <A, E, R>(effect: Effect.Effect<A, E, R>): 
 const decodeSummaries = PgQueue.decodeRows("the browse", JobSummaryFromRow)
 const decodeSnapshot = PgQueue.decodeRows("the live snapshot", LiveSnapshot)
 const column = <S extends Schema.Schema.Any>(schema: S, name: string) => Schema.propertySignature(schema).pipe(Schema.fromKey(name))
-/** `EventLog.LoggedEvent` from a row of BrowseSql.recentEvents (its instant a Date, as the driver gives it). */
+/** `EventLog.LoggedEvent` from a row of EventsSql.recentEvents (its instant a Date, as the driver gives it). */
 const decodeEvents = PgQueue.decodeRows("job_events", Schema.Struct({
   ...EventLog.LoggedEvent.fields,
   jobId: column(Schema.String, "job_id"),
@@ -125,7 +126,7 @@ export const makeWith = (db: Db.Db["Type"], options: QueueOptions = {}) =>
         Db.asOwner(db.run((sql) => BrowseSql.countQueued(sql, stage))).pipe(PgQueue.atEdge("Reads.countQueued"), Effect.map(count)),
       recentEvents: (viewer, f, limit) =>
         asViewer(viewer)(db.run((sql) =>
-          BrowseSql.recentEvents(sql, {
+          EventsSql.recentEvents(sql, {
             // an org's viewer is held to its org by row-level security, and named here too
             org: viewer._tag === "Org" ? viewer.orgId : f.org ?? null,
             stages: f.stages && f.stages.length > 0 ? f.stages : null,
