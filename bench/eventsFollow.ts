@@ -37,7 +37,10 @@ const jobs = Number(option("jobs") ?? 20_000)
 type Mode = number | "svc" | "sse"
 const modes: Array<Mode> = (option("modes") ?? "0,1,3").split(",").map((m) => (m === "sse" || m === "svc" ? m : Number(m)))
 const org = "bench-org"
-/** `--statements`: the cluster keeps pg_stat_statements, and each run prints its database's costliest statements in the drain. */
+/**
+ * `--statements`: the cluster keeps pg_stat_statements, and each run prints its database's costliest statements
+ * from the worker's start to the last job gone (execution time, which a loaded machine stretches: not CPU).
+ */
 const showStatements = process.argv.includes("--statements")
 
 const stage = Stage.make({
@@ -157,6 +160,7 @@ const drainOnce = async (url: string, dataDir: string, mode: Mode, admin: Sql, d
   if (sse !== null) {
     // the client has had every Enqueued before the drain starts: the drain's window holds the drain's events
     for (const deadline = Date.now() + 120_000; sse.received() < jobs && Date.now() < deadline;) await sleep(20)
+    if (sse.received() < jobs) log(`the SSE client had ${sse.received()} of ${jobs} Enqueued events after 2 minutes: draining anyway`)
   }
   // every mode starts its drain on a quiet server (and service): no startup or insert work left in the window
   await quiet(dataDir, service?.pid ?? null)
@@ -196,6 +200,9 @@ const drainOnce = async (url: string, dataDir: string, mode: Mode, admin: Sql, d
   }
   const ms = msSince(started)
   const cpu = process.cpuUsage(cpuAtStart)
+  // the drain's statements (from the worker's start to the last job gone), read before the client catches up
+  const statementLines = !showStatements ? [] : (await statementsByQuery(admin, database, 8)).map((s) =>
+    `  ${s.calls} calls, ${s.total_ms.toFixed(0)} ms (${(s.total_ms / (jobs / 1000)).toFixed(2)} ms per 1k jobs): ${s.query}`)
   const serviceCpu = service === null ? 0 : (cpuMsOf(service.pid) ?? 0) - serviceCpuAtStart
   // the service's CPU until its client had every event: what the SSE path costs per event, also the part after
   // the drain (the client may still be catching up when the last job completes)
@@ -203,16 +210,13 @@ const drainOnce = async (url: string, dataDir: string, mode: Mode, admin: Sql, d
   if (sse !== null) {
     // every event of the drain reaches the client (3 per job, the enqueued ones read from the log's beginning)
     for (const deadline = Date.now() + 120_000; sse.received() < jobs * 3 && Date.now() < deadline;) await sleep(20)
+    if (sse.received() < jobs * 3) log(`the SSE client had ${sse.received()} of ${jobs * 3} events 2 minutes after the drain: its figures are short`)
     serviceCpuAll = (cpuMsOf(service!.pid) ?? 0) - serviceCpuAtStart
     seen.push(sse.received())
     await sse.close()
   }
   if (service !== null) await service.stop()
-  if (showStatements) {
-    for (const s of await statementsByQuery(admin, database, 8)) {
-      log(`  ${s.calls} calls, ${s.total_ms.toFixed(0)} ms (${(s.total_ms / (jobs / 1000)).toFixed(2)} ms per 1k jobs): ${s.query}`)
-    }
-  }
+  for (const line of statementLines) log(line)
   const serverMs = (serverCpuMsOf(dataDir) ?? 0) - serverAtStart
   const statementsPer1k = (statements - statementsAtStart) / (jobs / 1000)
   await sql.end({ timeout: 5 })

@@ -61,7 +61,8 @@ const dropAtS = Number(option("drop-at-s") ?? 60)
  * operator could.
  */
 const payloadIndexCron = option("payload-index-cron")
-const payloadIndexMinMB = option("payload-index-min-mb") === undefined ? undefined : Number(option("payload-index-min-mb"))
+// whole MB: the task's payload takes an integer (a fraction would make every worker's schedule declaration fail)
+const payloadIndexMinMB = option("payload-index-min-mb") === undefined ? undefined : Math.floor(Number(option("payload-index-min-mb")))
 /**
  * `--payload-values K` (a shortcut too): each job's payload holds K values of its own instead of one, so the payload
  * index grows K times as fast and passes the table within a short run, as it does after ~3M jobs in the 10M run.

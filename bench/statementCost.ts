@@ -109,7 +109,10 @@ const main = async () => {
   for (const m of Migrations.load()) {
     await admin.unsafe(`create schema if not exists ${schema}; ${m.sql.replaceAll("{{schema}}", schema)}`).simple()
   }
-  for (const index of without) await admin.unsafe(`drop index ${schema}.${index}`)
+  for (const index of without) {
+    await admin`drop index ${admin(`${schema}.${index}`)}`
+    log(`without ${index} (dropped: a measurement, not a configuration)`)
+  }
   // claims on a connection whose session has the claims' settings, as the worker's claim pool has them; settles
   // on a plain one, as the worker's main pool
   const claims: Sql = postgres(url, {
