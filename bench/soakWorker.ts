@@ -1,7 +1,7 @@
 /**
  * A soak worker process: the real pgfiber worker (`Worker.layer` under `NodeRuntime.runMain`) with one stage whose
  * handler is an async no-op, fairness on (the stage's default) and the history kept (the default retention), and
- * pgfiber's housekeeping as a deployment runs it: the `pgfiber.housekeeping` stage beside it and its schedules
+ * (with `housekeeping`) pgfiber's housekeeping as a deployment runs it: the `pgfiber.housekeeping` stage beside it and its schedules
  * declared to the Scheduler (what `pgfiber worker` composes in App.layerWorker). Every second it tells the harness
  * its counters and how long each claim took since the last report, timed by a tracer that keeps only the
  * `Queue.claim` spans (the claim statement's round trip, as the pool waits for it).
@@ -30,6 +30,8 @@ export interface SoakWorkerConfig {
    * another cron, another `minMB`. Unset, the code's definition.
    */
   readonly payloadIndex?: { readonly cron?: string | undefined; readonly minMB?: number | undefined } | undefined
+  /** Run the housekeeping stage and its schedules (the soak's `--housekeeping`). */
+  readonly housekeeping: boolean
 }
 
 const config = JSON.parse(process.argv[2] ?? "{}") as SoakWorkerConfig
@@ -110,8 +112,8 @@ const reportCounters = Layer.scopedDiscard(
 tell({ t: "starting", at: nowNs() })
 Layer.launch(
   reportCounters.pipe(
-    Layer.provideMerge(Scheduler.layer(housekeepingSchedules).pipe(Layer.provide(PgSchedules.layer))),
-    Layer.provideMerge(Worker.layer([soak, Housekeeping.housekeeping], { ...Worker.defaults(), workerId: config.workerId, shutdownGrace: Duration.seconds(5) })),
+    Layer.provideMerge(config.housekeeping ? Scheduler.layer(housekeepingSchedules).pipe(Layer.provide(PgSchedules.layer)) : Layer.empty),
+    Layer.provideMerge(Worker.layer(config.housekeeping ? [soak, Housekeeping.housekeeping] : [soak], { ...Worker.defaults(), workerId: config.workerId, shutdownGrace: Duration.seconds(5) })),
     Layer.provide(PgQueue.layer({ knownStages: [config.stage, Housekeeping.stageName] })),
     Layer.provideMerge(Db.layerWith({ url: Redacted.make(config.url), schema: config.schema, poolMax: 10, applicationName: config.workerId }))
   )
