@@ -120,7 +120,7 @@ export const recentEvents = (
   sql<Array<Record<string, unknown>>>`
     select (e.id * ${idScale} + u.n - 1)::text as id, e.kind, u.job_id::text as job_id, e.stage, e.org_id,
            e.subject_ids[u.n] as subject_id, coalesce(e.attempts[u.n], 0) as attempt,
-           -- one element: shared by every event of the row (EventsSql's header)
+           -- one element: shared by every event of the row (this file's header)
            e.data[case when cardinality(e.data) = 1 then 1 else u.n end] as data, e.at
     from (
       select * from job_events

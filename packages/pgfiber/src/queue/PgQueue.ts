@@ -399,15 +399,17 @@ export const make = (options: QueueOptions = {}) =>
       a.priority - b.priority || a.availableAt.getTime() - b.availableAt.getTime() || Number(a.id) - Number(b.id)
 
     /**
-     * The claim's decoded jobs; the ones that did not decode are dead-lettered now, under the lease the claim just
-     * took, with the reason. Their error history is emptied first (kept, as text, in the reason): copied as it is,
+     * The claim's decoded jobs, and how many rows it took (`taken`, the undecodable ones too); the ones that did not
+     * decode are dead-lettered now, under the lease the claim just took, with the reason. Their error history is emptied first (kept, as text, in the reason): copied as it is,
      * it would break every read of the dead letters and the history as it broke the claim. The stage's
      * onDeadLetter does not run for them: it takes the job, which could not be read. A failure to bury them is
      * logged, not the claim's: the reaper requeues them when the lease expires, and a later claim tries again.
      */
     const runnable = (claimed: { readonly jobs: Array<Job>; readonly undecodable: ReadonlyArray<Undecodable> }) => {
       const bad = claimed.undecodable
-      if (bad.length === 0) return Effect.succeed(claimed.jobs)
+      // the rows the claim took: those that decoded and those that did not
+      const taken = claimed.jobs.length + bad.length
+      if (bad.length === 0) return Effect.succeed({ jobs: claimed.jobs, taken })
       const bury = db.transaction(Effect.gen(function*() {
         const cleared = yield* db.run((sql) => JobsSql.clearErrorHistory(sql, bad.map((b) => b.id), bad.map((b) => b.lease)))
         const history = new Map(cleared.map((r) => [r.id, r.errors]))
@@ -419,13 +421,9 @@ export const make = (options: QueueOptions = {}) =>
       return bury.pipe(
         Effect.tap(() => Effect.logError(`dead-lettered ${bad.length} claimed job(s) whose row did not decode`, bad.map((b) => `${b.id}: ${b.reason}`).join("; "))),
         Effect.catchAll((e) => Effect.logError("could not dead-letter claimed jobs whose row did not decode; the reaper will requeue them", e)),
-        Effect.as(claimed.jobs)
+        Effect.as({ jobs: claimed.jobs, taken })
       )
     }
-
-    /** The rows a claim took: those that decoded and those that did not. */
-    const taken = (claimed: { readonly jobs: ReadonlyArray<Job>; readonly undecodable: ReadonlyArray<Undecodable> }) =>
-      claimed.jobs.length + claimed.undecodable.length
 
     const claimBatch = (
       stage: string,
@@ -441,9 +439,8 @@ export const make = (options: QueueOptions = {}) =>
             JobsSql.claimSettings,
             (sql, at) => JobsSql.claimReady(sql, at, stage, limit, claimOptions.workerId, leaseMs)
           )
-          const claimed = yield* claimedJobs(rows[0]?.jobs ?? [])
-          const jobs = yield* runnable(claimed)
-          return { jobs: jobs.sort(byClaimOrder), taken: taken(claimed), rateLimitedForMs: null, capped: false }
+          const { jobs, taken } = yield* runnable(yield* claimedJobs(rows[0]?.jobs ?? []))
+          return { jobs: jobs.sort(byClaimOrder), taken, rateLimitedForMs: null, capped: false }
         }
         const limited = Limits.isLimited(shares)
         if (!limited && (ranDry.has(stage) || !cursors.has(stage))) {
@@ -453,11 +450,10 @@ export const make = (options: QueueOptions = {}) =>
             (sql, at) => JobsSql.claimReadyIfAll(sql, at, stage, limit, claimOptions.workerId, leaseMs)
           )
           if (rows[0]?.fits === true) {
-            const claimed = yield* claimedJobs(rows[0].jobs ?? [])
-            const jobs = (yield* runnable(claimed)).sort(byClaimOrder)
-            if (taken(claimed) < limit) ranDry.add(stage)
+            const { jobs, taken } = yield* runnable(yield* claimedJobs(rows[0].jobs ?? []))
+            if (taken < limit) ranDry.add(stage)
             else ranDry.delete(stage)
-            return { jobs, taken: taken(claimed), rateLimitedForMs: null, capped: false }
+            return { jobs: jobs.sort(byClaimOrder), taken, rateLimitedForMs: null, capped: false }
           }
           ranDry.delete(stage)
         }
@@ -470,16 +466,15 @@ export const make = (options: QueueOptions = {}) =>
           return await JobsSql.claimShares(sql, at, stage, limit, claimOptions.workerId, leaseMs, shares, cursor)
         }, { atomic: limited })
         // in claim order: by priority, then round by round across orgs
-        const claimed = yield* claimedJobs(row?.jobs ?? [])
-        const jobs = yield* runnable(claimed)
+        const { jobs, taken } = yield* runnable(yield* claimedJobs(row?.jobs ?? []))
         // the walk stops after `limit` orgs: one found means one there only when it could have found two
         if (!limited && limit > 1 && row?.orgs === 1) cursors.delete(stage)
         else if (row?.cursor != null) cursors.set(stage, row.cursor)
-        if (taken(claimed) < limit) ranDry.add(stage)
+        if (taken < limit) ranDry.add(stage)
         else ranDry.delete(stage)
         return {
           jobs,
-          taken: taken(claimed),
+          taken,
           rateLimitedForMs: row?.rate_wait_ms == null ? null : Math.max(1, Math.ceil(Number(row.rate_wait_ms))),
           capped: row?.capped === true
         }
