@@ -60,15 +60,16 @@ const dropAtS = Number(option("drop-at-s") ?? 60)
  * index must still be larger than the `jobs` table). Both change the `pgfiber.payload-index` schedule's row as an
  * operator could.
  */
+const payloadIndexCron = option("payload-index-cron")
+// whole MB: the task's payload takes an integer (a fraction would make every worker's schedule declaration fail)
+const payloadIndexMinMB = option("payload-index-min-mb") === undefined ? undefined : Math.floor(Number(option("payload-index-min-mb")))
 /**
  * `--housekeeping`: the workers also run pgfiber's housekeeping stage and its schedules (the payload index's
  * rebuild among them), as `pgfiber start` does. Off by default and in CI: a worker with a Scheduler drained the
  * CI-sized soak ~30 % slower (4,444 against 6,249–6,451 jobs/s, 2026-11-28), not yet explained (docs/benchmarks.md).
+ * The payload-index schedule's shortcuts change a housekeeping schedule, so they turn it on too.
  */
-const housekeeping = args.includes("--housekeeping")
-const payloadIndexCron = option("payload-index-cron")
-// whole MB: the task's payload takes an integer (a fraction would make every worker's schedule declaration fail)
-const payloadIndexMinMB = option("payload-index-min-mb") === undefined ? undefined : Math.floor(Number(option("payload-index-min-mb")))
+const housekeeping = args.includes("--housekeeping") || payloadIndexCron !== undefined || payloadIndexMinMB !== undefined
 /**
  * `--payload-values K` (a shortcut too): each job's payload holds K values of its own instead of one, so the payload
  * index grows K times as fast and passes the table within a short run, as it does after ~3M jobs in the 10M run.
@@ -377,6 +378,7 @@ const main = async () => {
   const indexMB = samples.map((s) => s.tables.jobs.indexMB)
   const payloadMB = samples.map((s) => s.payloadIndexMB ?? 0)
   const tenth = (x: number) => Math.round(x * 10) / 10
+  const rebuiltAtS = samples.filter((s) => s.payloadIndexRebuilt).map((s) => s.atS)
   const jobsIndexes = {
     firstThirdMB: tenth(median(indexMB.slice(0, sampleThird))),
     lastThirdMB: tenth(median(indexMB.slice(-sampleThird))),
@@ -384,8 +386,8 @@ const main = async () => {
     payloadFirstThirdMB: tenth(median(payloadMB.slice(0, sampleThird))),
     payloadLastThirdMB: tenth(median(payloadMB.slice(-sampleThird))),
     payloadMaxMB: Math.max(...payloadMB),
-    rebuilds: samples.filter((s) => s.payloadIndexRebuilt).length,
-    rebuiltAtS: samples.filter((s) => s.payloadIndexRebuilt).map((s) => s.atS),
+    rebuilds: rebuiltAtS.length,
+    rebuiltAtS,
     checksRun: upkeep!.checks,
     housekeepingDeadLetters: upkeep!.dead,
     shortcut: payloadIndexShortcut ? { cron: payloadIndexCron ?? null, minMB: payloadIndexMinMB ?? null, payloadValues, autovacuumNaptimeS: autovacuumNaptimeS === undefined ? null : Number(autovacuumNaptimeS) } : null
