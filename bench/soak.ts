@@ -19,7 +19,7 @@
  * grows with its history would fall far below it). `--drop-rows R` also drops a partition of R expired history
  * rows mid-run (below). `--json PATH` writes the summary (default, outside CI: bench/results/soak-latest.json).
  *
- * With `--housekeeping` the workers run pgfiber's housekeeping stage and its schedules as a deployment does, so the payload index's
+ * The workers run pgfiber's housekeeping stage and its schedules as a deployment does (`--no-housekeeping`: without), so the payload index's
  * rebuild (`pgfiber.payload-index`) happens in the run: the summary gives `jobs`' indexes in the first and last
  * thirds of the samples, their largest, and the rebuilds seen (the index's file changed between two samples).
  * That is reported, not checked: when a rebuild falls depends on the wall clock's cron ticks, not on the run.
@@ -64,12 +64,16 @@ const payloadIndexCron = option("payload-index-cron")
 // whole MB: the task's payload takes an integer (a fraction would make every worker's schedule declaration fail)
 const payloadIndexMinMB = option("payload-index-min-mb") === undefined ? undefined : Math.floor(Number(option("payload-index-min-mb")))
 /**
- * `--housekeeping`: the workers also run pgfiber's housekeeping stage and its schedules (the payload index's
- * rebuild among them), as `pgfiber start` does. Off by default and in CI: a worker with a Scheduler drained the
- * CI-sized soak ~30 % slower (4,444 against 6,249–6,451 jobs/s, 2026-11-28), not yet explained (docs/benchmarks.md).
- * The payload-index schedule's shortcuts change a housekeeping schedule, so they turn it on too.
+ * The workers run pgfiber's housekeeping stage and its schedules (the payload index's rebuild among them), as
+ * `pgfiber start` does; `--no-housekeeping` leaves them out (the shortcuts below change a housekeeping schedule, so
+ * they need it). Until 2026-11-28 a worker with housekeeping drained the CI-sized soak ~30 % slower: the Waker's
+ * timer woke the idle housekeeping pool for the soak's backlog, again and again (docs/benchmarks.md).
  */
-const housekeeping = args.includes("--housekeeping") || payloadIndexCron !== undefined || payloadIndexMinMB !== undefined
+const housekeeping = !args.includes("--no-housekeeping")
+if (!housekeeping && (payloadIndexCron !== undefined || payloadIndexMinMB !== undefined)) {
+  console.error("--payload-index-cron and --payload-index-min-mb change a housekeeping schedule: drop --no-housekeeping")
+  process.exit(2)
+}
 /**
  * `--payload-values K` (a shortcut too): each job's payload holds K values of its own instead of one, so the payload
  * index grows K times as fast and passes the table within a short run, as it does after ~3M jobs in the 10M run.
@@ -151,7 +155,7 @@ const cleanUp = async () => {
 
 const main = async () => {
   const started = Date.now()
-  log(`soak${ci ? " (CI)" : ""}: ${totalJobs} jobs, ${workersN} worker processes × concurrency ${concurrency}, fairness on across ${orgs} orgs, history kept; bulk producer ${bulkBatch}/call (backlog ~${bulkBacklog}), steady producer ${steadyRate}/s; every ${intervalMs / 1000} s`)
+  log(`soak${ci ? " (CI)" : ""}: ${totalJobs} jobs, ${workersN} worker processes × concurrency ${concurrency}, fairness on across ${orgs} orgs, history kept, ${housekeeping ? "housekeeping running" : "no housekeeping (--no-housekeeping)"}; bulk producer ${bulkBatch}/call (backlog ~${bulkBacklog}), steady producer ${steadyRate}/s; every ${intervalMs / 1000} s`)
   const dataDir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "pgfiber-soak-pg-"))
   const cluster = await startCluster({
     dataDir,

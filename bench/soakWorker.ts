@@ -30,7 +30,7 @@ export interface SoakWorkerConfig {
    * another cron, another `minMB`. Unset, the code's definition.
    */
   readonly payloadIndex?: { readonly cron?: string | undefined; readonly minMB?: number | undefined } | undefined
-  /** Run the housekeeping stage and its schedules (the soak's `--housekeeping`). */
+  /** Run the housekeeping stage and its schedules (the soak's default; off with `--no-housekeeping`). */
   readonly housekeeping: boolean
 }
 

@@ -853,19 +853,23 @@ export const contract = (target: ContractTarget) =>
           expect(row.oldestReadyAgeMs).toBeGreaterThanOrEqual(90)
         }))
 
-      test("nextWake: when the next job of the given stages falls due, and when the first lease expires", () =>
+      test("nextWake: when the next job of the given stages falls due, which of them have jobs due now, and when the first lease expires", () =>
         Effect.gen(function*() {
           const q = yield* Queue.Queue
           const stage = freshStage("wake")
           const other = freshStage("wake_other")
           const third = freshStage("wake_third")
           const near = (ms: number | null, expected: number) => ms !== null && Math.abs(ms - expected) < 5_000
-          expect(yield* q.nextWake([stage])).toEqual({ jobDueInMs: null, leaseExpiresInMs: null })
+          expect(yield* q.nextWake([stage])).toEqual({ jobDueInMs: null, dueNow: [], leaseExpiresInMs: null })
           yield* q.enqueue([{ stage: other, delay: "1 minute" }, { stage, delay: "2 hours" }])
           expect(near((yield* q.nextWake([stage])).jobDueInMs, 7_200_000)).toBe(true)
           expect(near((yield* q.nextWake([stage, other])).jobDueInMs, 60_000)).toBe(true)
+          expect((yield* q.nextWake([stage, other])).dueNow).toEqual([])
           yield* q.enqueue([{ stage: third }])
           expect((yield* q.nextWake([third])).jobDueInMs).toBe(0)
+          // only the stage with a due job is due now: the timer wakes only its pool
+          const mixed = yield* q.nextWake([stage, other, third])
+          expect([mixed.jobDueInMs, mixed.dueNow]).toEqual([0, [third]])
           yield* q.claim(third, 1, worker("w", 10_000))
           const next = yield* q.nextWake([stage])
           expect(near(next.leaseExpiresInMs, 10_000)).toBe(true)

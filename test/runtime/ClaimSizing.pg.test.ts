@@ -21,6 +21,8 @@ interface Counts {
   claims: number
   claimed: number
   nextWakes: number
+  /** Claims by stage. */
+  byStage: Map<string, number>
 }
 
 /** The Postgres queue with every claim and every look-up of the next due time counted. */
@@ -36,6 +38,7 @@ const countingQueue = (counts: Counts) =>
               Effect.sync(() => {
                 counts.claims++
                 counts.claimed += result.jobs.length
+                counts.byStage.set(stage, (counts.byStage.get(stage) ?? 0) + 1)
               })
             )
           ),
@@ -54,8 +57,11 @@ interface Run {
   readonly sql: ReturnType<typeof rawSql>
 }
 
-/** A worker with one stage (concurrency 10) on a fresh schema, its queue counted; `before` is enqueued before it starts. */
-const withWorker = (name: string, handler: Effect.Effect<void>, before: ReadonlyArray<{ tag: string }> = []) =>
+/**
+ * A worker with one stage (concurrency 10) on a fresh schema, its queue counted; `before` is enqueued before it
+ * starts. `idle` names a second stage in the same worker that never gets a job.
+ */
+const withWorker = (name: string, handler: Effect.Effect<void>, before: ReadonlyArray<{ tag: string }> = [], idle?: string) =>
   Effect.gen(function*() {
     const { schema, sql } = yield* freshSchema("cs", "select 1")
     const ran = new Map<string, number>()
@@ -65,7 +71,8 @@ const withWorker = (name: string, handler: Effect.Effect<void>, before: Readonly
       concurrency: 10,
       handler: ({ tag }) => Effect.zipRight(handler, Effect.sync(() => void ran.set(tag, (ran.get(tag) ?? 0) + 1)))
     })
-    const counts: Counts = { claims: 0, claimed: 0, nextWakes: 0 }
+    const counts: Counts = { claims: 0, claimed: 0, nextWakes: 0, byStage: new Map() }
+    const idleStage = idle === undefined ? [] : [Stage.make({ name: idle, payload: Schema.Unknown, handler: () => Effect.void })]
     const dbLayer = Layer.scoped(Db.Db, Db.make({ url: Redacted.make(databaseUrl()), schema, poolMax: 4 }))
     const producer = yield* Layer.build(PgQueue.layer().pipe(Layer.provide(dbLayer)))
     const enqueue = (jobs: ReadonlyArray<{ tag: string; runAt?: Date }>) =>
@@ -76,7 +83,7 @@ const withWorker = (name: string, handler: Effect.Effect<void>, before: Readonly
       )
     if (before.length > 0) yield* enqueue(before)
     yield* Layer.build(
-      Worker.layer([stage], {
+      Worker.layer([stage, ...idleStage], {
         workerId: `w-${name}`,
         shutdownGrace: Duration.seconds(5),
         sweepInterval: Duration.hours(1),
@@ -91,9 +98,9 @@ const settledAll = (run: Run) =>
   waitFor("every outcome settled", Effect.promise(() => run.sql`select count(*)::int as n from jobs`).pipe(Effect.map((r) => r[0]!.n === 0)))
 
 /** A backlog enqueued in bulk before the worker starts, drained. */
-const drain = (name: string, handler: Effect.Effect<void>) =>
+const drain = (name: string, handler: Effect.Effect<void>, idle?: string) =>
   Effect.gen(function*() {
-    const run = yield* withWorker(name, handler, Array.from({ length: backlog }, (_, n) => ({ tag: String(n) })))
+    const run = yield* withWorker(name, handler, Array.from({ length: backlog }, (_, n) => ({ tag: String(n) })), idle)
     yield* waitFor(`${backlog} jobs run`, Effect.sync(() => run.ran.size >= backlog))
     yield* settledAll(run)
     return run.counts
@@ -112,6 +119,19 @@ describe("claim sizing under a backlog", () => {
       const counts = yield* Effect.scoped(drain("sync_noop", Effect.void))
       expect(counts.claimed).toBeGreaterThanOrEqual(backlog)
       expect(counts.claims).toBeLessThanOrEqual(50)
+    }), { timeout: 180_000 })
+
+  it.live("a stage with no jobs beside it is not woken again and again while the other drains", () =>
+    Effect.gen(function*() {
+      // the timer woke every pool while any stage had due jobs; the idle pool's empty claim re-armed the timer,
+      // which found the backlog due and woke it again: a claim and a next-due look-up in a loop for the whole drain
+      // (a worker with housekeeping drained a third slower)
+      const counts = yield* Effect.scoped(drain("beside_idle", Effect.promise(async () => undefined), "idle_beside"))
+      expect(counts.claimed).toBeGreaterThanOrEqual(backlog)
+      expect(counts.byStage.get("beside_idle") ?? 0).toBeLessThanOrEqual(50)
+      // its catch-up claim at start, and a few a wake-up may cause
+      expect(counts.byStage.get("idle_beside") ?? 0).toBeLessThanOrEqual(5)
+      expect(counts.nextWakes).toBeLessThanOrEqual(10)
     }), { timeout: 180_000 })
 })
 

@@ -1069,19 +1069,30 @@ export const requeueExpired = (sql: Sql, at: At, schema: string) =>
  * Locking: none on jobs (reads on two partial indexes); with `seenBy`, that process's registry rows.
  */
 export const nextWake = (sql: Sql, at: At, stages: ReadonlyArray<string>, seenBy: string | null) => {
+  // each stage's next due time once, read by both columns: the earliest, and the stages due now (the timer wakes
+  // only their pools: an idle stage's pool woken for another stage's backlog would claim nothing and ask again)
   const due = sql`
-      (extract(epoch from (
-        select min(d.at) from unnest(${stages}::text[]) as s(stage)
-        cross join lateral (select min(available_at) as at from jobs
-                            where jobs.stage = s.stage and status = 'queued') d) - ${SqlClock.now(sql, at)}) * 1000)::float8
-        as job_due_in_ms,
+      due as (
+        select s.stage, (select min(available_at) from jobs where jobs.stage = s.stage and status = 'queued') as at
+        from unnest(${stages}::text[]) as s(stage))`
+  const columns = sql`
+      (extract(epoch from (select min(at) from due) - ${SqlClock.now(sql, at)}) * 1000)::float8 as job_due_in_ms,
+      (select array_agg(stage) from due where at <= ${SqlClock.now(sql, at)}) as due_now,
       (extract(epoch from (select min(locked_until) from jobs where status <> 'queued') - ${SqlClock.now(sql, at)}) * 1000)::float8
         as lease_expires_in_ms`
   return seenBy === null
-    ? sql<Array<{ job_due_in_ms: number | null; lease_expires_in_ms: number | null }>>`select ${due}`
-    : sql<Array<{ job_due_in_ms: number | null; lease_expires_in_ms: number | null }>>`
-      with seen as (update stage_processes set last_seen_at = ${SqlClock.now(sql, at)} where worker_id = ${seenBy} returning 1)
-      select (select count(*) from seen)::int as seen, ${due}`
+    ? sql<Array<NextWakeRow>>`with ${due} select ${columns}`
+    : sql<Array<NextWakeRow>>`
+      with seen as (update stage_processes set last_seen_at = ${SqlClock.now(sql, at)} where worker_id = ${seenBy} returning 1),
+      ${due}
+      select (select count(*) from seen)::int as seen, ${columns}`
+}
+
+interface NextWakeRow {
+  readonly job_due_in_ms: number | null
+  /** The stages with a job due now; null: none. */
+  readonly due_now: ReadonlyArray<string> | null
+  readonly lease_expires_in_ms: number | null
 }
 
 /**

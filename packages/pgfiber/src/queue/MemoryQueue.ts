@@ -687,15 +687,19 @@ export const make = (options: QueueOptions = {}) =>
         }
         let due: number | null = null
         let lease: number | null = null
+        const dueNow = new Set<string>()
         for (const j of jobs.values()) {
           if (j.status === "queued") {
-            if (stages.includes(j.stage)) due = Math.min(due ?? Infinity, j.availableAt.getTime())
+            if (!stages.includes(j.stage)) continue
+            due = Math.min(due ?? Infinity, j.availableAt.getTime())
+            if (j.availableAt.getTime() <= now) dueNow.add(j.stage)
           } else if (j.lockedUntil !== null) {
             lease = Math.min(lease ?? Infinity, j.lockedUntil.getTime())
           }
         }
         return {
           jobDueInMs: due === null ? null : Math.max(0, due - now),
+          dueNow: [...dueNow],
           leaseExpiresInMs: lease === null ? null : Math.max(0, lease - now)
         }
       })

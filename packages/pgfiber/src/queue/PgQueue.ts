@@ -689,6 +689,7 @@ export const make = (options: QueueOptions = {}) =>
       run((sql, at) => JobsSql.nextWake(sql, at, stages, options?.seenBy ?? null)).pipe(
         Effect.map(([row]) => ({
           jobDueInMs: row?.job_due_in_ms == null ? null : Math.max(0, row.job_due_in_ms),
+          dueNow: row?.due_now ?? [],
           leaseExpiresInMs: row?.lease_expires_in_ms == null ? null : Math.max(0, row.lease_expires_in_ms)
         }))
       )

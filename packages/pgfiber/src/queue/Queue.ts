@@ -83,6 +83,8 @@ export interface Listening {
 export interface NextWake {
   /** A queued job of one of the stages falls due. */
   readonly jobDueInMs: number | null
+  /** The stages (of those asked about) with a job due now. */
+  readonly dueNow: ReadonlyArray<string>
   /** Some in-flight job's lease (any stage, any worker) expires: the reaper's cue. */
   readonly leaseExpiresInMs: number | null
 }

@@ -292,9 +292,14 @@ export const make = (options: Partial<WakerOptions> = {}) =>
         yield* rearm
         return
       }
-      // due now: wake the pools; a pool that comes up short asks for the next re-arm itself
-      // a pool that became blocked while the question was out is left alone too
-      if (next.jobDueInMs === 0) pools.forEach((wake, stage) => (blockedBy.get(stage)?.() ?? null) === null && wake("timer"))
+      // due now: wake the pools of the stages with due jobs (only those: an idle pool woken for another stage's
+      // backlog would claim nothing and ask to re-arm, and the backlog would wake it again, a loop for as long as
+      // the backlog lasts); a pool that comes up short asks for the next re-arm itself. A pool that became blocked
+      // while the question was out is left alone too
+      for (const stage of next.dueNow) {
+        const wake = pools.get(stage)
+        if (wake !== undefined && (blockedBy.get(stage)?.() ?? null) === null) wake("timer")
+      }
       const now = yield* Clock.currentTimeMillis
       const tokenDue: Array<number> = []
       for (const [stage, b] of blocked) {
