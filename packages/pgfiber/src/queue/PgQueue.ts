@@ -5,6 +5,7 @@
 import { createHash } from "node:crypto"
 import { Data, Duration, Effect, Either, Exit, Layer, Option, ParseResult, Predicate, Schema } from "effect"
 import * as Db from "../layers/Db.js"
+import { flat } from "../layers/FlatSql.js"
 import * as Spans from "../layers/Spans.js"
 import * as Bulk from "./Bulk.js"
 import * as BulkSql from "./BulkSql.js"
@@ -241,7 +242,7 @@ export const make = (options: QueueOptions = {}) =>
         const write = Effect.gen(function*() {
           const rows = new Map<import("./Job.js").ValidJob, { id: string; deduped: boolean }>()
           if (plain.length > 0) {
-            const inserted = yield* run((sql, at) => JobsSql.insertJobs(sql, at, plain))
+            const inserted = yield* run((sql, at) => JobsSql.insertJobs(flat(sql), at, plain))
             plain.forEach((j, i) => rows.set(j, { id: String(inserted[i]!.id), deduped: inserted[i]!.deduped }))
           }
           if (dependent.length > 0) {
@@ -437,7 +438,7 @@ export const make = (options: QueueOptions = {}) =>
         if (!shares.fair && !Limits.isLimited(shares)) {
           const rows = yield* runWithSettings(
             JobsSql.claimSettings,
-            (sql, at) => JobsSql.claimReady(sql, at, stage, limit, claimOptions.workerId, leaseMs)
+            (sql, at) => JobsSql.claimReady(flat(sql), at, stage, limit, claimOptions.workerId, leaseMs)
           )
           const { jobs, taken } = yield* runnable(yield* claimedJobs(rows[0]?.jobs ?? []))
           return { jobs: jobs.sort(byClaimOrder), taken, rateLimitedForMs: null, capped: false }
@@ -447,7 +448,7 @@ export const make = (options: QueueOptions = {}) =>
           // every ready job fits in this claim, or they are one org's: fair shares would take the same, without the walk
           const rows = yield* runWithSettings(
             JobsSql.claimSettings,
-            (sql, at) => JobsSql.claimReadyIfAll(sql, at, stage, limit, claimOptions.workerId, leaseMs)
+            (sql, at) => JobsSql.claimReadyIfAll(flat(sql), at, stage, limit, claimOptions.workerId, leaseMs)
           )
           if (rows[0]?.fits === true) {
             const { jobs, taken } = yield* runnable(yield* claimedJobs(rows[0].jobs ?? []))
@@ -463,7 +464,7 @@ export const make = (options: QueueOptions = {}) =>
         // (the lock, then the claim's snapshot)
         const [row] = yield* runWithSettings(JobsSql.claimSettings, async (sql, at) => {
           if (limited) await JobsSql.lockStageLimits(sql, db.schema, stage)
-          return await JobsSql.claimShares(sql, at, stage, limit, claimOptions.workerId, leaseMs, shares, cursor)
+          return await JobsSql.claimShares(flat(sql), at, stage, limit, claimOptions.workerId, leaseMs, shares, cursor)
         }, { atomic: limited })
         // in claim order: by priority, then round by round across orgs
         const { jobs, taken } = yield* runnable(yield* claimedJobs(row?.jobs ?? []))
@@ -554,7 +555,7 @@ export const make = (options: QueueOptions = {}) =>
       }
       const retainMs = settleOptions.retain === undefined ? null : Math.max(0, Duration.toMillis(settleOptions.retain))
       return run((sql, at) =>
-        JobsSql.completeOutcomes(sql, at, db.schema, { ids, leases, outputs, runMs }, retainMs, retention, settleOptions.wakeFreed ?? false)
+        JobsSql.completeOutcomes(flat(sql), at, db.schema, { ids, leases, outputs, runMs }, retainMs, retention, settleOptions.wakeFreed ?? false)
       ).pipe(
         Effect.map((rows) => {
           if (rows.length === 0) return ids.map((): Settled => "completed")
@@ -625,7 +626,7 @@ export const make = (options: QueueOptions = {}) =>
       })
       const write = Effect.gen(function*() {
         const rows = yield* run((sql, at) =>
-          JobsSql.settleOutcomes(sql, at, db.schema, input, retention, settleOptions.wakeFreed ?? false)
+          JobsSql.settleOutcomes(flat(sql), at, db.schema, input, retention, settleOptions.wakeFreed ?? false)
         )
         const byId = new Map(rows.map((r) => [r.id, r]))
         const results = outcomes.map((o): Settled => {
