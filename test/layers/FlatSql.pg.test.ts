@@ -10,7 +10,7 @@ import { flat, FlatSqlDefect, render } from "../../packages/pgfiber/src/layers/F
 import type { Sql } from "../../packages/pgfiber/src/layers/Db.js"
 import { rawSql } from "../support/pg.js"
 
-// what the statement builders do: nested fragments, a list of fragments, identifiers, values used twice
+// what the statement builders do: nested fragments (one used twice), a list of fragments, identifiers, values
 const build = (sql: Sql, ids: ReadonlyArray<string>, label: string) => {
   const column = (name: string) => sql`t.${sql(name)}`
   const extra = [sql`, ${label}::text as label`, sql`, ${ids.length}::int as n`]

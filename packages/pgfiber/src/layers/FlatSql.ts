@@ -1,6 +1,6 @@
 /**
- * The hot statements (a claim, a settle), composed from the same fragment builders as every other statement but
- * sent as one flat text with its parameters.
+ * The hot statements (the claims, the settles, the plain enqueue), composed from the same fragment builders as every
+ * other statement but sent as one flat text with its parameters.
  *
  * porsager makes every `sql\`…\`` a `Query`, a Promise subclass, fragments included: a claim is built from ~25 of
  * them and a settle from ~15, each with two closures and a cached stack lookup, and each fragment gains a
