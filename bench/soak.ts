@@ -12,7 +12,7 @@
  * - the claim statement's round trip, p50 and p99, as the workers' pools waited for it (a tracer in each worker
  *   times the `Queue.claim` span).
  *
- * Flat means the last third of the saturated intervals (at least 1,000 jobs waiting at both ends) drains
+ * Flat means the last third of the saturated intervals (more jobs waiting at both ends than the workers can hold) drains
  * and claims like the first third: the summary gives both ratios. `--ci` (100,000 jobs unless `--jobs`) fails
  * if a job is lost, runs twice, dead-letters, or is missing from the history, if a worker crashes, or if the
  * last third drains below half the first third's rate (a loose bound: the machine is shared; a queue whose claim
@@ -32,6 +32,7 @@ import * as Db from "../packages/pgfiber/src/layers/Db.js"
 import * as Migrations from "../packages/pgfiber/src/queue/Migrations.js"
 import * as PgQueue from "../packages/pgfiber/src/queue/PgQueue.js"
 import * as Queue from "../packages/pgfiber/src/queue/Queue.js"
+import { maxAheadFor } from "../packages/pgfiber/src/runtime/pool/Core.js"
 import { benchDir, compileWorker, connect, log, median, option, percentile, sleep, spawnWorker, startCluster, type WorkerChild, writeFailedRun } from "./lib.js"
 import type { SoakWorkerConfig } from "./soakWorker.js"
 
@@ -89,8 +90,13 @@ const payloadIndexShortcut = payloadIndexCron !== undefined || payloadIndexMinMB
   autovacuumNaptimeS !== undefined
 const bulkBatch = 1_000
 const bulkBacklog = 20_000
-/** An interval counts towards flatness when at least this many jobs waited at its start and at its end. */
-const saturatedBacklog = 1_000
+/**
+ * An interval counts towards flatness when at least this many jobs waited at its start and at its end: half again
+ * what the workers can hold (running and claimed ahead). Below that their claims come back short and the drain is
+ * the backlog's, not the queue's: with 1,000, the CI run's last third was the producer's tail (2,000–3,000 jobs/s at
+ * 1,000–2,000 waiting, against 9,000–11,000 early on) and the check failed a healthy run.
+ */
+const saturatedBacklog = Math.ceil(1.5 * workersN * (concurrency + maxAheadFor(concurrency)))
 const schema = "pgfiber"
 const stage = "soak"
 /** CI's bound: the last third of the saturated intervals drains at least this share of the first third's rate. */
@@ -193,7 +199,7 @@ const main = async () => {
   for (let i = 1; i <= workersN; i++) {
     const id = `soak-w${i}`
     const payloadIndex = payloadIndexShortcut ? { cron: payloadIndexCron, minMB: payloadIndexMinMB } : undefined
-    const child = spawnWorker("soakWorker.ts", { url, schema, workerId: id, stage, concurrency, payloadIndex, housekeeping } satisfies SoakWorkerConfig, { compiled })
+    const child = spawnWorker("soakWorker.ts", { url, schema, workerId: id, stage, concurrency, payloadIndex, housekeeping, reportMs: Math.min(1000, intervalMs / 5) } satisfies SoakWorkerConfig, { compiled })
     child.onMessage((m) => {
       if (m.t === "metrics") completedBy.set(id, m.completed)
       if (m.t === "claims") claimMs.push(...m.ms)

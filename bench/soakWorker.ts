@@ -26,6 +26,12 @@ export interface SoakWorkerConfig {
   readonly stage: string
   readonly concurrency: number
   /**
+   * How often the worker reports its counters (ms): well under the soak's sampling interval, or an interval's
+   * completions alias (reported every second and sampled every half second, they alternated between 0 and twice
+   * the rate, and the CI flatness check compared medians of that).
+   */
+  readonly reportMs: number
+  /**
    * The `pgfiber.payload-index` schedule as an operator may change it (`pgfiber schedules add`), for short runs:
    * another cron, another `minMB`. Unset, the code's definition.
    */
@@ -105,7 +111,7 @@ const report = Effect.gen(function*() {
 const reportCounters = Layer.scopedDiscard(
   Effect.zipRight(
     Effect.sync(() => tell({ t: "ready", at: nowNs() })),
-    Effect.forkScoped(Effect.repeat(report, Schedule.spaced("1 second")))
+    Effect.forkScoped(Effect.repeat(report, Schedule.spaced(Duration.millis(config.reportMs))))
   )
 )
 
