@@ -472,7 +472,9 @@ export const make = (options: QueueOptions = {}) =>
         Effect.sync(() => {
           for (const key of [...buckets.keys()]) if (key.startsWith(`${stage}|`)) buckets.delete(key)
           return overrides.delete(stage)
-        })
+        }),
+      // one process's memory: every claim reads the overrides as they are
+      changed: () => undefined
     }
 
     const heartbeat = (leases: ReadonlyArray<Beat>, leaseFor: Duration.Duration) =>

@@ -96,6 +96,9 @@ const deadLetterRows = decodeRows("dead_letters", Rows.DeadLetterFromRow)
 const batchRows = decodeRows("job_batches", Rows.BatchFromRow)
 const overrideRows = decodeRows("stage_limits", Rows.OverrideFromRow)
 
+/** A process reads the limit overrides again after this long while claiming, should it miss a change's NOTIFY. */
+export const overridesMaxAgeMs = 10_000
+
 const ms = (d: Duration.Duration) => Math.max(0, Math.round(Duration.toMillis(d)))
 const isId = isJobId
 const clampLimit = (n: number | undefined, fallback: number) => Math.max(1, Math.min(n ?? fallback, 10_000))
@@ -352,9 +355,11 @@ export const make = (options: QueueOptions = {}) =>
         return results
       }).pipe(Effect.withSpan("Queue.enqueue", spanOptions))
 
-    // run-time overrides, read at most once a second per process while claiming (and never while idle); a stale
-    // copy serves the claim while the next one is read beside it, so no claim waits for that read (at one wake-up
-    // every 20 ms, every 50th paid a round trip: the wake-up's p99)
+    // run-time overrides: read again at the first claim after a change (every change NOTIFYs 'pgfiber:limits',
+    // migration 0026, and the Waker calls `limits.changed`), and otherwise at most every `overridesMaxAgeMs` while
+    // claiming (never while idle), in case a notification was missed; a stale copy serves the claim while the next
+    // one is read beside it, so no claim waits for that read (at one wake-up every 20 ms, every 50th paid a round
+    // trip: the wake-up's p99). Read every second, they were one statement a second per claiming process.
     let overrides: { readonly at: number; readonly byStage: ReadonlyMap<string, Limits.Override> } | null = null
     let refreshing = false
     const listOverrides = db.run((sql) => JobsSql.selectLimitOverrides(sql)).pipe(
@@ -363,8 +368,12 @@ export const make = (options: QueueOptions = {}) =>
           new Map(overrides.map((o, i) => [String(rows[i]!.stage), o] as const)))
       )
     )
-    // bumped by every change made here, so a read begun before it cannot bring back what it replaced
+    // bumped by every change made here or heard of, so a read begun before it cannot bring back what it replaced
     let generation = 0
+    const overridesChanged = () => {
+      overrides = null
+      generation++
+    }
     const readOverrides = Effect.suspend(() => {
       const at = Date.now()
       const asOf = generation
@@ -377,7 +386,7 @@ export const make = (options: QueueOptions = {}) =>
       Effect.suspend(() => {
         const known = overrides
         if (known === null) return Effect.map(readOverrides, (byStage) => byStage.get(stage))
-        if (Date.now() - known.at >= 1000 && !refreshing) {
+        if (Date.now() - known.at >= overridesMaxAgeMs && !refreshing) {
           refreshing = true
           return Effect.as(
             Effect.forkDaemon(readOverrides.pipe(Effect.ignore, Effect.ensuring(Effect.sync(() => (refreshing = false))))),
@@ -489,19 +498,14 @@ export const make = (options: QueueOptions = {}) =>
       set: (stage: string, o: Partial<Limits.Override>) =>
         run((sql, at) => JobsSql.upsertLimitOverride(sql, at, stage, { ...Limits.emptyOverride, ...o })).pipe(
           Effect.flatMap((rows) => Effect.map(overrideRows(rows), ([o]) => o!)),
-          Effect.tap(() => Effect.sync(() => {
-            overrides = null
-            generation++
-          }))
+          Effect.tap(() => Effect.sync(overridesChanged))
         ),
       clear: (stage: string) =>
         db.run((sql) => JobsSql.deleteLimitOverride(sql, stage)).pipe(
           Effect.map((rows) => rows.length > 0),
-          Effect.tap(() => Effect.sync(() => {
-            overrides = null
-            generation++
-          }))
-        )
+          Effect.tap(() => Effect.sync(overridesChanged))
+        ),
+      changed: () => overridesChanged()
     }
 
     const split = (leases: ReadonlyArray<{ id: string; lease: number }>) => ({
@@ -1000,7 +1004,8 @@ export const make = (options: QueueOptions = {}) =>
       limits: {
         list: limits.list.pipe(atEdge("Queue.limits.list")),
         set: (stage, o) => limits.set(stage, o).pipe(atEdge("Queue.limits.set")),
-        clear: (stage) => limits.clear(stage).pipe(atEdge("Queue.limits.clear"))
+        clear: (stage) => limits.clear(stage).pipe(atEdge("Queue.limits.clear")),
+        changed: limits.changed
       },
       heartbeat: (leases, leaseFor) => heartbeat(leases, leaseFor).pipe(atEdge("Queue.heartbeat")),
       settle: (outcomes, o) => settle(outcomes, o).pipe(atEdge("Queue.settle")),

@@ -110,13 +110,18 @@ export class Queue extends Context.Tag("pgfiber/Queue")<Queue, {
    * every process; a token bucket is spent per claimed job. Says when the bucket or a cap left jobs waiting.
    */
   readonly claimBatch: (stage: string, limit: number, options: ClaimOptions) => Effect.Effect<Limits.ClaimResult<Job>, QueueError>
-  /** Run-time overrides of stages' limits, shared by every process (read by claims within a second). */
+  /**
+   * Run-time overrides of stages' limits, shared by every process: a change NOTIFYs `limitsTopic`, and each
+   * process's claims use it from their next claim (within 10 s should the notification be missed).
+   */
   readonly limits: {
     readonly list: Effect.Effect<ReadonlyMap<string, Limits.Override>, QueueError>
     /** Merges the given fields into the stage's override (null fields are left as they are). */
     readonly set: (stage: string, override: Partial<Limits.Override>) => Effect.Effect<Limits.Override, QueueError>
     /** Drops the stage's override and its token bucket; false when there was none. */
     readonly clear: (stage: string) => Effect.Effect<boolean, QueueError>
+    /** Some process changed the overrides (their NOTIFY), or may have (LISTEN reconnected): read them again at the next claim. */
+    readonly changed: () => void
   }
   /**
    * Extends the leases still held, writing any progress reported with them; returns the ids that were (others
@@ -238,6 +243,12 @@ export const stageControlsTopic = "pgfiber:stages"
  * its next-due timer (the insert trigger of 0017, a replacing enqueue). Workers do not ask after each claim.
  */
 export const laterTopic = "pgfiber:later"
+
+/**
+ * The NOTIFY payload (on the jobs channel) that says a stage's run-time limits changed (migration 0026's trigger on
+ * `stage_limits`): every process reads the overrides again, and its pools held back by a limit claim again.
+ */
+export const limitsTopic = "pgfiber:limits"
 
 /**
  * A stage's wake leader asks the other processes to claim too (its claim came back full, or a job came while it

@@ -14,7 +14,8 @@
  *   and the return to `listening` is a catch-up. `health` and the metrics report it.
  * - a pool held back by its stage's limits says so (`Blocked`): a rate-limited stage is left out of the
  *   due-job question and woken by the same timer at its next token; a capped one waits for a NOTIFY (a slot
- *   freed in any process) or its own slot freeing, so neither polls.
+ *   freed in any process) or its own slot freeing, so neither polls. A change of the run-time limits in any
+ *   process NOTIFYs `pgfiber:limits`: the queue reads them again and the held-back pools claim again.
  * - no thundering herd: of the processes running a stage, one is its wake leader (a session-level advisory lock
  *   on its LISTEN connection, `Queue.Listening.tryLead`) and claims on the stage's NOTIFY; the others ignore it
  *   unless their pool waits for a slot (a capped stage). The leader asks them to claim too (`pgfiber:more:<stage>`,
@@ -205,6 +206,14 @@ export const make = (options: Partial<WakerOptions> = {}) =>
       pools.get(stage)!("notify")
       if (state === "leader" && busyChecks.get(stage)?.() === true) help(stage)
     }
+    // a stage's limits changed somewhere: the queue reads them again, and the pools they held back claim under the
+    // new ones (a lifted rate limit must not wait for the old bucket's next token)
+    const limitsChanged = () => {
+      queue.limits.changed()
+      pools.forEach((wake, stage) => {
+        if ((blockedBy.get(stage)?.() ?? null) !== null) wake("notify")
+      })
+    }
     const helpAsked = (stage: string) => {
       const wake = pools.get(stage)
       if (wake === undefined || lead.get(stage) === "leader") return
@@ -216,6 +225,7 @@ export const make = (options: Partial<WakerOptions> = {}) =>
     listening = yield* queue.listen({
       onWake: (stage) => {
         if (stage === Queue.laterTopic) Effect.runSync(rearm)
+        else if (stage === Queue.limitsTopic) limitsChanged()
         else if (stage.startsWith(Queue.moreTopicPrefix)) helpAsked(stage.slice(Queue.moreTopicPrefix.length))
         else if (pools.has(stage)) notified(stage)
         else sources.get(stage)?.refresh()
@@ -249,7 +259,8 @@ export const make = (options: Partial<WakerOptions> = {}) =>
         // a new connection holds no lead: every pool claims on NOTIFY until it knows whether it leads
         lead.clear()
         runFork(tryLead([...pools.keys()]))
-        // catch-up: notifications may have been missed while down
+        // catch-up: notifications may have been missed while down (a change of limits among them)
+        queue.limits.changed()
         wakeAll()
         sources.forEach((s) => s.refresh())
         Effect.runSync(rearm)

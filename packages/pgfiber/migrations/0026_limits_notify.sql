@@ -1,0 +1,15 @@
+-- A change to a stage's run-time limits (`stage_limits`: `pgfiber limits set|reset`, PUT/DELETE /limits/:stage)
+-- says so at commit: every worker's Waker hears 'pgfiber:limits' on the jobs channel, its queue reads the
+-- overrides again at its next claim, and its pools held back by a limit claim again under the new ones. Claims
+-- no longer read the overrides again every second while they run (one statement a second per claiming process);
+-- a process that misses the notification reads them within 10 s, or at once when its LISTEN connection is back.
+create or replace function {{schema}}.stage_limits_notify() returns trigger
+language plpgsql as $$
+begin
+  perform pg_notify('{{schema}}_jobs', 'pgfiber:limits');
+  return null;
+end
+$$;
+
+create trigger stage_limits_notify after insert or update or delete on {{schema}}.stage_limits
+  for each statement execute function {{schema}}.stage_limits_notify();
