@@ -196,6 +196,12 @@ export const ping: Effect.Effect<void, DbError, Db> = Effect.flatMap(Db, (db) =>
 /** Statements on the LISTEN connection itself (a session: its advisory locks last until it drops). */
 export interface ListenConnection {
   readonly run: <A>(query: (sql: Sql) => PromiseLike<A>) => Effect.Effect<A, DbError>
+  /**
+   * LISTENs on another channel too, on the same connection, for the life of the scope: its notifications go to
+   * `onNotify`. Returns once the LISTEN is answered, or at once while the connection is down; every reconnect
+   * LISTENs on it again before `onListening` (which then stands for this channel's catch-up too).
+   */
+  readonly also: (channel: string, onNotify: (payload: string) => void) => Effect.Effect<void, never, Scope.Scope>
 }
 
 export interface ListenHandlers {
@@ -622,6 +628,9 @@ export const make = (options: DbOptions) =>
         const drops = yield* Q.sliding<string>(1)
         let up = false
         let closing = false
+        // the channels LISTENed besides `channel` (`also`), each LISTENed again on every reconnect
+        const others = new Map<string, (payload: string) => void>()
+        const quoted = (name: string) => `"${name.replace(/"/g, "\"\"")}"`
         const listener = yield* Effect.acquireRelease(
           Effect.sync(() =>
             postgres(Redacted.value(options.listenUrl ?? options.url), {
@@ -629,6 +638,7 @@ export const make = (options: DbOptions) =>
               fetch_types: false,
               onnotify: (name: string, payload: string) => {
                 if (name === channel) handlers.onNotify(payload)
+                else others.get(name)?.(payload)
               },
               onclose: () => {
                 // a failed connect closes too: only a drop of a listening connection is news (not our own end)
@@ -646,7 +656,7 @@ export const make = (options: DbOptions) =>
             })
         )
         const listenOnce = send(() =>
-          listener.unsafe(`listen "${channel.replace(/"/g, "\"\"")}"`).then((result) => {
+          listener.unsafe([channel, ...others.keys()].map((c) => `listen ${quoted(c)}`).join("; ")).then((result) => {
             // in the same tick as the answer, so no close can slip in between
             up = true
             return result
@@ -669,7 +679,22 @@ export const make = (options: DbOptions) =>
         }).pipe(Effect.forever)
         yield* Effect.forkScoped(session)
         yield* Deferred.await(firstAttempt)
-        return { run: <A>(query: (sql: Sql) => PromiseLike<A>) => send(() => query(listener)) } satisfies ListenConnection
+        // while down, the next LISTEN (the reconnect's) includes the channel; a failure here is a drop, whose
+        // reconnect LISTENs it too
+        const onListener = (statement: string) => up ? Effect.ignore(send(() => listener.unsafe(statement))) : Effect.void
+        const also = (other: string, onNotify: (payload: string) => void) =>
+          Effect.acquireRelease(
+            Effect.suspend(() => {
+              others.set(other, onNotify)
+              return onListener(`listen ${quoted(other)}`)
+            }),
+            () =>
+              Effect.suspend(() => {
+                others.delete(other)
+                return closing ? Effect.void : onListener(`unlisten ${quoted(other)}`)
+              })
+          )
+        return { run: <A>(query: (sql: Sql) => PromiseLike<A>) => send(() => query(listener)), also } satisfies ListenConnection
       })
 
     return Db.of({

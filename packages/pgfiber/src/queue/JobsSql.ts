@@ -16,6 +16,9 @@ import { laterTopic } from "./Queue.js"
 
 export const channel = (schema: string) => `${schema}_jobs`
 
+/** The event log's NOTIFY (migration 0027): heard only by the processes that follow the log, while they do. */
+export const eventsChannel = (schema: string) => `${schema}_events`
+
 /**
  * The insert into the event log (migrations 0020, 0023) that a statement adds as a CTE of its own, so an event
  * costs no round trip. `events` selects one row per job: (org_id, stage, job_id, subject_id, kind, attempt,

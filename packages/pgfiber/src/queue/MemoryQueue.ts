@@ -980,7 +980,9 @@ export const make = (options: QueueOptions = {}) =>
     const listening: Listening = {
       tryLead: (stages) => Effect.succeed(stages),
       unlead: () => Effect.void,
-      notify: (topic) => Effect.sync(() => wake(topic))
+      notify: (topic) => Effect.sync(() => wake(topic)),
+      // no event log in memory, so nothing to hear
+      followEvents: Effect.void
     }
     const listen = (wakeups: Wakeups) =>
       Effect.acquireRelease(

@@ -991,7 +991,8 @@ export const make = (options: QueueOptions = {}) =>
               atEdge("Queue.listen.tryLead")
             ),
           unlead: (stage) => Effect.asVoid(onListener(`select pg_advisory_unlock(${wakeLockKey(db.schema, stage)}) as u`)).pipe(atEdge("Queue.listen.unlead")),
-          notify: (topic) => db.run((sql) => sql`select pg_notify(${channel}, ${topic})`).pipe(Effect.asVoid, atEdge("Queue.listen.notify"))
+          notify: (topic) => db.run((sql) => sql`select pg_notify(${channel}, ${topic})`).pipe(Effect.asVoid, atEdge("Queue.listen.notify")),
+          followEvents: connection.also(JobsSql.eventsChannel(db.schema), (payload) => wakeups.onWake(payload))
         }
       }))
 

@@ -78,6 +78,13 @@ export interface Listening {
   readonly unlead: (stage: string) => Effect.Effect<void, QueueError>
   /** NOTIFYs every listener with this topic. */
   readonly notify: (topic: string) => Effect.Effect<void, QueueError>
+  /**
+   * While in scope, the subscription also hears the event log's notifications (`eventsTopic`, to `onWake`) on the
+   * same connection: they have a channel of their own (migration 0027), so that workers that do not follow the
+   * log never hear them. Returns once they are heard (or at once while the connection is down: its reconnect
+   * then listens for them before `onListening`). At most one at a time per subscription.
+   */
+  readonly followEvents: Effect.Effect<void, never, Scope.Scope>
 }
 
 export interface NextWake {
@@ -234,6 +241,9 @@ export interface QueueOptions {
   /** How long finished jobs stay readable; default from PGFIBER_RETAIN_COMPLETED (7 days). */
   readonly retention?: Retention
 }
+
+/** The NOTIFY payload of a statement that wrote to the event log, on the events channel (migrations 0020, 0027). */
+export const eventsTopic = "pgfiber:events"
 
 /** The NOTIFY payload (on the jobs channel) that says a stage was paused or resumed. */
 export const stageControlsTopic = "pgfiber:stages"

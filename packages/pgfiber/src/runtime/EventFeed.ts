@@ -1,9 +1,9 @@
 /**
  * Every job's events, from every process, to anyone here who follows them: the event log (queue/EventLog.ts)
- * read forward by cursor, woken by the `pgfiber:events` NOTIFY that each logging statement sends on the jobs
- * channel. The NOTIFY is heard on the process's one LISTEN connection (the Waker's; a process with no worker
- * listens once itself, for every follower), so a follower costs no connection, and nothing is read while nothing
- * happens.
+ * read forward by cursor, woken by the `pgfiber:events` NOTIFY that each logging statement sends on the events
+ * channel (migration 0027). The NOTIFY is heard on the process's one LISTEN connection (the Waker's; a process with
+ * no worker listens once itself, for every follower), and only while someone here follows: workers that follow
+ * nothing never hear it. So a follower costs no connection, and nothing is read while nothing happens.
  *
  * A follower reads by itself only to catch up (from the beginning, after an old id); once caught up it is fed by
  * the process's one shared reader (EventReader.ts), which reads once per wake-up for every follower here and
@@ -13,14 +13,14 @@
  * Order: a follower gets events in the log's read order, which keeps each job's order (its enqueue commits
  * before its claim can see it, and so on). Resume: start after any event id within the retention.
  */
-import { Chunk, Context, Effect, Layer, Option, Queue as Q, Stream } from "effect"
+import { Chunk, Context, Effect, Layer, Option, Queue as Q, RcRef, Stream } from "effect"
 import * as EventLog from "../queue/EventLog.js"
 import * as Queue from "../queue/Queue.js"
 import * as EventReader from "./EventReader.js"
 import * as Waker from "./Waker.js"
 
 /** The NOTIFY payload of a statement that logged events (migration 0020). */
-export const topic = "pgfiber:events"
+export const topic = Queue.eventsTopic
 
 export interface FollowOptions {
   /** Where to start: "now" (default), "beginning" (everything kept), or after this event id (Last-Event-ID). */
@@ -59,9 +59,14 @@ export const make = Effect.gen(function*() {
     // "" is a reconnect of the listener: notifications may have been missed
     if (t === topic || t === "") reader.wake()
   }
+  // the event log's notifications, heard while anyone here follows: one LISTEN for every follower, on the Waker's
+  // connection (or, with no worker here, on one of the feed's own, open only while it has followers)
   const waker = yield* Effect.serviceOption(Waker.Waker)
-  if (Option.isSome(waker)) yield* waker.value.observe(hear)
-  else yield* queue.listen({ onWake: hear, onListening: () => hear("") })
+  const hearing = yield* RcRef.make({
+    acquire: Option.isSome(waker)
+      ? waker.value.observe(hear, { events: true })
+      : Effect.flatMap(queue.listen({ onWake: hear, onListening: () => hear("") }), (l) => l.followEvents)
+  })
 
   const follow = (filter: EventLog.Filter, options: FollowOptions = {}) =>
     Stream.unwrapScoped(
@@ -83,6 +88,8 @@ export const make = Effect.gen(function*() {
             reader.detach(follower)
           })
         )
+        // before its cursor is placed: every event logged after that is NOTIFYed to this process
+        yield* RcRef.get(hearing)
         const from = options.from ?? "now"
         // caught up once its first read by itself finds no more, or at once when fed from the reader's place
         let caughtUp = false

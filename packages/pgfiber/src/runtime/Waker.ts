@@ -24,7 +24,7 @@
  *   went with its connection), and a leader that stops hands the lead back and asks for help. Until a process
  *   knows whether it leads (at start, after a reconnect), it claims on every NOTIFY, as one process does.
  */
-import { Clock, Context, Duration, Effect, FiberSet, Layer, Queue as Q } from "effect"
+import { Clock, Context, Duration, Effect, FiberSet, Layer, Queue as Q, RcRef } from "effect"
 import * as Metrics from "./Metrics.js"
 import * as Queue from "../queue/Queue.js"
 
@@ -115,10 +115,15 @@ export class Waker extends Context.Tag("pgfiber/Waker")<Waker, {
   /** Adds a due time to the timer for the life of the scope. */
   readonly registerDue: (source: DueSource) => Effect.Effect<void, never, import("effect").Scope.Scope>
   /**
-   * Hears every notification's topic (and "" on each reconnect) for the life of the scope, on the process's
-   * one LISTEN connection: the dashboard's live view, which must not open a second one.
+   * Hears every notification's topic on the jobs channel (and "" on each reconnect) for the life of the scope, on
+   * the process's one LISTEN connection: the dashboard's live view, which must not open a second one. With
+   * `events`, the event log's notifications too (`Queue.eventsTopic`): the connection listens for them only while
+   * such an observer is there, and `observe` returns once it does.
    */
-  readonly observe: (listener: (topic: string) => void) => Effect.Effect<void, never, import("effect").Scope.Scope>
+  readonly observe: (
+    listener: (topic: string) => void,
+    options?: { readonly events?: boolean }
+  ) => Effect.Effect<void, never, import("effect").Scope.Scope>
   readonly health: Effect.Effect<Health>
 }>() {}
 
@@ -145,6 +150,8 @@ export const make = (options: Partial<WakerOptions> = {}) =>
     let lastSeenAt = 0
 
     const observers = new Set<(topic: string) => void>()
+    // the observers that also hear the event log's notifications
+    const eventObservers = new Set<(topic: string) => void>()
     const wakeAll = () => {
       pools.forEach((wake) => wake("catchUp"))
       observers.forEach((o) => o(""))
@@ -227,6 +234,7 @@ export const make = (options: Partial<WakerOptions> = {}) =>
         if (stage === Queue.laterTopic) Effect.runSync(rearm)
         else if (stage === Queue.limitsTopic) limitsChanged()
         else if (stage.startsWith(Queue.moreTopicPrefix)) helpAsked(stage.slice(Queue.moreTopicPrefix.length))
+        else if (stage === Queue.eventsTopic) return eventObservers.forEach((o) => o(stage))
         else if (pools.has(stage)) notified(stage)
         else sources.get(stage)?.refresh()
         observers.forEach((o) => o(stage))
@@ -419,8 +427,20 @@ export const make = (options: Partial<WakerOptions> = {}) =>
       lastReap
     }))
 
-    const observe = (listener: (topic: string) => void) =>
-      Effect.acquireRelease(Effect.sync(() => observers.add(listener)), () => Effect.sync(() => observers.delete(listener))).pipe(Effect.asVoid)
+    // the event log's channel, listened on while anyone observes it (one LISTEN however many observers)
+    const followingEvents = yield* RcRef.make({ acquire: listening.followEvents })
+    const observe = (listener: (topic: string) => void, options: { readonly events?: boolean } = {}) =>
+      Effect.acquireRelease(
+        Effect.sync(() => {
+          observers.add(listener)
+          if (options.events) eventObservers.add(listener)
+        }),
+        () =>
+          Effect.sync(() => {
+            observers.delete(listener)
+            eventObservers.delete(listener)
+          })
+      ).pipe(Effect.zipRight(options.events ? RcRef.get(followingEvents) : Effect.void), Effect.asVoid)
 
     return Waker.of({ register, more, rearm, registerDue, observe, health })
   })

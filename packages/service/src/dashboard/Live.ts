@@ -2,11 +2,12 @@
  * The one source of everything the dashboard shows live, shared by every open page of a server: a single
  * read (Reads.snapshot: depth per stage and org, workers, the last hour of per-minute counts, the jobs open job
  * pages watch; on the read replica when one is configured) run by one fiber, never by a viewer. It runs only while someone watches: soon
- * after something happened (a NOTIFY of new jobs, an event of this process's jobs bus, a new viewer), at most once
+ * after something happened (a NOTIFY of new jobs, or of the event log while someone watches, an event of this
+ * process's jobs bus, a new viewer), at most once
  * per `minInterval`, and otherwise once per `idleInterval`. So twenty open dashboards cost the database what
  * one does: one statement per idle interval. Viewers get the snapshot filtered to what their key may see.
  */
-import { Config, Context, Duration, Effect, Layer, Option, Queue as Q, Ref, Stream, SubscriptionRef } from "effect"
+import { Config, Context, Duration, Effect, Layer, Option, Queue as Q, RcRef, Ref, Stream, SubscriptionRef } from "effect"
 import * as Queue from "pgfiber/internal/queue/Queue.js"
 import * as Reads from "pgfiber/internal/queue/Reads.js"
 import * as Millis from "pgfiber/internal/layers/Millis.js"
@@ -98,8 +99,14 @@ export const make = (options: LiveOptions) =>
     // new jobs (the insert trigger's NOTIFY): heard through the worker's Waker on the process's one LISTEN
     // connection; a server that runs no worker listens itself (then that is its only LISTEN connection)
     const waker = yield* Effect.serviceOption(Waker.Waker)
+    const ownListen = Option.isSome(waker) ? undefined : yield* queue.listen({ onWake: markDirty, onListening: markDirty })
     if (Option.isSome(waker)) yield* waker.value.observe(markDirty)
-    else yield* queue.listen({ onWake: markDirty, onListening: markDirty })
+    // and, while someone watches, the event log's notifications (jobs claimed and settled in any process), on the
+    // same connection; an observer of its own (the Waker's observers are a set)
+    const eventsHeard = () => markDirty()
+    const hearingEvents = yield* RcRef.make({
+      acquire: Option.isSome(waker) ? waker.value.observe(eventsHeard, { events: true }) : ownListen!.followEvents
+    })
     // jobs this process enqueued, started or settled (the events bus): the view refreshes within minInterval
     yield* Effect.forkScoped(bus.subscribe().pipe(Stream.runForEach(() => Effect.sync(markDirty))))
 
@@ -120,7 +127,7 @@ export const make = (options: LiveOptions) =>
             }
             yield* Ref.update(viewers, (n) => n - 1)
           })
-      )
+      ).pipe(Effect.zipLeft(RcRef.get(hearingEvents)))
 
     const changes = (watch?: string | undefined): Stream.Stream<Snapshot> =>
       Stream.unwrapScoped(
