@@ -138,7 +138,7 @@ export const start = (stage: Stage.Any, core: Core, options: ClaimerOptions) =>
         Effect.logWarning("claim failed; pausing until the database answers", e.message)
       )
 
-    const claimLoop = Effect.gen(function*() {
+    const claimRound = Effect.gen(function*() {
       yield* Q.take(signal)
       while (!c.stopping && c.moreWork) {
         // under a backlog, refill only once the waiting jobs fall to half the buffer: fewer, larger claims
@@ -168,10 +168,10 @@ export const start = (stage: Stage.Any, core: Core, options: ClaimerOptions) =>
         if (c.backlog) waker.more(stage.name)
         if (mustRearm(c, result.jobs.length)) yield* waker.rearm
       }
-    }).pipe(
-      Effect.catchAllCause((cause) => Effect.logError("claim loop failed; continuing", cause)),
-      // ends by itself once shutdown begins, so a claim in flight is never cut off between commit and release
-      Effect.repeat({ until: () => c.stopping }),
+    }).pipe(Effect.catchAllCause((cause) => Effect.logError("claim loop failed; continuing", cause)))
+    // ends by itself once shutdown begins, so a claim in flight is never cut off between commit and release; a
+    // plain loop, not `Effect.repeat`, whose schedule costs ~6 µs a round (one per job at a steady rate)
+    const claimLoop = Effect.whileLoop({ while: () => !c.stopping, body: () => claimRound, step: () => undefined }).pipe(
       Effect.annotateLogs({ stage: stage.name })
     )
     const fiber = yield* Effect.forkScoped(claimLoop)
