@@ -1,8 +1,9 @@
 -- The event log's NOTIFY moves to a channel of its own, '<schema>_events'. On the jobs channel every worker heard
 -- it: three more notifications per job (enqueued, started, finished) for each worker process, on the path of the
--- wake-up that matters (the stage's NOTIFY), and three more wake-ups of each listening backend. Only processes
--- that follow the log (an SSE client, `pgfiber events`, `Events.follow`) LISTEN on the new channel, and only
--- while they follow (runtime/EventFeed.ts), on the process's one LISTEN connection.
+-- wake-up that matters (the stage's NOTIFY). (Each listening backend still reads every NOTIFY of the database, as
+-- PostgreSQL signals them all whatever the channel; it no longer sends these to workers.) Only processes that
+-- follow the log (an SSE client, `pgfiber events`, `Events.follow`, an open dashboard) LISTEN on the new channel,
+-- and only while they follow (runtime/EventFeed.ts), on the process's one LISTEN connection.
 create or replace function {{schema}}.job_events_notify() returns trigger
 language plpgsql as $$
 begin
