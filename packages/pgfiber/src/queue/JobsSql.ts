@@ -27,28 +27,31 @@ export const eventsChannel = (schema: string) => `${schema}_events`
  * comes before its outcome of the same statement (its row is written first). `shared`: the data every event of
  * the statement has (a claim's worker), stored once per row (`data` of one element: see EventsSql) instead of
  * built and stored per job; the events' own data column is then ignored. `atMost`: no group can hold more jobs
- * than this (a claim's limit, a settle's jobs); at most `jobsPerRow`, the rows need no chunks, and the insert none
- * of the window function and sort that cut them (with the final sort, a fifth of a one-job claim's executor
- * start, perf on PostgreSQL 15).
+ * than this (a claim's limit, a settle's jobs); at most `jobsPerRow`, the rows need no chunks, and the events must
+ * then come in job id order (a job's own events in the order they happen), as every such caller's do: the id is
+ * their order, and the insert has none of the numbering and chunking window functions and their sorts (a fifth of
+ * a one-job claim's executor start; ~0.17 ms of its execution on PostgreSQL 15, docs/benchmarks.md).
  */
 export const logEvents = (sql: Sql, events: ReturnType<Sql>, shared?: ReturnType<Sql>, atMost?: number) => {
-  const numbered = sql`select e.*, row_number() over () as n from (${events}) e(org_id, stage, job_id, subject_id, kind, attempt, data)`
   const chunked = atMost === undefined || atMost > jobsPerRow
+  // the events' order: their number in the input, or (unchunked, in id order) the job's id
+  const by = () => (chunked ? sql`n` : sql`job_id`)
+  const named = sql`(${events}) e(org_id, stage, job_id, subject_id, kind, attempt, data)`
   return sql`
       insert into job_events (org_id, stage, kind, job_ids, subject_ids, attempts, data)
-      select org_id, stage, kind, array_agg(job_id order by n),
-             case when bool_or(subject_id is not null) then array_agg(subject_id order by n) end,
-             array_agg(attempt order by n),
-             ${shared === undefined ? sql`case when bool_or(data is not null) then array_agg(data order by n) end` : sql`array[${shared}]::jsonb[]`}
+      select org_id, stage, kind, array_agg(job_id order by ${by()}),
+             case when bool_or(subject_id is not null) then array_agg(subject_id order by ${by()}) end,
+             array_agg(attempt order by ${by()}),
+             ${shared === undefined ? sql`case when bool_or(data is not null) then array_agg(data order by ${by()}) end` : sql`array[${shared}]::jsonb[]`}
       from ${chunked
     ? sql`(
         select e.*, (row_number() over (partition by org_id, stage, kind order by n) - 1) / ${jobsPerRow} as chunk
-        from (${numbered}) e
+        from (select e.*, row_number() over () as n from ${named}) e
       ) e
       group by org_id, stage, kind, chunk`
-    : sql`(${numbered}) e
+    : sql`${named}
       group by org_id, stage, kind`}
-      order by kind <> 'progress', min(n)`
+      order by kind <> 'progress', min(${by()})`
 }
 
 const columns = (jobs: ReadonlyArray<ValidJob>) => ({
@@ -435,26 +438,11 @@ export const archiveCancelled = (
       where coalesce((${retention.byStage}::text::jsonb ->> stage)::float8, ${retention.defaultMs}::float8) > 0
       returning 1`
 
-/**
- * Every claim's `started` events, one per job of its `claimed` CTE; the worker is the row's shared data. A claim
- * of at most `jobsPerRow` jobs (every claim but a worker's of ~900 slots or more) writes them as `logEvents` would,
- * a row per org (a claim is one stage's, and of one kind), without its numbering: the claimed rows' ids give the
- * order. A one-job claim (a wake-up) then costs the server ~0.17 ms less than with `logEvents`' chunks, ~0.07 ms
- * less than with its unchunked form (EXPLAIN ANALYZE on PostgreSQL 15, docs/benchmarks.md).
- */
+/** Every claim's `started` events, one per job of its `claimed` CTE; the worker is the row's shared data. */
 const startedEvents = (sql: Sql, workerId: string, limit: number) =>
-  limit <= jobsPerRow
-    ? sql`
-      insert into job_events (org_id, stage, kind, job_ids, subject_ids, attempts, data)
-      select org_id, stage, 'started', array_agg(id order by id),
-             case when bool_or(subject_id is not null) then array_agg(subject_id order by id) end,
-             array_agg(attempts + 1 order by id), array[jsonb_build_object('worker', ${workerId}::text)]::jsonb[]
-      from claimed
-      group by org_id, stage
-      order by min(id)`
-    : logEvents(sql, sql`
+  logEvents(sql, sql`
       select org_id, stage, id, subject_id, 'started', attempts + 1, null::jsonb from claimed order by id`,
-    sql`jsonb_build_object('worker', ${workerId}::text)`)
+  sql`jsonb_build_object('worker', ${workerId}::text)`, limit)
 
 /** What the plain claims write on each claimed row (`update jobs j set …`): a new lease for `workerId`. */
 const claimedBy = (sql: Sql, at: At, workerId: string, leaseMs: number) =>
