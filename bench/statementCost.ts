@@ -60,7 +60,7 @@ const claimAll = async (sql: Sql, fair: boolean | "oneOrg") => {
     let rows: ReadonlyArray<ReadonlyArray<unknown>>
     if (fair === "oneOrg") {
       // what a fair stage's pool sends for a backlog of one org: the plain claim, taken as fair shares would claim the same
-      const [r] = await JobsSql.claimReadyIfAll(sql, null, stage, batch, "w", 60_000, true)
+      const [r] = await JobsSql.claimReadyIfAll(sql, null, stage, batch, "w", 60_000)
       if (r!.fits !== true) throw new Error("claimReadyIfAll: one org's backlog did not fit")
       rows = r!.jobs
     } else if (fair) {

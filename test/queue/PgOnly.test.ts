@@ -397,7 +397,7 @@ describe("PgQueue (Postgres only)", () => {
       const shares = { fair: true, maxRunning: null, maxRunningPerOrg: null, rate: null }
       const statements: Record<string, () => PromiseLike<unknown>> = {
         plain: () => JobsSql.claimReady(claimer as never, null, "claimed", claimSize, "w", 30_000),
-        ifAll: () => JobsSql.claimReadyIfAll(claimer as never, null, "claimed", claimSize, "w", 30_000, true),
+        ifAll: () => JobsSql.claimReadyIfAll(claimer as never, null, "claimed", claimSize, "w", 30_000),
         fair: () => JobsSql.claimShares(claimer as never, null, "claimed", claimSize, "w", 30_000, shares, null)
       }
       const rowsRead = (plan: { [k: string]: unknown }): number =>
@@ -431,15 +431,13 @@ describe("PgQueue (Postgres only)", () => {
         connection: { ...JobsSql.claimSettings, search_path: schema } as Record<string, string>
       })
       yield* Effect.addFinalizer(() => Effect.promise(() => claimer.end()))
-      const ifFair = (oneOrg = true) => Effect.promise(() => JobsSql.claimReadyIfAll(claimer as never, null, "s", 10, "w", 30_000, oneOrg)).pipe(
+      const ifFair = () => Effect.promise(() => JobsSql.claimReadyIfAll(claimer as never, null, "s", 10, "w", 30_000)).pipe(
         Effect.map(([row]) => ({ fits: row!.fits, orgs: row!.jobs.map((j) => j[2] ?? "none") }))
       )
       // 40 jobs of no org, and a job of org "b" of a less urgent priority (fair shares order priorities first)
       yield* Effect.promise(() => admin.unsafe(`
         insert into jobs (stage, payload) select 's', '{}' from generate_series(1, 40);
         insert into jobs (stage, org_id, payload, priority) values ('s', 'b', '{}', 90)`))
-      // not asked whether they are one org's (after a short claim: a wake-up's), more than fit: fair shares decide
-      expect(yield* ifFair(false)).toEqual({ fits: false, orgs: [] })
       const first = yield* ifFair()
       expect(first.fits).toBe(true)
       expect(first.orgs).toEqual(Array(10).fill("none"))

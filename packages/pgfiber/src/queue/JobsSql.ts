@@ -480,10 +480,7 @@ export const claimReady = (sql: Sql, at: At, stage: string, limit: number, worke
  *   due or not: two descents of `jobs_ready_by_org`): fair shares give that org the whole claim, and fill it past
  *   its jobs in the plain order too (`claimShares`' `rest`). A backlog of one org (a library user without
  *   tenants: every job's org is null) is claimed at the plain claim's cost, 3-4 µs of the server's time a job
- *   less than the fair claim's (docs/benchmarks.md). Asked only with `oneOrg`: the caller leaves it out after a
- *   claim that came back short (the next is a wake-up's, a few jobs ready), where its two descents, planned and
- *   started though not run, were ~0.1 ms of a one-job claim's 0.6 on the server (PostgreSQL 15). A backlog that
- *   comes meanwhile is claimed once by the fair claim, which finds it one org's and asks with `oneOrg` next.
+ *   less than the fair claim's (docs/benchmarks.md).
  * Otherwise it claims nothing (the `limit + 1` rows it locked are let go at its commit) and the fair claim
  * decides. Only for stages with no caps or rates (their room is counted by org in `claimShares`).
  */
@@ -498,7 +495,7 @@ const otherOrg = (sql: Sql, stage: string, side: ReturnType<Sql>) => sql`
         order by coalesce(o.org_id, ''), o.available_at, o.id
         limit 1`
 
-export const claimReadyIfAll = (sql: Sql, at: At, stage: string, limit: number, workerId: string, leaseMs: number, oneOrg: boolean) =>
+export const claimReadyIfAll = (sql: Sql, at: At, stage: string, limit: number, workerId: string, leaseMs: number) =>
   sql<Array<{ fits: boolean; jobs: ReadonlyArray<ReadonlyArray<unknown>> }>>`
     with next as (
       select id, priority, coalesce(org_id, '') as org_key from jobs
@@ -511,8 +508,8 @@ export const claimReadyIfAll = (sql: Sql, at: At, stage: string, limit: number, 
     ), top as (
       select priority, org_key from next limit 1
     ), fits as (
-      select (select count(*) from next) <= ${limit}${oneOrg ? sql`
-          or ((${otherOrg(sql, stage, sql`>`)}) is null and (${otherOrg(sql, stage, sql`<`)}) is null)` : sql``} as ok
+      select (select count(*) from next) <= ${limit}
+          or ((${otherOrg(sql, stage, sql`>`)}) is null and (${otherOrg(sql, stage, sql`<`)}) is null) as ok
     ), claimed as (
       update jobs j
       set ${claimedBy(sql, at, workerId, leaseMs)}

@@ -457,7 +457,7 @@ export const make = (options: QueueOptions = {}) =>
           // every ready job fits in this claim, or they are one org's: fair shares would take the same, without the walk
           const rows = yield* runWithSettings(
             JobsSql.claimSettings,
-            (sql, at) => JobsSql.claimReadyIfAll(flat(sql), at, stage, limit, claimOptions.workerId, leaseMs, !ranDry.has(stage))
+            (sql, at) => JobsSql.claimReadyIfAll(flat(sql), at, stage, limit, claimOptions.workerId, leaseMs)
           )
           if (rows[0]?.fits === true) {
             const { jobs, taken } = yield* runnable(yield* claimedJobs(rows[0].jobs ?? []))
