@@ -176,6 +176,27 @@ export const statementsByQuery = async (admin: Sql, database: string, limit = 12
     where d.datname = ${database}
     order by s.total_exec_time desc limit ${limit}`
 
+/** What `serverCpuByProcess` tells apart: the backends of a subject's database, by whose connections they are. */
+export const serverProcessKinds = ["the worker's connections", "the producer's connections"] as const
+export type ServerProcessKind = (typeof serverProcessKinds)[number]
+
+/**
+ * CPU so far (ms) of the backends in `database`, by whose connections they are (`serverProcessKinds`): the
+ * producer's (its own role) and the worker's (every other). Two readings' difference is each kind's share of a
+ * window, for the connections open at both; the server's total (`serverCpuMsOf`) less their sum is the rest:
+ * the WAL writer, checkpointer, autovacuum, and connections opened or closed in between (a pool's churn).
+ */
+export const serverCpuByProcess = async (admin: Sql, database: string): Promise<Record<ServerProcessKind, number>> => {
+  const rows = await admin<Array<{ pid: number; usename: string | null }>>`
+    select pid, usename from pg_stat_activity where datname = ${database} and backend_type = 'client backend'`
+  const out: Record<ServerProcessKind, number> = { "the worker's connections": 0, "the producer's connections": 0 }
+  for (const r of rows) {
+    const ms = cpuMsOf(r.pid)
+    if (ms !== null) out[r.usename === producerRole ? "the producer's connections" : "the worker's connections"] += ms
+  }
+  return out
+}
+
 /** The role a separate producer process connects as (`Cluster.asProducer`); pg_stat_statements keeps its statements apart. */
 export const producerRole = "bench_producer"
 

@@ -388,6 +388,8 @@ interface SteadySummary {
   handledPerSec: number
   workerCpuMsPerJob: number
   serverCpuMsPerJob: number
+  /** The server's CPU per job by whose backends spent it (`W.SteadyResult.serverCpuMsPerJobByProcess`), medians. */
+  serverCpuByProcess: Record<string, number>
   producerCpuMsPerJob: number
   workerStatementsPerJob: number
   producerStatementsPerJob: number
@@ -426,6 +428,9 @@ const summarizeSteady = (results: Runs<W.SteadyResult>): Record<string, SteadySu
       handledPerSec: med((r) => r.handledPerSec),
       workerCpuMsPerJob: med((r) => r.workerCpuMsPerJob),
       serverCpuMsPerJob: med((r) => r.serverCpuMsPerJob),
+      // results from before the breakdown have none
+      serverCpuByProcess: Object.fromEntries(Object.keys(ok(runs)[0]?.serverCpuMsPerJobByProcess ?? {})
+        .map((kind) => [kind, med((r) => r.serverCpuMsPerJobByProcess?.[kind] ?? Number.NaN)])),
       producerCpuMsPerJob: med((r) => r.producerCpuMsPerJob),
       workerStatementsPerJob: med((r) => r.workerStatementsPerJob),
       producerStatementsPerJob: med((r) => r.producerStatementsPerJob),
@@ -630,6 +635,11 @@ const render = (r: {
       verdict(`≤ ${peerLabel}'s`, both ? p.workerCpuMsPerJob <= g.workerCpuMsPerJob : null))
     line(`database server CPU (the producer's inserts included), ms per job`, vsPeer((t) => t.serverCpuMsPerJob, n2),
       verdict(`≤ ${peerLabel}'s`, both ? p.serverCpuMsPerJob <= g.serverCpuMsPerJob : null))
+    // pgfiber's only: its connections stay open, so each backend's CPU over the window is its share; a peer whose
+    // pools open and close connections within the window has that work counted as the rest of the server's
+    for (const kind of Object.keys(p?.serverCpuByProcess ?? {})) {
+      line(`of which ${kind} (pgfiber's split)`, (t) => (t === p ? n2(t.serverCpuByProcess[kind] ?? Number.NaN) : "–"))
+    }
     line(`worker statements per job`, vsPeer((t) => t.workerStatementsPerJob, n2), verdict("≤ 2", p ? p.workerStatementsPerJob <= 2 : null))
     line(`of which claims / settles per job`, (t) => `${n2(t.claimsPerJob)} / ${n2(t.settlesPerJob)}`)
     line(`producer statements per job`, (t) => n2(t.producerStatementsPerJob))

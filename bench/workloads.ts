@@ -16,6 +16,7 @@ import * as PgQueue from "../packages/pgfiber/src/queue/PgQueue.js"
 import type * as Queue from "../packages/pgfiber/src/queue/Queue.js"
 import {
   type Cluster, connect, cpuMsOf, log, median, msSince, nowNs, openConnections, percentile, resetStatements, rssOf, serverCpuMsOf, sleep,
+  serverCpuByProcess, type ServerProcessKind, serverProcessKinds,
   claimedAt, compileWorker, spawnWorker, statementCount, statementsByQuery, tallyStatements, type WorkerChild
 } from "./lib.js"
 import type { HandlerKind, Subject, WorkerConfig } from "./subjects/types.js"
@@ -318,6 +319,8 @@ export interface SteadyResult {
   readonly workerCpuMsPerJob: number
   /** Every PostgreSQL process's CPU over the window (the producer's inserts and the worker's statements). */
   readonly serverCpuMsPerJob: number
+  /** The same by process (`serverCpuByProcess`): the worker's, the producer's backends, the rest of the server. */
+  readonly serverCpuMsPerJobByProcess: Readonly<Record<string, number>>
   readonly producerCpuMsPerJob: number
   readonly workerStatementsPerJob: number
   readonly producerStatementsPerJob: number
@@ -331,6 +334,21 @@ export interface SteadyResult {
   /** The window's jobs whose handler had not started 5 s after the producer stopped. */
   readonly missing: number
   readonly topStatements: ReadonlyArray<{ calls: string; total_ms: number; mean_ms: number; query: string }>
+}
+
+/**
+ * Each kind of backend's CPU per job over a window (`serverCpuByProcess`, read at both ends), and the rest of the
+ * server's: its total less theirs.
+ */
+const serverCpuShares = (
+  from: Record<ServerProcessKind, number>, to: Record<ServerProcessKind, number>, totalPerJob: number,
+  perJob: (x: number, y: number) => number
+): Record<string, number> => {
+  const shares: Record<string, number> = {}
+  for (const kind of serverProcessKinds) shares[kind] = perJob(from[kind], to[kind])
+  shares["the rest of the server (background processes, connections opened or closed in the window)"] =
+    totalPerJob - serverProcessKinds.reduce((sum, kind) => sum + shares[kind]!, 0)
+  return shares
 }
 
 /**
@@ -372,10 +390,12 @@ export const steady = async (
         const warmLeftMs = options.warmupMs - (nowNs() - ready.at) / 1e6
         if (warmLeftMs > 0) await sleep(warmLeftMs)
         await resetStatements(cluster.admin)
+        const byProcess0 = await serverCpuByProcess(cluster.admin, name)
         const cpu0 = { worker: cpuMsOf(worker.pid), server: serverCpuMsOf(cluster.dataDir), producer: cpuMsOf(producer.pid) }
         const from = nowNs()
         await sleep(options.windowMs)
         const cpu1 = { worker: cpuMsOf(worker.pid), server: serverCpuMsOf(cluster.dataDir), producer: cpuMsOf(producer.pid) }
+        const byProcess1 = await serverCpuByProcess(cluster.admin, name)
         const to = nowNs()
         const tally = await tallyStatements(cluster.admin, name, subject.statements)
         const topStatements = await statementsByQuery(cluster.admin, name, 8)
@@ -405,6 +425,7 @@ export const steady = async (
           enqueueCallP99Ms: produced.callP99Ms,
           workerCpuMsPerJob: perJob(cpu0.worker, cpu1.worker),
           serverCpuMsPerJob: perJob(cpu0.server, cpu1.server),
+          serverCpuMsPerJobByProcess: serverCpuShares(byProcess0, byProcess1, perJob(cpu0.server, cpu1.server), perJob),
           producerCpuMsPerJob: perJob(cpu0.producer, cpu1.producer),
           workerStatementsPerJob: tally.worker.total / jobs,
           producerStatementsPerJob: tally.producer.total / jobs,
