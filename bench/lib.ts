@@ -181,18 +181,19 @@ export const serverProcessKinds = ["the worker's connections", "the producer's c
 export type ServerProcessKind = (typeof serverProcessKinds)[number]
 
 /**
- * CPU so far (ms) of the backends in `database`, by whose connections they are (`serverProcessKinds`): the
- * producer's (its own role) and the worker's (every other). Two readings' difference is each kind's share of a
- * window, for the connections open at both; the server's total (`serverCpuMsOf`) less their sum is the rest:
- * the WAL writer, checkpointer, autovacuum, and connections opened or closed in between (a pool's churn).
+ * The backends in `database` now, each with its kind (`serverProcessKinds`: the producer's connect as its own
+ * role, every other is the worker's) and its CPU so far (ms). Two readings give each kind's share of the window
+ * between them (`serverCpuShares` in workloads.ts).
  */
-export const serverCpuByProcess = async (admin: Sql, database: string): Promise<Record<ServerProcessKind, number>> => {
+export const serverCpuByProcess = async (
+  admin: Sql, database: string
+): Promise<Map<number, { readonly kind: ServerProcessKind; readonly ms: number }>> => {
   const rows = await admin<Array<{ pid: number; usename: string | null }>>`
     select pid, usename from pg_stat_activity where datname = ${database} and backend_type = 'client backend'`
-  const out: Record<ServerProcessKind, number> = { "the worker's connections": 0, "the producer's connections": 0 }
+  const out = new Map<number, { readonly kind: ServerProcessKind; readonly ms: number }>()
   for (const r of rows) {
     const ms = cpuMsOf(r.pid)
-    if (ms !== null) out[r.usename === producerRole ? "the producer's connections" : "the worker's connections"] += ms
+    if (ms !== null) out.set(r.pid, { kind: r.usename === producerRole ? "the producer's connections" : "the worker's connections", ms })
   }
   return out
 }

@@ -319,7 +319,7 @@ export interface SteadyResult {
   readonly workerCpuMsPerJob: number
   /** Every PostgreSQL process's CPU over the window (the producer's inserts and the worker's statements). */
   readonly serverCpuMsPerJob: number
-  /** The same by process (`serverCpuByProcess`): the worker's, the producer's backends, the rest of the server. */
+  /** The same by process (`serverCpuShares`): the worker's backends, the producer's, the rest of the server. */
   readonly serverCpuMsPerJobByProcess: Readonly<Record<string, number>>
   readonly producerCpuMsPerJob: number
   readonly workerStatementsPerJob: number
@@ -337,16 +337,19 @@ export interface SteadyResult {
 }
 
 /**
- * Each kind of backend's CPU per job over a window (`serverCpuByProcess`, read at both ends), and the rest of the
- * server's: its total less theirs.
+ * Each kind of backend's CPU per job over a window, from `serverCpuByProcess` read at both ends: a backend open at
+ * both counts its difference, one opened in between all of its time. The rest of the server's is its total less
+ * theirs: the WAL writer, checkpointer, autovacuum, and connections closed in between (a pool's churn).
  */
 const serverCpuShares = (
-  from: Record<ServerProcessKind, number>, to: Record<ServerProcessKind, number>, totalPerJob: number,
-  perJob: (x: number, y: number) => number
+  from: Map<number, { readonly ms: number }>, to: Map<number, { readonly kind: ServerProcessKind; readonly ms: number }>,
+  totalPerJob: number, perJob: (x: number, y: number) => number
 ): Record<string, number> => {
+  const spent = new Map<ServerProcessKind, number>(serverProcessKinds.map((kind) => [kind, 0]))
+  for (const [pid, now] of to) spent.set(now.kind, spent.get(now.kind)! + now.ms - (from.get(pid)?.ms ?? 0))
   const shares: Record<string, number> = {}
-  for (const kind of serverProcessKinds) shares[kind] = perJob(from[kind], to[kind])
-  shares["the rest of the server (background processes, connections opened or closed in the window)"] =
+  for (const kind of serverProcessKinds) shares[kind] = perJob(0, spent.get(kind)!)
+  shares["the rest of the server (background processes, connections closed in the window)"] =
     totalPerJob - serverProcessKinds.reduce((sum, kind) => sum + shares[kind]!, 0)
   return shares
 }
