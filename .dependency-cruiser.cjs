@@ -3,7 +3,7 @@
  * `npm run lint:deps` checks each package's `src/` (packages/NAME/src); CI runs it right after the typecheck.
  *
  *   App, main, index (the tops)       may import everything
- *   http, dashboard, cli (the faces)  everything below, never another face
+ *   http, dashboard, cli, client      the faces (client: the queue as promises), everything below, never another face
  *   stages                            runtime, queue, layers
  *   auth                              layers
  *   runtime                           queue, layers
@@ -14,7 +14,7 @@
  * fail with them, and it imports nothing of ours. Type-only imports count: a type import is still a
  * dependency a reader has to follow.
  */
-const faces = ["http", "dashboard", "cli"]
+const faces = ["http", "dashboard", "cli", "client"]
 /** Any package's src/: the folder table holds inside each package, and across them. */
 const src = "^packages/[^/]+/src/"
 const folder = (names) => `${src}(${names.join("|")})/`

@@ -9,6 +9,7 @@ export default defineConfig({
     alias: [
       { find: /^pgfiber$/, replacement: `${packages}/pgfiber/src/index.ts` },
       { find: /^pgfiber\/testing$/, replacement: `${packages}/pgfiber/src/testing/index.ts` },
+      { find: /^pgfiber\/client$/, replacement: `${packages}/pgfiber/src/client/index.ts` },
       { find: /^pgfiber\/internal\/(.*)\.js$/, replacement: `${packages}/pgfiber/src/$1.ts` },
       { find: /^@pgfiber\/media\/(calls|documents)$/, replacement: `${packages}/media/src/stages/$1/index.ts` },
       { find: /^@pgfiber\/media\/testing$/, replacement: `${packages}/media/src/testing/index.ts` },

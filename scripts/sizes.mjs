@@ -1,8 +1,8 @@
 // `npm run sizes` (after `npm run build`): what each package weighs to a user, beside graphile-worker's and
 // pg-boss's, measured the same way: `npm pack` for the packed size, then a plain `npm install` of the tarball
-// (with `effect`, which a user of pgfiber writes their code with) into an empty project and the size of its
-// node_modules (`du -sk`, what lands on disk). graphile-worker and pg-boss install from the registry at the
-// versions the repository's benchmarks use. Prints a Markdown table (for the README).
+// (with `effect`, the peer a user of pgfiber writes their code with, named as the README does) into an empty
+// project and the size of its node_modules (`du -sk`, what lands on disk). graphile-worker and pg-boss install
+// from the registry at the versions the repository's benchmarks use. Prints a Markdown table (for the README).
 import { execFileSync } from "node:child_process"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
@@ -12,7 +12,6 @@ import { fileURLToPath } from "node:url"
 const root = Path.resolve(Path.dirname(fileURLToPath(import.meta.url)), "..")
 const readJson = (file) => JSON.parse(Fs.readFileSync(file, "utf8"))
 const rootPkg = readJson(Path.join(root, "package.json"))
-const corePkg = readJson(Path.join(root, "packages", "pgfiber", "package.json"))
 
 const npm = (args, cwd) => execFileSync("npm", args, { cwd, encoding: "utf8", maxBuffer: 64 * 1024 * 1024, stdio: ["ignore", "pipe", "pipe"] })
 
@@ -33,7 +32,8 @@ const main = () => {
   try {
     const packed = JSON.parse(npm(["pack", "--workspaces", "--json", "--pack-destination", work], root))
     const tarball = (name) => Path.join(work, packed.find((p) => p.name === name).filename)
-    const effect = `effect@${corePkg.dependencies.effect}`
+    // the bare name, as the README installs it: npm picks the Effect 3 that the packages' peer range accepts
+    const effect = "effect"
     const rows = [
       ["`pgfiber` (core) + effect", packed.find((p) => p.name === "pgfiber").size, installInto(work, "core", [tarball("pgfiber"), effect])],
       ["`@pgfiber/media` (+ core, effect)", packed.find((p) => p.name === "@pgfiber/media").size, installInto(work, "media", [tarball("pgfiber"), tarball("@pgfiber/media"), effect])],
