@@ -15,7 +15,6 @@ const longFunctionsYetToSplit = [
   "packages/pgfiber/src/queue/JobsSql.ts",
   "packages/pgfiber/src/queue/MemoryQueue.ts",
   "packages/pgfiber/src/queue/PgQueue.ts",
-  "packages/pgfiber/src/runtime/Waker.ts"
 ]
 
 export default tseslint.config(
