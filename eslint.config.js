@@ -11,7 +11,6 @@ const longFunctionsYetToSplit = [
   "packages/service/src/dashboard/Dashboard.ts",
   "packages/service/src/http/Health.ts",
   "packages/service/src/http/Jobs.ts",
-  "packages/pgfiber/src/layers/Db.ts",
   "packages/pgfiber/src/queue/JobsSql.ts",
   "packages/pgfiber/src/queue/MemoryQueue.ts",
   "packages/pgfiber/src/queue/PgQueue.ts",
