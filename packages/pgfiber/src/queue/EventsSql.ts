@@ -94,6 +94,7 @@ export const readEvents = (sql: Sql, cursor: { readonly tx: string; readonly id:
       from page p), '[]'::json) as rows,
       (select count(*) from scanned) >= ${limit} or exists (select 1 from scanned where before >= ${limit + idScale}::bigint) as truncated,
       (select xmin::text from horizon) as horizon,
+      -- in the answer, so the fence is evaluated (and a reader can tell it wrote)
       (select fenced from horizon) as fenced,
       exists (select 1 from job_events e where e.tx >= (select xmin from horizon)) as held`
 
