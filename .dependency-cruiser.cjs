@@ -6,7 +6,7 @@
  *   http, dashboard, cli, client      the faces (client: the queue as promises), everything below, never another face
  *   stages                            runtime, queue, layers
  *   auth                              layers
- *   runtime                           queue, layers
+ *   runtime                           queue, layers (never the Db: whose data and its writes are the queue's)
  *   queue                             layers
  *   layers                            nothing above it
  *
@@ -102,6 +102,13 @@ module.exports = {
       comment: "The runtime knows about the queue and layers: never a stage, auth, a face or a top.",
       from: { path: `${src}runtime/` },
       to: { path: [folder(["stages", "auth", "testing", ...faces]), tops] }
+    },
+    {
+      name: "runtime-no-db",
+      severity: "error",
+      comment: "The runtime asks the queue (Tenancy for whose data, the queue's stores for its writes), never the Db.",
+      from: { path: `${src}runtime/` },
+      to: { path: `${src}layers/(Db\\.ts$|db/)` }
     },
     {
       name: "stages-not-above",

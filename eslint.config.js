@@ -11,11 +11,9 @@ const longFunctionsYetToSplit = [
   "packages/service/src/dashboard/Dashboard.ts",
   "packages/service/src/http/Health.ts",
   "packages/service/src/http/Jobs.ts",
-  "packages/pgfiber/src/layers/Db.ts",
   "packages/pgfiber/src/queue/JobsSql.ts",
   "packages/pgfiber/src/queue/MemoryQueue.ts",
   "packages/pgfiber/src/queue/PgQueue.ts",
-  "packages/pgfiber/src/runtime/Waker.ts"
 ]
 
 export default tseslint.config(

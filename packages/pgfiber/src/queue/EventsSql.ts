@@ -12,6 +12,11 @@
  * running (`tx < pg_snapshot_xmin(pg_current_snapshot())`): those are all committed or rolled back, and no row
  * can be written later with a smaller tx, so a cursor never passes a row that appears behind it. Going by id
  * alone could: ids are handed out when a row is written, not when it commits.
+ *
+ * And only over what a crash cannot take back (`durableFence`): a transaction can end before its WAL is written
+ * (a claim commits with synchronous_commit off; an abort never waits), and after a crash of the server such a
+ * transaction is gone and its xid (and the ids of its rows) are handed out again, below a cursor that passed
+ * them. So a read answers only once every transaction its snapshot sees as ended is on disk.
  */
 import type { Sql } from "../layers/Db.js"
 
@@ -29,6 +34,20 @@ export interface EventFilter {
   readonly subjectId: string | null
 }
 
+/**
+ * Makes every transaction the statement's snapshot sees as ended durable before the statement answers: when WAL
+ * written so far is not yet flushed (`insert > flush`, read in that order), the statement's own transaction
+ * writes a WAL record (an empty transactional logical message, which touches no table and takes no lock) and so
+ * commits by flushing the WAL up to its commit record, which follows the end of every transaction it saw
+ * (with synchronous_commit on for it, whatever the session's). Nothing is written while the WAL is flushed
+ * already (only synchronous commits since, or nothing at all). True when it wrote.
+ */
+const durableFence = (sql: Sql) =>
+  sql`case when pg_current_wal_insert_lsn() > pg_current_wal_flush_lsn()
+      then set_config('synchronous_commit', case when current_setting('synchronous_commit') = 'off' then 'on' else current_setting('synchronous_commit') end, true) is not null
+           and pg_logical_emit_message(true, 'pgfiber.events', '') is not null
+      else false end`
+
 /** The order of a row's fields in `readEvents`' arrays. */
 export const rowFields = ["id", "tx", "kind", "stage", "orgId", "at", "jobIds", "subjectIds", "attempts", "data"] as const
 
@@ -40,12 +59,12 @@ export const rowFields = ["id", "tx", "kind", "stage", "orgId", "at", "jobIds", 
  * oldest running xid) it read up to; and whether rows at or past the horizon are waiting for an older
  * transaction to end (`held`: the caller looks again soon, since that transaction may write no event and so
  * NOTIFY nothing). Rows of other jobs or subjects than the filter's are left out here; the caller drops their
- * other events. Locking: none; the (tx, id) index from the cursor.
+ * other events. Locking: none; the (tx, id) index from the cursor; at most one WAL record and its flush (the fence).
  */
 export const readEvents = (sql: Sql, cursor: { readonly tx: string; readonly id: string }, f: EventFilter, limit: number) =>
-  sql<Array<{ rows: ReadonlyArray<ReadonlyArray<unknown>>; truncated: boolean; horizon: string; held: boolean }>>`
+  sql<Array<{ rows: ReadonlyArray<ReadonlyArray<unknown>>; truncated: boolean; horizon: string; fenced: boolean; held: boolean }>>`
     with horizon as (
-      select pg_snapshot_xmin(pg_current_snapshot()) as xmin,
+      select pg_snapshot_xmin(pg_current_snapshot()) as xmin, ${durableFence(sql)} as fenced,
              -- every job id is at most the sequence's last value: below 2^53 they go as JSON numbers, which the
              -- reader parses faster than strings (and the server writes faster than text)
              coalesce(pg_sequence_last_value(pg_get_serial_sequence('jobs', 'id')::regclass), 0) < 9007199254740992 as ids_fit
@@ -75,6 +94,8 @@ export const readEvents = (sql: Sql, cursor: { readonly tx: string; readonly id:
       from page p), '[]'::json) as rows,
       (select count(*) from scanned) >= ${limit} or exists (select 1 from scanned where before >= ${limit + idScale}::bigint) as truncated,
       (select xmin::text from horizon) as horizon,
+      -- in the answer, so the fence is evaluated (and a reader can tell it wrote)
+      (select fenced from horizon) as fenced,
       exists (select 1 from job_events e where e.tx >= (select xmin from horizon)) as held`
 
 /**
@@ -88,9 +109,12 @@ export const cursorAfter = (sql: Sql, id: string, org: string | null) =>
             where id = ${id}::bigint / ${idScale} and (${org}::text is null or org_id = ${org}::text)) as tx,
            (select (min(id) * ${idScale})::text from job_events) as oldest`
 
-/** The cursor "from now": the oldest running transaction (every row before it is settled). Locking: none. */
+/**
+ * The cursor "from now": the oldest running transaction (every row before it is settled and, by the fence, on
+ * disk). Locking: none.
+ */
 export const horizon = (sql: Sql) =>
-  sql<Array<{ xmin: string }>>`select pg_snapshot_xmin(pg_current_snapshot())::text as xmin`
+  sql<Array<{ xmin: string; fenced: boolean }>>`select pg_snapshot_xmin(pg_current_snapshot())::text as xmin, ${durableFence(sql)} as fenced`
 
 /**
  * Deletes up to `limit` of the oldest events written before the retention: the first `limit` ids, of which

@@ -7,10 +7,10 @@
  * claimed (a pool or `tick`) and costs no round trip of its own.
  */
 import { Cause, Data, Duration, Effect, Either, Exit, Option, ParseResult, Schema } from "effect"
-import * as Db from "../layers/Db.js"
 import { defaultMaxOutputBytes, type Job, jsonProblem, type Lease } from "../queue/Job.js"
 import * as ErrorText from "./ErrorText.js"
 import * as Outcome from "../queue/Outcome.js"
+import * as Tenancy from "../queue/Tenancy.js"
 import * as RetryPolicy from "./RetryPolicy.js"
 import * as Stage from "./Stage.js"
 
@@ -86,13 +86,13 @@ export const encodeOutput = (stage: Stage.Any, raw: unknown): Either.Either<unkn
 export const leaseOf = (job: Job): Lease => ({ id: job.id, lease: job.lease })
 
 /**
- * Tenancy: the handler's database work runs under the job's org (Db.forOrg: row-level security in the worker
+ * Tenancy: the handler's database work runs under the job's org (Tenancy.forOrg: row-level security in the worker
  * too, each statement or transaction as the tenant, none held open across outside calls). Jobs with no org run
- * as the owner: the pool's slots are started owner-level (`Db.asOwner`), so they need no wrapper of their own.
+ * as the owner: the pool's slots are started owner-level (`Tenancy.asOwner`), so they need no wrapper of their own.
  * Settling the outcome stays owner-level.
  */
 export const underJobOrg = <A, E, R>(job: Job, handler: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-  job.orgId === null ? handler : Db.forOrg(job.orgId)(handler)
+  job.orgId === null ? handler : Tenancy.forOrg(job.orgId)(handler)
 
 /** A failed run, through the stage's policy, to Retry / Reschedule / DeadLetter. */
 export const decideFailure = (

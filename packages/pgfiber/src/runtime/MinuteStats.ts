@@ -3,11 +3,12 @@
  * stage and org, counted in memory from the process's job events (Events.ts) and written to
  * `job_stats_minute` in one batched upsert per flush interval (default once a minute), and once more at
  * shutdown. The dashboard's charts read that small table instead of scanning jobs. An idle worker writes nothing.
+ * The writing is the queue's (queue/MinuteStatsStore.ts): this module runs no SQL.
  */
 import { Config, Context, Duration, Effect, Layer, Stream } from "effect"
-import * as Db from "../layers/Db.js"
 import * as Millis from "../layers/Millis.js"
-import * as StatsSql from "../queue/StatsSql.js"
+import * as MinuteStatsStore from "../queue/MinuteStatsStore.js"
+import type { QueueError } from "../queue/Queue.js"
 import * as Events from "./Events.js"
 
 export interface MinuteStatsOptions {
@@ -27,7 +28,7 @@ export class MinuteStats extends Context.Tag("pgfiber/MinuteStats")<MinuteStats,
   /** Counts one settled job (in memory; no statement). */
   readonly record: (event: Events.JobEvent) => void
   /** Writes what has accumulated now. */
-  readonly flush: Effect.Effect<void, Db.DbError>
+  readonly flush: Effect.Effect<void, QueueError>
 }>() {}
 
 interface Cell {
@@ -39,11 +40,11 @@ interface Cell {
   runs: number
 }
 
-export const make = (options: MinuteStatsOptions) =>
+/** Counts into the given store. */
+export const makeWith = (options: MinuteStatsOptions) =>
   Effect.gen(function*() {
-    const db = yield* Db.Db
+    const store = yield* MinuteStatsStore.MinuteStatsStore
     let cells = new Map<string, { minute: number; stage: string; orgKey: string; cell: Cell }>()
-    const keepMs = Duration.toMillis(options.keep)
 
     const record = (event: Events.JobEvent) => {
       if (event._tag !== "Completed" && event._tag !== "Retried" && event._tag !== "DeadLettered") return
@@ -72,12 +73,10 @@ export const make = (options: MinuteStatsOptions) =>
       if (cells.size === 0) return Effect.void
       const taken = cells
       cells = new Map()
-      const rows: Array<StatsSql.MinuteRow> = [...taken.values()].map((e) => ({
+      const rows: Array<MinuteStatsStore.MinuteRow> = [...taken.values()].map((e) => ({
         minute: new Date(e.minute), stage: e.stage, orgKey: e.orgKey, ...e.cell
       }))
-      // the queue's own bookkeeping: across orgs, as the owner
-      return Db.asOwner(db.run((sql) => StatsSql.upsertMinutes(sql, rows, keepMs))).pipe(
-        Effect.asVoid,
+      return store.add(rows, options.keep).pipe(
         // not lost on a failed write: merged back for the next flush
         Effect.tapError(() => Effect.sync(() => {
           for (const [key, e] of taken) {
@@ -114,6 +113,9 @@ export const make = (options: MinuteStatsOptions) =>
 
     return MinuteStats.of({ record, flush })
   })
+
+/** Counts into PostgreSQL's `job_stats_minute` (the queue's store over the Db). */
+export const make = (options: MinuteStatsOptions) => makeWith(options).pipe(Effect.provide(MinuteStatsStore.layer))
 
 export const layer = (options: MinuteStatsOptions) => Layer.scoped(MinuteStats, make(options))
 

@@ -11,9 +11,9 @@
  * fenced-out worker (the lease fence refuses it).
  */
 import { Cause, Duration, Effect, Metric, Queue as Q, Schedule } from "effect"
-import * as Db from "../layers/Db.js"
 import type { Job } from "../queue/Job.js"
 import type * as Outcome from "../queue/Outcome.js"
+import { outageRetry } from "../queue/OutageRetry.js"
 import * as Queue from "../queue/Queue.js"
 import * as Events from "./Events.js"
 import type * as JobRun from "./JobRun.js"
@@ -40,7 +40,7 @@ export interface SettlerOptions {
 }
 
 /** A failed settle keeps trying through a database blip; past this the leases have expired and the reaper owns the jobs. */
-const settleRetry = Db.outageRetry("50 millis").pipe(Schedule.upTo("2 minutes"))
+const settleRetry = outageRetry("50 millis").pipe(Schedule.upTo("2 minutes"))
 
 const counters: Record<Outcome.Settled, Metric.Metric.Counter<number>> = {
   completed: Metrics.completed,

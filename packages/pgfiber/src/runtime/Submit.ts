@@ -98,7 +98,7 @@ export const prepareAny = (stages: ReadonlyArray<Stage.Any>, request: SubmitRequ
     return job
   })
 
-/** Validates and enqueues (joining the caller's transaction, e.g. `Db.withOrg`); any compiled or registered stage. */
+/** Validates and enqueues (joining the caller's transaction, e.g. a `Tenancy` transaction); any compiled or registered stage. */
 export const submit = (stages: ReadonlyArray<Stage.Any>, request: SubmitRequest) =>
   Effect.gen(function*() {
     const job = yield* prepareAny(stages, request)

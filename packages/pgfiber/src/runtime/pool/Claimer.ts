@@ -9,8 +9,8 @@
  * job costs one claim and one settle.
  */
 import { Effect, Fiber, Metric, Queue as Q, Schedule } from "effect"
-import * as Db from "../../layers/Db.js"
 import * as Limits from "../../queue/Limits.js"
+import { outageRetry } from "../../queue/OutageRetry.js"
 import * as Queue from "../../queue/Queue.js"
 import * as Metrics from "../Metrics.js"
 import type * as Stage from "../Stage.js"
@@ -20,7 +20,7 @@ import * as ClaimSizing from "./ClaimSizing.js"
 import { type Core, maxAheadFor, maxUnsettledFor } from "./Core.js"
 
 /** A failed claim is retried at most a second apart, for as long as it takes. */
-export const claimRetry = Db.outageRetry("100 millis")
+export const claimRetry = outageRetry("100 millis")
 
 /** Handing back a claim that landed during shutdown keeps trying through a database blip, as a claim does; past this the leases have expired and the reaper requeues them. */
 const releaseRetry = claimRetry.pipe(Schedule.upTo("2 minutes"))

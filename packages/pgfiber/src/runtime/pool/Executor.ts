@@ -9,11 +9,11 @@
  * job. Jobs that die without running (attempts spent, a payload that fails its Schema) are settled here too.
  */
 import { Cause, type Clock, type Context, Duration, Effect, type Either, Exit, Fiber, FiberRef, HashMap, HashSet, Logger, Runtime, Schema } from "effect"
-import * as Db from "../../layers/Db.js"
 import * as Spans from "../../layers/Spans.js"
 import type { Job } from "../../queue/Job.js"
 import * as Outcome from "../../queue/Outcome.js"
 import * as Queue from "../../queue/Queue.js"
+import * as Tenancy from "../../queue/Tenancy.js"
 import * as Events from "../Events.js"
 import * as JobRun from "../JobRun.js"
 import type * as Settler from "../Settler.js"
@@ -297,7 +297,7 @@ const slotRuntime = <R>(stageName: string, slotByFiber: ReadonlyMap<number, Held
   Effect.gen(function*() {
     const loggers = yield* FiberRef.get(FiberRef.currentLoggers)
     return yield* Effect.runtime<R | Queue.Queue>().pipe(
-      Db.asOwner,
+      Tenancy.asOwner,
       Effect.annotateLogs({ stage: stageName }),
       Effect.locally(FiberRef.currentLoggers, HashSet.map(loggers, withJobOf(slotByFiber)))
     )
